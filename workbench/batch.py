@@ -1,0 +1,168 @@
+"""A step's batch, as the scheduler hands it to the model runner (live requests only, before padding)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from workbench.errors import MetadataError
+
+MODES = ("decode", "target_verify", "extend", "idle")
+IntsLike = Sequence[int] | torch.Tensor
+
+
+def _ints(name: str, values: IntsLike, dtype: torch.dtype, device: torch.device | None) -> torch.Tensor:
+    """Lists become tensors; tensors must hold integers and be 1-D. Values are checked by the caller."""
+    if isinstance(values, torch.Tensor):
+        if values.dtype.is_floating_point or values.dtype.is_complex or values.dtype == torch.bool:
+            raise MetadataError(f"{name}: expected an integer tensor, got dtype {values.dtype}")
+        if values.dim() != 1:
+            raise MetadataError(f"{name}: expected a 1-D tensor, got shape {tuple(values.shape)}")
+        if device is not None and values.device != torch.device(device):
+            raise MetadataError(f"{name}: on device {values.device}, expected {device}")
+        return values.to(dtype)
+    values = list(values)
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise MetadataError(f"{name}[{i}]: expected an int, got {v!r}")
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+def _check_min(name: str, t: torch.Tensor, minimum: int) -> None:
+    # Value checks read the host copy; on an accelerator that would be a sync, so they run on CPU only.
+    if t.device.type != "cpu":
+        return
+    bad = (t < minimum).nonzero()
+    if bad.numel():
+        i = int(bad[0, 0])
+        raise MetadataError(f"{name}[{i}] = {int(t[i])}: must be >= {minimum}")
+
+
+@dataclass
+class Batch:
+    """The live requests of one forward step.
+
+    Attributes:
+        mode: "decode", "target_verify", "extend" or "idle".
+        req_pool_indices: int64 ``[r]``, request-pool rows of the live requests (unique).
+        seq_lens: int32 ``[r]``, tokens of each request after this step.
+        draft_tokens: tokens per request in this step (1 for decode, D for verify, 0 for extend/idle).
+        extend_lens: int32 ``[r]`` new tokens per request (extend only).
+        prefix_lens: int32 ``[r]`` cached tokens before this step (extend only; 0: no initial state).
+        num_accepted_tokens: int32 ``[r]`` tokens accepted at the previous verify (vLLM spec decode).
+    """
+
+    mode: str
+    req_pool_indices: torch.Tensor
+    seq_lens: torch.Tensor
+    draft_tokens: int = 1
+    extend_lens: torch.Tensor | None = None
+    prefix_lens: torch.Tensor | None = None
+    num_accepted_tokens: torch.Tensor | None = None
+
+    # -- constructors ---------------------------------------------------------------------------------
+    @classmethod
+    def decode(cls, req_pool_indices: IntsLike, seq_lens: IntsLike, *, device: str | None = None) -> Batch:
+        """One new token per request; ``seq_lens`` count it."""
+        rpi, sl = cls._common(req_pool_indices, seq_lens, device)
+        return cls("decode", rpi, sl, draft_tokens=1)
+
+    @classmethod
+    def target_verify(
+        cls,
+        req_pool_indices: IntsLike,
+        seq_lens: IntsLike,
+        draft_tokens: int,
+        *,
+        num_accepted_tokens: IntsLike | None = None,
+        device: str | None = None,
+    ) -> Batch:
+        """Speculative verify: ``draft_tokens`` (D) tokens per request."""
+        if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or draft_tokens < 1:
+            raise MetadataError(f"draft_tokens must be an int >= 1, got {draft_tokens!r}")
+        rpi, sl = cls._common(req_pool_indices, seq_lens, device)
+        acc = None
+        if num_accepted_tokens is not None:
+            acc = _ints("num_accepted_tokens", num_accepted_tokens, torch.int32, rpi.device)
+            if acc.numel() != rpi.numel():
+                raise MetadataError(f"num_accepted_tokens: {acc.numel()} values for {rpi.numel()} requests")
+            _check_min("num_accepted_tokens", acc, 1)
+            if acc.device.type == "cpu" and acc.numel() and int(acc.max()) > draft_tokens:
+                i = int(acc.argmax())
+                raise MetadataError(f"num_accepted_tokens[{i}] = {int(acc[i])}: more than draft_tokens={draft_tokens}")
+        return cls("target_verify", rpi, sl, draft_tokens=draft_tokens, num_accepted_tokens=acc)
+
+    @classmethod
+    def extend(
+        cls,
+        req_pool_indices: IntsLike,
+        extend_lens: IntsLike,
+        prefix_lens: IntsLike | None = None,
+        *,
+        device: str | None = None,
+    ) -> Batch:
+        """Prefill / extend: ``extend_lens`` new tokens after ``prefix_lens`` cached ones (0: no initial state)."""
+        rpi = _ints("req_pool_indices", req_pool_indices, torch.int64, device)
+        ext = _ints("extend_lens", extend_lens, torch.int32, rpi.device)
+        pre = (
+            torch.zeros_like(ext) if prefix_lens is None else _ints("prefix_lens", prefix_lens, torch.int32, rpi.device)
+        )
+        for name, t in (("extend_lens", ext), ("prefix_lens", pre)):
+            if t.numel() != rpi.numel():
+                raise MetadataError(f"{name}: {t.numel()} values for {rpi.numel()} requests")
+        _check_min("extend_lens", ext, 1)
+        _check_min("prefix_lens", pre, 0)
+        cls._check_rows(rpi)
+        return cls("extend", rpi, pre + ext, draft_tokens=0, extend_lens=ext, prefix_lens=pre)
+
+    @classmethod
+    def idle(cls, *, device: str | None = None) -> Batch:
+        """No live request (a data-parallel rank with nothing to do still runs the captured graph)."""
+        empty = torch.zeros(0, dtype=torch.int64, device=device)
+        return cls("idle", empty, empty.to(torch.int32), draft_tokens=0)
+
+    @classmethod
+    def _common(
+        cls, req_pool_indices: IntsLike, seq_lens: IntsLike, device: str | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        rpi = _ints("req_pool_indices", req_pool_indices, torch.int64, device)
+        sl = _ints("seq_lens", seq_lens, torch.int32, rpi.device)
+        if sl.numel() != rpi.numel():
+            raise MetadataError(f"seq_lens: {sl.numel()} values for {rpi.numel()} requests")
+        _check_min("seq_lens", sl, 1)
+        cls._check_rows(rpi)
+        return rpi, sl
+
+    @staticmethod
+    def _check_rows(rpi: torch.Tensor) -> None:
+        _check_min("req_pool_indices", rpi, 0)
+        if rpi.device.type == "cpu" and rpi.numel() > 1:
+            seen: dict[int, int] = {}
+            for i, row in enumerate(rpi.tolist()):
+                if row in seen:
+                    raise MetadataError(
+                        f"req_pool_indices[{i}] = {row}: duplicate of row {seen[row]} (a request runs once a step)"
+                    )
+                seen[row] = i
+
+    # -- facts ----------------------------------------------------------------------------------------
+    @property
+    def raw_batch_size(self) -> int:
+        return self.req_pool_indices.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self.req_pool_indices.device
+
+    @property
+    def num_tokens(self) -> int:
+        """Live tokens of the step (host arithmetic; extend reads ``extend_lens``)."""
+        if self.mode == "extend":
+            return int(self.extend_lens.sum())
+        return self.raw_batch_size * self.draft_tokens
+
+    def __repr__(self) -> str:
+        extra = f", D={self.draft_tokens}" if self.mode == "target_verify" else ""
+        return f"Batch.{self.mode}(raw_bs={self.raw_batch_size}{extra})"

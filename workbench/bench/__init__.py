@@ -1,0 +1,1 @@
+"""Benchmarks behind `workbench bench ...`: they print figures and write JSON; they are not tests."""

@@ -1,0 +1,76 @@
+"""Which device stacks are usable here, and why the others are not. Never raises, never breaks torch.
+
+torch_npu is probed in a subprocess: where Ascend's CANN libraries are missing, importing it fails (or,
+through torch's backend autoload, breaks ``import torch`` itself), and that must not happen in this process.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class DeviceStatus:
+    name: str
+    usable: bool
+    detail: str
+
+
+def _probe_npu(timeout: float = 60.0) -> DeviceStatus:
+    if importlib.util.find_spec("torch_npu") is None:
+        return DeviceStatus("npu", False, "torch_npu not installed (optional extra: pip install '.[npu]' on Ascend)")
+    code = "import torch, torch_npu; print(torch.npu.is_available(), torch.npu.device_count())"
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    try:
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return DeviceStatus("npu", False, f"torch_npu probe failed: {e}")
+    if res.returncode != 0:
+        last = (res.stderr.strip().splitlines() or ["unknown error"])[-1]
+        return DeviceStatus("npu", False, f"torch_npu failed to import (Ascend CANN libraries missing?): {last}")
+    ok, _, count = res.stdout.strip().rpartition(" ")
+    if not ok.endswith("True"):
+        return DeviceStatus("npu", False, "torch_npu imports but no Ascend device is visible")
+    return DeviceStatus("npu", True, f"{count} Ascend device(s)")
+
+
+def _cuda() -> DeviceStatus:
+    if not torch.cuda.is_available():
+        why = "torch is a CPU build" if torch.version.cuda is None else "no CUDA device visible"
+        return DeviceStatus("cuda", False, why)
+    name = torch.cuda.get_device_name(0)
+    return DeviceStatus("cuda", True, f"{torch.cuda.device_count()} x {name}")
+
+
+def _triton() -> DeviceStatus:
+    try:
+        import triton
+    except Exception as e:  # a broken triton must not break the reference path
+        return DeviceStatus("triton", False, f"triton failed to import: {e}")
+    mode = "interpreter on (TRITON_INTERPRET=1)" if os.environ.get("TRITON_INTERPRET") == "1" else "compiled"
+    return DeviceStatus("triton", True, f"triton {triton.__version__}, {mode}")
+
+
+def devices(probe_npu: bool = True) -> list[DeviceStatus]:
+    """Status of cpu, cuda, npu and triton. ``probe_npu=False`` skips the (slow) torch_npu subprocess."""
+    out = [
+        DeviceStatus("cpu", True, f"torch {torch.__version__}, {torch.get_num_threads()} threads"),
+        _cuda(),
+    ]
+    out.append(_probe_npu() if probe_npu else DeviceStatus("npu", False, "not probed"))
+    out.append(_triton())
+    return out
+
+
+def doctor_text(probe_npu: bool = True) -> str:
+    """What `workbench doctor` prints."""
+    lines = [f"{'device':8} {'usable':7} detail"]
+    for d in devices(probe_npu):
+        lines.append(f"{d.name:8} {'yes' if d.usable else 'no':7} {d.detail}")
+    return "\n".join(lines)

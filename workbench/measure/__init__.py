@@ -1,0 +1,1 @@
+"""Timing, cost models and integrity checks."""

@@ -1,0 +1,508 @@
+"""Per-step metadata of a linear-attention layer: build it (eager), write it in place (graph), validate it.
+
+For ``r`` live requests padded to bucket ``bs`` (``p = bs - r`` padded rows at the tail):
+
+- ``state_indices`` int32 ``[bs]`` (vLLM verify: ``[bs, D]``): live rows ``mapping[req_pool_indices[i]]``,
+  padded rows the profile's sentinel.
+- ``query_start_loc`` int32 ``[bs+1]``: decode ``[0,1,..,r, r,..,r]``, verify ``[0,D,..,rD, rD,..,rD]``,
+  extend the cumulative extend lengths; padded rows are zero-length.
+- ``seq_lens`` int32 ``[bs]`` padded with the profile's fill value; ``req_pool_indices`` int64 padded with the
+  reserved request row (0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from workbench.batch import Batch
+from workbench.buckets import capture_buckets, check_buckets, choose_bucket
+from workbench.errors import MetadataError
+from workbench.pool import StatePool
+from workbench.profiles import Profile
+
+GRAPH_MODES = ("decode", "target_verify")
+
+
+@dataclass
+class Metadata:
+    """Everything a linear-attention kernel reads about one (padded) step.
+
+    Tensors are on the pool's device. ``raw_batch_size`` live rows come first; the rest is padding.
+    ``bucket`` is the captured batch size used, or None when the step is not padded for a graph;
+    ``eager_reason`` says why a step that asked for a bucket runs eagerly.
+    """
+
+    profile: Profile
+    forward_mode: str
+    raw_batch_size: int
+    draft_tokens: int
+    state_indices: torch.Tensor
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    req_pool_indices: torch.Tensor
+    has_initial_state: torch.Tensor
+    extend_lens: torch.Tensor | None = None
+    num_accepted_tokens: torch.Tensor | None = None
+    intermediate_state_indices: torch.Tensor | None = None
+    bucket: int | None = None
+    eager_reason: str | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def batch_size(self) -> int:
+        return self.query_start_loc.numel() - 1
+
+    @property
+    def num_padding(self) -> int:
+        return self.batch_size - self.raw_batch_size
+
+    @property
+    def num_tokens(self) -> int:
+        """Live tokens, ``query_start_loc[-1]`` (a host read)."""
+        return int(self.query_start_loc[-1])
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The metadata tensors by name (those that exist for this mode and profile)."""
+        names = (
+            "state_indices",
+            "query_start_loc",
+            "seq_lens",
+            "req_pool_indices",
+            "has_initial_state",
+            "extend_lens",
+            "num_accepted_tokens",
+            "intermediate_state_indices",
+        )
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per batch row (host copies), for tables and figures."""
+        qsl = self.query_start_loc.tolist()
+        idx = self.state_indices.tolist()
+        sl = self.seq_lens.tolist()
+        rpi = self.req_pool_indices.tolist()
+        init = self.has_initial_state.tolist()
+        acc = None if self.num_accepted_tokens is None else self.num_accepted_tokens.tolist()
+        out = []
+        for i in range(self.batch_size):
+            row = {
+                "row": i,
+                "kind": "live" if i < self.raw_batch_size else "pad",
+                "req_pool_index": rpi[i],
+                "state_index": idx[i],
+                "seq_len": sl[i],
+                "qsl_start": qsl[i],
+                "qsl_end": qsl[i + 1],
+                "num_tokens": qsl[i + 1] - qsl[i],
+                "has_initial_state": bool(init[i]),
+            }
+            if acc is not None:
+                row["num_accepted_tokens"] = acc[i]
+            out.append(row)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary and tensors."""
+        return {
+            "profile": self.profile.name,
+            "forward_mode": self.forward_mode,
+            "raw_batch_size": self.raw_batch_size,
+            "batch_size": self.batch_size,
+            "num_padding": self.num_padding,
+            "draft_tokens": self.draft_tokens,
+            "bucket": self.bucket,
+            "eager_reason": self.eager_reason,
+            "sentinel": self.profile.sentinel,
+            "kernel_guard": self.profile.guard,
+            **{name: t.tolist() for name, t in self.tensors().items()},
+        }
+
+    def table(self) -> str:
+        """A readable text table: a header line, then one line per row."""
+        from workbench.tables import format_metadata
+
+        return format_metadata(self)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+# -- eager build ----------------------------------------------------------------------------------------
+def _resolve_bucket(
+    batch: Batch, pool: StatePool, bucket: int | str | None, buckets: Sequence[int] | None
+) -> tuple[int, int | None, str | None]:
+    """(padded batch size, captured bucket or None, eager reason or None)."""
+    r = batch.raw_batch_size
+    if bucket is None:
+        return r, None, None
+    if buckets is None:
+        buckets = capture_buckets(pool.capacity, batch.mode == "target_verify", pool.profile.name)
+    else:
+        buckets = check_buckets(buckets)
+    if bucket == "auto":
+        bs = choose_bucket(r, buckets)
+        if bs is None:
+            return r, None, f"raw batch {r} is above the largest captured bucket {buckets[-1]}: runs eagerly"
+        return bs, bs, None
+    if isinstance(bucket, bool) or not isinstance(bucket, int):
+        raise MetadataError(f"bucket must be 'auto', None or an int, got {bucket!r}")
+    if bucket not in buckets:
+        raise MetadataError(f"bucket {bucket} was not captured; captured buckets: {list(buckets)}")
+    if r > bucket:
+        raise MetadataError(f"raw batch {r} is larger than bucket {bucket}; a batch is never truncated")
+    return bucket, bucket, None
+
+
+def _check_allocated(batch: Batch, pool: StatePool) -> None:
+    for i, row in enumerate(batch.req_pool_indices.tolist()):
+        if not pool.is_allocated(row):
+            raise MetadataError(f"req_pool_indices[{i}] = {row}: request not allocated in the pool")
+
+
+def _live_index_table(pool: StatePool, mode: str, draft_tokens: int) -> torch.Tensor:
+    """The mapping the live rows gather from: ``[rows]``, or ``[rows, D]`` for vLLM spec decode."""
+    if mode == "target_verify" and pool.profile.spec_indices_2d:
+        if pool.slots_per_request != draft_tokens:
+            raise MetadataError(
+                f"slots_per_request={pool.slots_per_request}: profile {pool.profile.name!r} keeps one slot "
+                f"per draft position in target_verify, so the pool needs slots_per_request=D={draft_tokens}"
+            )
+        return pool.mapping
+    return pool.mapping[:, 0]
+
+
+def build_metadata(
+    batch: Batch,
+    pool: StatePool,
+    bucket: int | str | None = "auto",
+    *,
+    buckets: Sequence[int] | None = None,
+) -> Metadata:
+    """Build the padded metadata of ``batch`` (eager path; allocates fresh tensors).
+
+    Args:
+        batch: the live requests.
+        pool: the state pool they were allocated from (its profile decides the padding).
+        bucket: "auto" (smallest captured bucket that holds the batch), an int (must be captured), or None
+            (no padding). A batch above the largest bucket runs eagerly: ``bucket`` is None and
+            ``eager_reason`` says why.
+        buckets: the captured bucket list; default: the profile's list for ``pool.capacity``.
+    """
+    if not isinstance(batch, Batch):
+        raise MetadataError(f"batch must be a workbench.Batch, got {type(batch).__name__}")
+    if batch.device != pool.device:
+        raise MetadataError(f"batch.req_pool_indices is on {batch.device}, the pool on {pool.device}")
+    _check_allocated(batch, pool)
+    prof = pool.profile
+    r = batch.raw_batch_size
+    bs, captured, reason = _resolve_bucket(batch, pool, bucket, buckets)
+    dev = pool.device
+    mode = batch.mode
+    d = batch.draft_tokens
+
+    table = _live_index_table(pool, mode, d)
+    state_indices = torch.full((bs, *table.shape[1:]), prof.sentinel, dtype=torch.int32, device=dev)
+    state_indices[:r] = table[batch.req_pool_indices]
+
+    lens = torch.zeros(bs, dtype=torch.int32, device=dev)
+    if mode == "extend":
+        lens[:r] = batch.extend_lens
+    else:
+        lens[:r] = d if mode != "idle" else 0
+    qsl = torch.zeros(bs + 1, dtype=torch.int32, device=dev)
+    qsl[1:] = torch.cumsum(lens, 0)
+
+    seq_lens = torch.full((bs,), prof.seq_len_fill, dtype=torch.int32, device=dev)
+    seq_lens[:r] = batch.seq_lens
+    rpi = torch.full((bs,), prof.reserved_request_row or 0, dtype=torch.int64, device=dev)
+    rpi[:r] = batch.req_pool_indices
+    init = torch.zeros(bs, dtype=torch.bool, device=dev)
+    init[:r] = batch.prefix_lens > 0 if mode == "extend" else True
+
+    meta = Metadata(
+        profile=prof,
+        forward_mode=mode,
+        raw_batch_size=r,
+        draft_tokens=d,
+        state_indices=state_indices,
+        query_start_loc=qsl,
+        seq_lens=seq_lens,
+        req_pool_indices=rpi,
+        has_initial_state=init,
+        bucket=captured,
+        eager_reason=reason,
+    )
+    if mode == "extend":
+        meta.extend_lens = lens
+    if mode == "target_verify":
+        if prof.num_accepted_fill is not None:
+            acc = torch.full((bs,), prof.num_accepted_fill, dtype=torch.int32, device=dev)
+            if batch.num_accepted_tokens is not None:
+                acc[:r] = batch.num_accepted_tokens
+            meta.num_accepted_tokens = acc
+        if prof.verify_intermediate_by_row:
+            meta.intermediate_state_indices = torch.arange(bs, dtype=torch.int32, device=dev)
+    return meta
+
+
+# -- validation -----------------------------------------------------------------------------------------
+def _fail(field_name: str, row: int | None, msg: str) -> MetadataError:
+    where = f"{field_name}[{row}]" if row is not None else field_name
+    return MetadataError(f"{where}: {msg}")
+
+
+def validate(meta: Metadata, pool: StatePool) -> None:
+    """Check the invariants of DESIGN.md; raise MetadataError naming the field and the row.
+
+    Live indices unique, in range, never the dummy slot, and owned by the row's request; padded rows exactly
+    the sentinel; padding only at the tail; ``qsl[0] = 0``, non-decreasing, live rows of the mode's length,
+    padded rows zero-length; padded ``seq_lens`` and ``req_pool_indices`` hold the profile's fill values.
+    Reads everything to the host: a debugging check, not for the replay hot path.
+    """
+    prof = pool.profile
+    bs, r = meta.batch_size, meta.raw_batch_size
+    if not 0 <= r <= bs:
+        raise _fail("raw_batch_size", None, f"{r} not in [0, batch_size={bs}]")
+    for name, t in meta.tensors().items():
+        if t.device != pool.device:
+            raise _fail(name, None, f"on device {t.device}, the pool on {pool.device}")
+    for name in ("state_indices", "query_start_loc", "seq_lens"):
+        t = getattr(meta, name)
+        if t.dtype != torch.int32:
+            raise _fail(name, None, f"dtype {t.dtype}, expected torch.int32")
+    if meta.forward_mode == "target_verify" and prof.spec_indices_2d:
+        want: tuple[int, ...] = (bs, meta.draft_tokens)
+    elif meta.forward_mode == "idle" and prof.spec_indices_2d and meta.state_indices.dim() == 2:
+        want = (bs, meta.state_indices.shape[1])  # an idle step run by a spec-decode graph
+    else:
+        want = (bs,)
+    if tuple(meta.state_indices.shape) != want:
+        raise _fail("state_indices", None, f"shape {tuple(meta.state_indices.shape)}, expected {want}")
+    for name in ("seq_lens", "req_pool_indices", "has_initial_state"):
+        if getattr(meta, name).shape != (bs,):
+            raise _fail(name, None, f"shape {tuple(getattr(meta, name).shape)}, expected ({bs},)")
+
+    idx = [v if isinstance(v, list) else [v] for v in meta.state_indices.tolist()]
+    rpi = meta.req_pool_indices.tolist()
+    seen: dict[int, int] = {}
+    for i in range(bs):
+        if i >= r:
+            if any(v != prof.sentinel for v in idx[i]):
+                raise _fail("state_indices", i, f"padded row holds {idx[i]}, expected the sentinel {prof.sentinel}")
+            continue
+        if not pool.is_allocated(rpi[i]):
+            raise _fail("req_pool_indices", i, f"row {rpi[i]} is not an allocated request")
+        owned = pool.slots_of(rpi[i])
+        for j, v in enumerate(idx[i]):
+            if v == prof.sentinel:
+                raise _fail("state_indices", i, f"live row holds the sentinel {v}: padding only at the tail")
+            if not 0 <= v < pool.num_slots:
+                raise _fail("state_indices", i, f"slot {v} out of range [0, {pool.num_slots})")
+            if v == prof.dummy_slot:
+                raise _fail("state_indices", i, f"live row points at the reserved dummy slot {v}")
+            if v in seen:
+                raise _fail("state_indices", i, f"slot {v} also used by row {seen[v]}")
+            if v != owned[j]:
+                raise _fail("state_indices", i, f"slot {v}, but request row {rpi[i]} owns slot {owned[j]}")
+            seen[v] = i
+
+    qsl = meta.query_start_loc.tolist()
+    if len(qsl) != bs + 1:
+        raise _fail("query_start_loc", None, f"length {len(qsl)}, expected batch_size+1 = {bs + 1}")
+    if qsl[0] != 0:
+        raise _fail("query_start_loc", 0, f"= {qsl[0]}, must be 0")
+    expected = _expected_lens(meta)
+    for i in range(bs):
+        n = qsl[i + 1] - qsl[i]
+        if n < 0:
+            raise _fail("query_start_loc", i + 1, f"{qsl[i + 1]} < {qsl[i]}: must be non-decreasing")
+        if n != expected[i]:
+            kind = "padded row must be zero-length" if i >= r else f"{meta.forward_mode} row has {expected[i]} tokens"
+            raise _fail("query_start_loc", i + 1, f"batch row {i} has {n} tokens; {kind}")
+
+    sl = meta.seq_lens.tolist()
+    for i in range(bs):
+        if i >= r and sl[i] != prof.seq_len_fill:
+            raise _fail("seq_lens", i, f"padded row holds {sl[i]}, expected fill {prof.seq_len_fill}")
+        if i < r and sl[i] < 1:
+            raise _fail("seq_lens", i, f"live row holds {sl[i]}, must be >= 1")
+        if i >= r and rpi[i] != (prof.reserved_request_row or 0):
+            raise _fail("req_pool_indices", i, f"padded row holds {rpi[i]}, expected {prof.reserved_request_row or 0}")
+
+
+def _expected_lens(meta: Metadata) -> list[int]:
+    r, bs = meta.raw_batch_size, meta.batch_size
+    if meta.forward_mode == "extend":
+        live = meta.extend_lens.tolist()[:r] if meta.extend_lens is not None else [None] * r
+    elif meta.forward_mode == "idle":
+        live = []
+    else:
+        live = [meta.draft_tokens] * r
+    return live + [0] * (bs - r)
+
+
+# -- graph mode: static buffers updated in place --------------------------------------------------------
+@dataclass
+class _Views:
+    """Live and padded slices of one bucket's static tensors for one raw batch size."""
+
+    state_live: torch.Tensor
+    state_pad: torch.Tensor
+    qsl_steps: torch.Tensor
+    seq_live: torch.Tensor
+    seq_pad: torch.Tensor
+    rpi_live: torch.Tensor
+    rpi_pad: torch.Tensor
+    rows: torch.Tensor
+    acc_live: torch.Tensor | None
+    acc_pad: torch.Tensor | None
+
+
+class MetadataBuffers:
+    """One static set of metadata tensors per captured bucket, updated in place each step.
+
+    A graph records the addresses of its bucket's tensors at capture, so :meth:`update` writes a batch's
+    metadata into them with tensor ops only: no host sync, no loop over requests, no allocation. Padding
+    is derived from ``batch.raw_batch_size`` (host shape information), never by counting fill values.
+
+    Args:
+        pool: the state pool (its profile and mapping, its device).
+        mode: "decode" or "target_verify" (idle batches run in either).
+        buckets: captured batch sizes (default: the profile's list for ``pool.capacity``).
+        draft_tokens: D for target_verify (1 for decode).
+    """
+
+    def __init__(
+        self,
+        pool: StatePool,
+        mode: str = "decode",
+        buckets: Sequence[int] | None = None,
+        draft_tokens: int = 1,
+    ) -> None:
+        if mode not in GRAPH_MODES:
+            raise MetadataError(f"mode: graphs are captured for {GRAPH_MODES}, got {mode!r} (extend runs eagerly)")
+        if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or draft_tokens < 1:
+            raise MetadataError(f"draft_tokens must be an int >= 1, got {draft_tokens!r}")
+        if mode == "decode" and draft_tokens != 1:
+            raise MetadataError(f"draft_tokens: decode has 1 token per request, got {draft_tokens}")
+        self.pool = pool
+        self.mode = mode
+        self.draft_tokens = draft_tokens
+        self.buckets = (
+            capture_buckets(pool.capacity, mode == "target_verify", pool.profile.name)
+            if buckets is None
+            else check_buckets(buckets)
+        )
+        prof, dev, d = pool.profile, pool.device, draft_tokens
+        self._table = _live_index_table(pool, mode, d)
+        self._qsl_steps = torch.arange(0, (self.buckets[-1] + 1) * d, d, dtype=torch.int32, device=dev)
+        self._rows = torch.arange(self.buckets[-1], dtype=torch.int32, device=dev)
+        self._views: dict[tuple[int, int], _Views] = {}
+        self.static: dict[int, Metadata] = {}
+        for bs in self.buckets:
+            # At capture every row looks live with zero request indices: as in sglang, the kernels then
+            # run on mapping[0] = the dummy slot and write only there.
+            meta = Metadata(
+                profile=prof,
+                forward_mode=mode,
+                raw_batch_size=bs,
+                draft_tokens=d,
+                state_indices=torch.full((bs, *self._table.shape[1:]), prof.dummy_slot, dtype=torch.int32, device=dev),
+                query_start_loc=self._qsl_steps[: bs + 1].clone(),
+                seq_lens=torch.full((bs,), prof.seq_len_fill, dtype=torch.int32, device=dev),
+                req_pool_indices=torch.zeros(bs, dtype=torch.int64, device=dev),
+                has_initial_state=torch.ones(bs, dtype=torch.bool, device=dev),
+                bucket=bs,
+            )
+            if mode == "target_verify":
+                if prof.num_accepted_fill is not None:
+                    meta.num_accepted_tokens = torch.full((bs,), prof.num_accepted_fill, dtype=torch.int32, device=dev)
+                if prof.verify_intermediate_by_row:
+                    meta.intermediate_state_indices = torch.arange(bs, dtype=torch.int32, device=dev)
+            self.static[bs] = meta
+
+    def bucket_for(self, raw_bs: int) -> int | None:
+        """The bucket a batch of ``raw_bs`` pads to (bisect-left), or None: above the largest, run eagerly."""
+        return choose_bucket(raw_bs, self.buckets)
+
+    def update(self, batch: Batch, bucket: int | None = None) -> Metadata:
+        """Write ``batch``'s metadata into its bucket's static tensors; return that bucket's Metadata.
+
+        The returned object and its tensors are the same on every call for the same bucket.
+        """
+        r = batch.raw_batch_size
+        if batch.mode != "idle" and batch.mode != self.mode:
+            raise MetadataError(f"forward_mode: buffers captured for {self.mode!r}, batch is {batch.mode!r}")
+        if batch.mode == "target_verify" and batch.draft_tokens != self.draft_tokens:
+            raise MetadataError(
+                f"draft_tokens: buffers captured for D={self.draft_tokens}, batch has D={batch.draft_tokens}"
+            )
+        if batch.device != self.pool.device:
+            raise MetadataError(f"batch.req_pool_indices is on {batch.device}, the buffers on {self.pool.device}")
+        bs = self.bucket_for(r) if bucket is None else bucket
+        if bs is None:
+            raise MetadataError(
+                f"raw batch {r} is above the largest captured bucket {self.buckets[-1]}: run it eagerly"
+            )
+        if bs not in self.static:
+            raise MetadataError(f"bucket {bs} was not captured; captured buckets: {self.buckets}")
+        if r > bs:
+            raise MetadataError(f"raw batch {r} is larger than bucket {bs}; a batch is never truncated")
+        m = self.static[bs]
+        prof = self.pool.profile
+        v = self._views.get((bs, r)) or self._make_views(bs, r)
+        torch.index_select(self._table, 0, batch.req_pool_indices, out=v.state_live)
+        v.state_pad.fill_(prof.sentinel)
+        # qsl = min(arange * D, r * D): one op writes live rows and the zero-length padded tail
+        torch.clamp(v.qsl_steps, max=r * (self.draft_tokens if batch.mode != "idle" else 0), out=m.query_start_loc)
+        v.seq_live.copy_(batch.seq_lens)
+        v.seq_pad.fill_(prof.seq_len_fill)
+        v.rpi_live.copy_(batch.req_pool_indices)
+        v.rpi_pad.fill_(prof.reserved_request_row or 0)
+        torch.lt(v.rows, r, out=m.has_initial_state)
+        if m.num_accepted_tokens is not None:
+            if batch.num_accepted_tokens is not None:
+                v.acc_live.copy_(batch.num_accepted_tokens)
+            else:
+                v.acc_live.fill_(prof.num_accepted_fill)
+            v.acc_pad.fill_(prof.num_accepted_fill)
+        m.raw_batch_size = r
+        m.forward_mode = batch.mode
+        m.draft_tokens = self.draft_tokens if batch.mode != "idle" else 0
+        return m
+
+    def _make_views(self, bs: int, r: int) -> _Views:
+        # Slicing costs as much as a small op on the CPU; the views of a (bucket, raw_bs) pair are reused.
+        m = self.static[bs]
+        acc = m.num_accepted_tokens
+        v = _Views(
+            state_live=m.state_indices[:r],
+            state_pad=m.state_indices[r:],
+            qsl_steps=self._qsl_steps[: bs + 1],
+            seq_live=m.seq_lens[:r],
+            seq_pad=m.seq_lens[r:],
+            rpi_live=m.req_pool_indices[:r],
+            rpi_pad=m.req_pool_indices[r:],
+            rows=self._rows[:bs],
+            acc_live=None if acc is None else acc[:r],
+            acc_pad=None if acc is None else acc[r:],
+        )
+        self._views[(bs, r)] = v
+        return v
+
+    def reset_for_capture(self, bucket: int) -> Metadata:
+        """Put ``bucket``'s buffers in their capture state (all rows live, request row 0, no padding)."""
+        m = self.static[bucket]
+        m.state_indices.fill_(self.pool.profile.dummy_slot)
+        m.query_start_loc.copy_(self._qsl_steps[: bucket + 1])
+        m.seq_lens.fill_(self.pool.profile.seq_len_fill)
+        m.req_pool_indices.zero_()
+        m.has_initial_state.fill_(True)
+        m.raw_batch_size = bucket
+        m.forward_mode = self.mode
+        m.draft_tokens = self.draft_tokens
+        return m

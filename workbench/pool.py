@@ -1,0 +1,143 @@
+"""The state-slot pool: which request-pool row owns which state slot(s).
+
+An engine keeps each request's recurrent state in a slot of a preallocated pool (``[num_slots, ...]``) and a
+mapping ``request-pool row -> slot``. This module is that bookkeeping; the state tensors themselves live
+with the layer. Slot ``profile.dummy_slot`` is never handed out (every profile reserves slot 0: sglang's
+dummy written at capture, vLLM's null block), and sglang also reserves request-pool row 0 for padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from workbench.errors import MetadataError
+from workbench.profiles import Profile, get_profile
+
+
+def _as_int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MetadataError(f"{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise MetadataError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+class StatePool:
+    """Slots of a linear-attention state pool and the request rows that own them.
+
+    Args:
+        num_slots: slots in the pool, the reserved dummy slot included (state tensors are ``[num_slots, ...]``).
+        profile: engine conventions ("sglang", "sglang-ascend", "vllm").
+        slots_per_request: slots each request owns (vLLM spec decode keeps one per draft position, ``D``).
+        max_requests: request-pool rows handed out at most; default: as many as the slots allow.
+        device: where ``mapping`` lives (the metadata is built there).
+
+    ``mapping`` is int32 ``[num_rows, slots_per_request]``; rows not allocated map to the dummy slot, as in
+    sglang, which is why capture (run on all-zero request indices) writes only the dummy slot.
+    """
+
+    def __init__(
+        self,
+        num_slots: int,
+        profile: str | Profile = "sglang",
+        *,
+        slots_per_request: int = 1,
+        max_requests: int | None = None,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        self.profile = get_profile(profile)
+        self.num_slots = _as_int("num_slots", num_slots, 2)
+        self.slots_per_request = _as_int("slots_per_request", slots_per_request, 1)
+        usable = (self.num_slots - 1) // self.slots_per_request
+        if usable < 1:
+            raise MetadataError(
+                f"num_slots={num_slots} leaves no room for one request of {slots_per_request} slots "
+                f"beside the reserved dummy slot {self.profile.dummy_slot}"
+            )
+        self.max_requests = usable if max_requests is None else _as_int("max_requests", max_requests, 1)
+        self.device = torch.device(device)
+        self._first_row = 0 if self.profile.reserved_request_row is None else 1
+        num_rows = self.max_requests + self._first_row
+        self.mapping = torch.full(
+            (num_rows, self.slots_per_request), self.profile.dummy_slot, dtype=torch.int32, device=self.device
+        )
+        self._free_slots = [s for s in range(self.num_slots) if s != self.profile.dummy_slot]
+        self._free_rows = list(range(self._first_row, num_rows))
+        self._slots_of: dict[int, list[int]] = {}
+
+    # -- queries --------------------------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        """Requests that can be live at once."""
+        return min(self.max_requests, (self.num_slots - 1) // self.slots_per_request)
+
+    @property
+    def num_free(self) -> int:
+        """Requests that can still be allocated."""
+        return min(len(self._free_rows), len(self._free_slots) // self.slots_per_request)
+
+    @property
+    def live_rows(self) -> list[int]:
+        return sorted(self._slots_of)
+
+    def is_allocated(self, row: int) -> bool:
+        return row in self._slots_of
+
+    def slots_of(self, row: int) -> list[int]:
+        """The slots request-pool row ``row`` owns."""
+        if row not in self._slots_of:
+            raise MetadataError(f"req_pool_indices: row {row} is not allocated")
+        return list(self._slots_of[row])
+
+    def owned_slots(self) -> set[int]:
+        """Every slot some live request owns."""
+        return {s for slots in self._slots_of.values() for s in slots}
+
+    def free_slots(self) -> list[int]:
+        return sorted(self._free_slots)
+
+    # -- alloc / free ---------------------------------------------------------------------------------
+    def alloc(self, n: int) -> torch.Tensor:
+        """Allocate ``n`` requests; returns their request-pool rows (int64 ``[n]`` on ``device``).
+
+        Slots are handed out lowest-first, so a pool that has seen frees gives scattered slots.
+        """
+        n = _as_int("n", n, 0)
+        if n > self.num_free:
+            raise MetadataError(
+                f"pool exhausted: asked for {n} requests, {self.num_free} free "
+                f"({len(self._free_slots)} free slots, {self.slots_per_request} per request)"
+            )
+        self._free_slots.sort()
+        self._free_rows.sort()
+        rows = self._free_rows[:n]
+        del self._free_rows[:n]
+        for row in rows:
+            slots = self._free_slots[: self.slots_per_request]
+            del self._free_slots[: self.slots_per_request]
+            self._slots_of[row] = slots
+            self.mapping[row] = torch.tensor(slots, dtype=torch.int32, device=self.device)
+        return torch.tensor(rows, dtype=torch.int64, device=self.device)
+
+    def free(self, rows: Iterable[int] | torch.Tensor) -> None:
+        """Release requests; their slots return to the pool and their rows map to the dummy slot again."""
+        rows = [int(r) for r in (rows.tolist() if isinstance(rows, torch.Tensor) else rows)]
+        seen: set[int] = set()
+        for i, row in enumerate(rows):
+            if row in seen:
+                raise MetadataError(f"free: rows[{i}]={row} appears twice in one call")
+            if row not in self._slots_of:
+                raise MetadataError(f"free: rows[{i}]={row} is not allocated (freed twice, or never allocated)")
+            seen.add(row)
+        for row in rows:
+            self._free_slots.extend(self._slots_of.pop(row))
+            self._free_rows.append(row)
+            self.mapping[row] = self.profile.dummy_slot
+
+    def __repr__(self) -> str:
+        return (
+            f"StatePool(num_slots={self.num_slots}, profile={self.profile.name!r}, live={len(self._slots_of)}, "
+            f"free={self.num_free}, slots_per_request={self.slots_per_request})"
+        )

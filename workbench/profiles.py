@@ -1,0 +1,108 @@
+"""Engine conventions for padded rows, reserved slots and fill values (see DESIGN.md).
+
+Each profile answers: what do padded rows of ``state_indices`` hold, which rows do kernels skip, which state
+slot and request-pool row are reserved, what fills padded ``seq_lens``, and how spec-decode indices look.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from workbench.buckets import sglang_buckets, vllm_buckets
+from workbench.errors import MetadataError
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One engine's padding conventions.
+
+    Attributes:
+        name: profile name.
+        sentinel: value written to ``state_indices`` of padded rows.
+        kernel_pad_slot_id: the kernels' skip rule (``kernels._common``): rows with index ``<=`` this are
+            skipped; None means padded rows are really processed (on the dummy slot).
+        dummy_slot: state slot never handed to a request (capture and padded rows may write it).
+        reserved_request_row: request-pool row never handed out (padded rows point at it), or None.
+        seq_len_fill: value of padded rows in the static ``seq_lens`` buffer.
+        num_accepted_fill: value of padded rows in ``num_accepted_tokens`` (spec decode), or None when
+            the engine has no such buffer.
+        spec_indices_2d: spec-decode ``state_indices`` are ``[bs, D]`` (one slot per draft position).
+        verify_intermediate_by_row: verify writes per-step states to an intermediate buffer indexed by batch row.
+        buckets: the engine's default capture-bucket list.
+        notes: one sentence for tables and figures.
+    """
+
+    name: str
+    sentinel: int
+    kernel_pad_slot_id: int | None
+    dummy_slot: int
+    reserved_request_row: int | None
+    seq_len_fill: int
+    num_accepted_fill: int | None
+    spec_indices_2d: bool
+    verify_intermediate_by_row: bool
+    buckets: Callable[[int, bool], list[int]]
+    notes: str
+
+    @property
+    def guard(self) -> str:
+        """The kernels' skip condition, as text."""
+        if self.kernel_pad_slot_id is None:
+            return "none (padded rows processed on the dummy slot)"
+        if self.kernel_pad_slot_id < 0:
+            return "skip idx < 0"
+        return f"skip idx <= {self.kernel_pad_slot_id}"
+
+
+PROFILES: dict[str, Profile] = {
+    "sglang": Profile(
+        name="sglang",
+        sentinel=-1,
+        kernel_pad_slot_id=-1,
+        dummy_slot=0,
+        reserved_request_row=0,
+        seq_len_fill=1,
+        num_accepted_fill=None,
+        spec_indices_2d=False,
+        verify_intermediate_by_row=True,
+        buckets=sglang_buckets,
+        notes="padded rows -1, kernels skip negative indices; slot 0 reserved because capture writes it",
+    ),
+    "sglang-ascend": Profile(
+        name="sglang-ascend",
+        sentinel=0,
+        kernel_pad_slot_id=None,
+        dummy_slot=0,
+        reserved_request_row=0,
+        seq_len_fill=0,
+        num_accepted_fill=None,
+        spec_indices_2d=False,
+        verify_intermediate_by_row=True,
+        buckets=sglang_buckets,
+        notes="padded rows point at dummy slot 0 and are really processed there; seq-len fill 0",
+    ),
+    "vllm": Profile(
+        name="vllm",
+        sentinel=0,
+        kernel_pad_slot_id=0,
+        dummy_slot=0,
+        reserved_request_row=None,
+        seq_len_fill=0,
+        num_accepted_fill=1,
+        spec_indices_2d=True,
+        verify_intermediate_by_row=False,
+        buckets=vllm_buckets,
+        notes="padded rows 0 (the never-allocated null block), kernels guard idx <= 0",
+    ),
+}
+
+
+def get_profile(profile: str | Profile) -> Profile:
+    """Look a profile up by name (a Profile passes through)."""
+    if isinstance(profile, Profile):
+        return profile
+    try:
+        return PROFILES[profile]
+    except (KeyError, TypeError):
+        raise MetadataError(f"profile: unknown profile {profile!r}; choose one of {sorted(PROFILES)}") from None

@@ -1,0 +1,53 @@
+"""Plain-text tables for terminals and notebooks (no dependency beyond the standard library)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workbench.metadata import Metadata
+
+
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """Align ``rows`` (dicts) into columns; numbers right-aligned, text left-aligned."""
+    if not rows:
+        return "(no rows)"
+    columns = list(columns or rows[0].keys())
+    cells = [[_fmt(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[j]) for row in cells)) for j, c in enumerate(columns)]
+    numeric = [all(isinstance(r.get(c), (int, float)) for r in rows) for c in columns]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True))
+
+    out = [line(columns), line(["-" * w for w in widths])]
+    out += [line(row) for row in cells]
+    return "\n".join(s.rstrip() for s in out)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return str(v)
+
+
+def format_metadata(meta: Metadata) -> str:
+    """Header with the batch facts, then one line per row (live rows first, padded rows marked ``pad``)."""
+    prof = meta.profile
+    head = (
+        f"profile={prof.name}  mode={meta.forward_mode}  raw_bs={meta.raw_batch_size}  bs={meta.batch_size}  "
+        f"padding={meta.num_padding}  bucket={meta.bucket}  sentinel={prof.sentinel}  guard: {prof.guard}"
+    )
+    if meta.forward_mode == "target_verify":
+        head += f"  D={meta.draft_tokens}"
+    if meta.eager_reason:
+        head += f"\nnote: {meta.eager_reason}"
+    rows = meta.rows()
+    cols = ["row", "kind", "req_pool_index", "state_index", "seq_len", "qsl_start", "qsl_end", "num_tokens"]
+    if meta.num_accepted_tokens is not None:
+        cols.append("num_accepted_tokens")
+    qsl = "query_start_loc = " + str(meta.query_start_loc.tolist())
+    return f"{head}\n{format_table(rows, cols)}\n{qsl}"
