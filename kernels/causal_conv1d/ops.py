@@ -1,0 +1,311 @@
+"""Public entry points of the short causal convolution, and their ``linattn::`` custom ops.
+
+Each public function validates shapes, dtypes and devices (never values: that would read device memory
+and synchronise the host, which a graph capture forbids), allocates ``out`` when it is None, and calls
+ONE custom op. The custom op is what a ``TorchDispatchMode`` (the CPU graph recorder) sees: one op per
+kernel call, whatever the implementation runs inside.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels._common import resolve_impl
+
+from .reference import update_reference, varlen_reference
+
+ACTIVATIONS = (None, "silu")
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+@torch.library.custom_op(
+    "linattn::causal_conv1d_update", mutates_args=("conv_state", "intermediate_conv_windows", "out")
+)
+def _update_op(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    conv_state_indices: torch.Tensor,
+    intermediate_conv_windows: torch.Tensor | None,
+    out: torch.Tensor,
+    activation: str | None,
+    disable_state_update: bool,
+    pad_slot_id: int | None,
+    impl: str,
+) -> None:
+    if impl == "triton":
+        from .triton_conv import update_triton as run
+    else:
+        run = update_reference
+    run(
+        x,
+        conv_state,
+        weight,
+        bias,
+        conv_state_indices,
+        intermediate_conv_windows,
+        out,
+        activation,
+        disable_state_update,
+        pad_slot_id,
+    )
+
+
+@_update_op.register_fake
+def _update_fake(*args, **kwargs) -> None:
+    return None
+
+
+@torch.library.custom_op("linattn::causal_conv1d_varlen", mutates_args=("conv_state", "out"))
+def _varlen_op(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    conv_state: torch.Tensor,
+    cache_indices: torch.Tensor,
+    has_initial_state: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    out: torch.Tensor,
+    activation: str | None,
+    pad_slot_id: int | None,
+    impl: str,
+) -> None:
+    if impl == "triton":
+        from .triton_conv import varlen_triton as run
+    else:
+        run = varlen_reference
+    run(
+        x,
+        weight,
+        bias,
+        conv_state,
+        cache_indices,
+        has_initial_state,
+        cu_seqlens,
+        out,
+        activation,
+        pad_slot_id,
+    )
+
+
+@_varlen_op.register_fake
+def _varlen_fake(*args, **kwargs) -> None:
+    return None
+
+
+# --- validation (metadata only: shape, dtype, device) -------------------------------------------
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ValueError(msg)
+
+
+def _check_tensor(
+    name: str,
+    t: object,
+    shape: tuple[int, ...],
+    dtypes: tuple[torch.dtype, ...],
+    device: torch.device,
+    where: str,
+) -> None:
+    _check(isinstance(t, torch.Tensor), f"{where}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    _check(tuple(t.shape) == shape, f"{where}: {name} must have shape {list(shape)}, got {list(t.shape)}")
+    _check(t.dtype in dtypes, f"{where}: {name} must have dtype in {[str(d) for d in dtypes]}, got {t.dtype}")
+    _check(t.device == device, f"{where}: {name} is on {t.device}, expected {device} (the device of x)")
+
+
+def _check_common(
+    where: str,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    conv_state: torch.Tensor,
+    dim: int,
+    activation: str | None,
+    pad_slot_id: int | None,
+) -> int:
+    """Checks shared by both entry points; returns the kernel width W."""
+    _check(
+        isinstance(weight, torch.Tensor) and weight.dim() == 2,
+        f"{where}: weight must be a 2-D tensor [dim, W], got {getattr(weight, 'shape', weight)}",
+    )
+    W = weight.shape[1]
+    _check(W >= 2, f"{where}: kernel width W = weight.shape[1] must be >= 2, got {W}")
+    _check_tensor("weight", weight, (dim, W), _FLOATS, x.device, where)
+    if bias is not None:
+        _check_tensor("bias", bias, (dim,), _FLOATS, x.device, where)
+    _check(
+        isinstance(conv_state, torch.Tensor) and conv_state.dim() == 3,
+        f"{where}: conv_state must be a 3-D pool [num_slots, dim, W-1], got {getattr(conv_state, 'shape', None)}",
+    )
+    _check_tensor("conv_state", conv_state, (conv_state.shape[0], dim, W - 1), _FLOATS, x.device, where)
+    _check(activation in ACTIVATIONS, f"{where}: activation must be one of {ACTIVATIONS}, got {activation!r}")
+    _check(
+        pad_slot_id is None or (isinstance(pad_slot_id, int) and not isinstance(pad_slot_id, bool)),
+        f"{where}: pad_slot_id must be an int or None, got {pad_slot_id!r}",
+    )
+    return W
+
+
+def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    try:
+        pa, pb = a.untyped_storage().data_ptr(), b.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # fake/meta tensors have no memory to share
+        return False
+    return pa != 0 and pa == pb
+
+
+def _check_out(where: str, out: torch.Tensor, x: torch.Tensor) -> None:
+    _check_tensor("out", out, tuple(x.shape), _FLOATS, x.device, where)
+    # The kernels read a row's earlier tokens after writing its outputs: out must not share x's memory.
+    _check(
+        not _shares_storage(out, x),
+        f"{where}: out must not share memory with x (in-place convolution is not supported)",
+    )
+
+
+# --- public API ---------------------------------------------------------------------------------
+
+
+def update(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    conv_state_indices: torch.Tensor,
+    activation: str | None = None,
+    intermediate_conv_windows: torch.Tensor | None = None,
+    disable_state_update: bool = False,
+    pad_slot_id: int | None = -1,
+    out: torch.Tensor | None = None,
+    impl: str = "auto",
+) -> torch.Tensor:
+    """Causal conv1d step for decode (``L == 1``) and speculative target-verify (``L == D``).
+
+    Args:
+        x: [N, L, dim] float (fp16/bf16/fp32/fp64), channels last; row ``n`` has L new tokens.
+        conv_state: [num_slots, dim, W-1] float pool, oldest stored input in column 0. Updated in place.
+        weight: [dim, W]; ``weight[c, W-1]`` multiplies the newest input.
+        bias: [dim] or None.
+        conv_state_indices: [N] int32/int64, the slot of each row; rows skipped per ``pad_slot_id``
+            (``kernels._common``) read and write no slot and get zero outputs.
+        activation: None or "silu".
+        intermediate_conv_windows: [N, L, dim, W-1] or None; receives, by batch row, the window after
+            each step (what the state would be had the row accepted exactly t+1 tokens).
+        disable_state_update: leave ``conv_state`` untouched (verify keeps the pool until acceptance).
+        pad_slot_id: the padding sentinel; None processes every row.
+        out: [N, L, dim] float, written in full; allocated like x when None. Must not alias x.
+        impl: "auto" | "reference" | "triton" (see ``kernels._common.resolve_impl``).
+
+    Returns:
+        out: ``y[n, t, c] = act(bias[c] + sum_j weight[c, j] * window[c, j])`` where the window is the
+        W-1 stored inputs followed by the inputs up to token t.
+    """
+    where = "causal_conv1d.update"
+    _check(isinstance(x, torch.Tensor), f"{where}: x must be a torch.Tensor, got {type(x).__name__}")
+    _check(
+        x.dim() == 3,
+        f"{where}: x must be [N, L, dim] (decode: x.unsqueeze(1)), got shape {list(x.shape)}",
+    )
+    N, L, dim = x.shape
+    _check(L >= 1, f"{where}: x must have at least one token per row (L >= 1), got L={L}")
+    _check(x.dtype in _FLOATS, f"{where}: x must be floating point, got {x.dtype}")
+    W = _check_common(where, x, weight, bias, conv_state, dim, activation, pad_slot_id)
+    _check_tensor("conv_state_indices", conv_state_indices, (N,), _INDEX_DTYPES, x.device, where)
+    if intermediate_conv_windows is not None:
+        _check_tensor(
+            "intermediate_conv_windows",
+            intermediate_conv_windows,
+            (N, L, dim, W - 1),
+            _FLOATS,
+            x.device,
+            where,
+        )
+    if out is None:
+        out = torch.empty_like(x)
+    _check_out(where, out, x)
+    _update_op(
+        x,
+        conv_state,
+        weight,
+        bias,
+        conv_state_indices,
+        intermediate_conv_windows,
+        out,
+        activation,
+        bool(disable_state_update),
+        pad_slot_id,
+        resolve_impl(impl, x.device),
+    )
+    return out
+
+
+def varlen(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    conv_state: torch.Tensor,
+    cache_indices: torch.Tensor,
+    has_initial_state: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    activation: str | None = None,
+    pad_slot_id: int | None = -1,
+    out: torch.Tensor | None = None,
+    impl: str = "auto",
+) -> torch.Tensor:
+    """Causal conv1d over packed variable-length sequences (extend / prefill).
+
+    Args:
+        x: [T, dim] float, the tokens of all sequences packed; sequence n is ``x[cu[n]:cu[n+1]]``.
+        weight: [dim, W]; bias: [dim] or None.
+        conv_state: [num_slots, dim, W-1] float pool. Each processed non-empty sequence's last W-1
+            inputs (older state inputs included when it is shorter than W-1) are written to its slot.
+        cache_indices: [N] int32/int64, the slot of each sequence; skipped rows per ``pad_slot_id``.
+        has_initial_state: [N] bool; False starts the window at zeros instead of reading the slot.
+        cu_seqlens: [N+1] int32/int64, non-decreasing, ``cu[0] = 0``, ``cu[N] <= T``.
+        activation: None or "silu".
+        pad_slot_id: the padding sentinel; None processes every row.
+        out: [T, dim] float, written in full; allocated like x when None. Must not alias x.
+        impl: "auto" | "reference" | "triton".
+
+    Returns:
+        out: the convolution of each sequence; zeros for tokens of skipped rows and for the tail
+        ``x[cu[N]:]`` that no sequence owns (graph padding). Zero-length rows output nothing and
+        leave their slot unchanged.
+    """
+    where = "causal_conv1d.varlen"
+    _check(isinstance(x, torch.Tensor), f"{where}: x must be a torch.Tensor, got {type(x).__name__}")
+    _check(x.dim() == 2, f"{where}: x must be [T, dim] (packed tokens), got shape {list(x.shape)}")
+    _check(x.dtype in _FLOATS, f"{where}: x must be floating point, got {x.dtype}")
+    dim = x.shape[1]
+    _check_common(where, x, weight, bias, conv_state, dim, activation, pad_slot_id)
+    _check(
+        isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.dim() == 1 and cu_seqlens.shape[0] >= 1,
+        f"{where}: cu_seqlens must be a 1-D tensor [N+1], got {getattr(cu_seqlens, 'shape', cu_seqlens)}",
+    )
+    N = cu_seqlens.shape[0] - 1
+    _check_tensor("cu_seqlens", cu_seqlens, (N + 1,), _INDEX_DTYPES, x.device, where)
+    _check_tensor("cache_indices", cache_indices, (N,), _INDEX_DTYPES, x.device, where)
+    _check_tensor("has_initial_state", has_initial_state, (N,), (torch.bool,), x.device, where)
+    if out is None:
+        out = torch.empty_like(x)
+    _check_out(where, out, x)
+    _varlen_op(
+        x,
+        weight,
+        bias,
+        conv_state,
+        cache_indices,
+        has_initial_state,
+        cu_seqlens,
+        out,
+        activation,
+        pad_slot_id,
+        resolve_impl(impl, x.device),
+    )
+    return out

@@ -1,0 +1,86 @@
+"""Bytes moved and FLOPs of the gated-delta-rule ops, for the roofline (kernels._common.Cost).
+
+Bytes count what an ideal kernel must move once: inputs read, output written, every touched state slot
+read and written once (plus intermediate states written). FLOPs count multiply and add separately.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kernels._common import Cost
+
+
+def _size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _io_bytes(T, N, H, HV, K, V, dtype, gate_dtype, state_dtype, num_intermediate) -> int:
+    es, gs, ss = _size(dtype), _size(gate_dtype), _size(state_dtype)
+    inputs = 2 * T * H * K * es + T * HV * V * es + 2 * T * HV * gs
+    metadata = N * 4 + (N + 1) * 4  # int32 state_indices + cu_seqlens
+    state = 2 * N * HV * K * V * ss + num_intermediate * HV * K * V * ss
+    return inputs + metadata + state + T * HV * V * es
+
+
+def recurrent_cost(
+    T: int,
+    N: int,
+    H: int,
+    HV: int,
+    K: int,
+    V: int,
+    dtype: torch.dtype = torch.bfloat16,
+    *,
+    gate_dtype: torch.dtype = torch.float32,
+    state_dtype: torch.dtype = torch.float32,
+    num_intermediate: int = 0,
+    fused_gating: bool = False,
+    use_qk_l2norm: bool = False,
+) -> Cost:
+    """Cost of `recurrent` / `fused_gating` on T tokens in N rows (decode: T = N).
+
+    dtype: q/k/v/out; gate_dtype: g/beta (or a/b); num_intermediate: total intermediate states written
+    (verify: N * D). Per token and value head: decay K*V, S^T k 2KV, u 2V, rank-1 update 2KV, S^T q 2KV.
+    """
+    flops = T * HV * (7 * K * V + 2 * V)
+    if use_qk_l2norm:
+        flops += T * H * 2 * (3 * K)
+    if fused_gating:
+        flops += T * HV * 12  # softplus + sigmoid, a handful of transcendental-ish ops
+    nbytes = _io_bytes(T, N, H, HV, K, V, dtype, gate_dtype, state_dtype, num_intermediate)
+    if fused_gating:
+        nbytes += 2 * HV * _size(gate_dtype)  # A_log, dt_bias
+    return Cost(bytes=nbytes, flops=flops)
+
+
+def chunked_cost(
+    T: int,
+    N: int,
+    H: int,
+    HV: int,
+    K: int,
+    V: int,
+    dtype: torch.dtype = torch.bfloat16,
+    *,
+    chunk_size: int = 64,
+    gate_dtype: torch.dtype = torch.float32,
+    state_dtype: torch.dtype = torch.float32,
+) -> Cost:
+    """Cost of `chunked` assuming max(N, ceil(T / chunk_size)) full chunks of C = chunk_size tokens.
+
+    Per chunk and value head: K K^T and Q K^T 4C^2K, the triangular solve ~C^3/3, U = T rhs 2C^2V,
+    intra-chunk output 2C^2V, K S / Q S / state update 6CKV, plus O(C^2 + CV + KV) elementwise work.
+    """
+    C = chunk_size
+    chunks = max(N, math.ceil(T / C)) if T else 0
+    per_chunk = 4 * C * C * K + C**3 // 3 + 4 * C * C * V + 6 * C * K * V + 3 * C * C + 4 * C * V + K * V
+    nbytes = _io_bytes(T, N, H, HV, K, V, dtype, gate_dtype, state_dtype, 0)
+    return Cost(bytes=nbytes, flops=chunks * HV * per_chunk)
+
+
+def scatter_accepted_cost(N: int, HV: int, K: int, V: int, state_dtype: torch.dtype = torch.float32) -> Cost:
+    """One intermediate state read and one slot written per row."""
+    return Cost(bytes=2 * N * HV * K * V * _size(state_dtype) + 3 * N * 4, flops=0)

@@ -1,0 +1,235 @@
+"""Triton kernel: chunked (WY / UT-transform) gated delta rule for varlen prefill.
+
+One program per (sequence n, value head hv, V-block) walks its sequence chunk by chunk, carrying the
+K x BV state tile in registers. Per chunk of C tokens (G = in-chunk cumulative log-decay, see
+reference.chunk_step for the derivation):
+
+    A   = strictly-lower( beta_i (k_i . k_j) e^{G_i - G_j} )          [C, C]
+    T   = (I + A)^{-1}                (forward substitution, C steps)
+    U   = T (beta (V - e^G K S))                                        [C, BV]
+    O   = e^G (Q S) + (causal(Q K^T) * e^{G_i - G_j}) U
+    S  <- e^{G_last} S + (K * e^{G_last - G})^T U
+
+This is the simplest correct single-kernel form: unlike fla it does not split the intra-chunk work into
+separate kernels parallel over chunks, so it is sequential in the number of chunks. It is a correctness
+kernel for the interpreter and a starting point on hardware, not a tuned prefill kernel.
+
+Matmuls use tl.dot with input_precision="ieee" (no TF32: the state recurrence amplifies rounding), which
+needs every dot dimension >= 16: K and V blocks are padded to at least 16 with masks.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# The chunk's [C, C] and [C, K] tiles are large: 8 warps keep register spills down on a GPU.
+DEFAULT_NUM_WARPS = 8
+
+
+@triton.jit
+def _gdn_chunked_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    b_ptr,
+    state_ptr,
+    idx_ptr,
+    cu_ptr,
+    h0_ptr,
+    out_ptr,
+    scale,
+    pad_slot_id,
+    num_rows,
+    num_tokens,
+    stride_q_t,
+    stride_q_h,
+    stride_k_t,
+    stride_k_h,
+    stride_v_t,
+    stride_v_h,
+    stride_g_t,
+    stride_g_h,
+    stride_b_t,
+    stride_b_h,
+    stride_s_n,
+    stride_s_h,
+    stride_s_k,
+    stride_s_v,
+    stride_o_t,
+    stride_o_h,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    C: tl.constexpr,
+    GROUP: tl.constexpr,
+    USE_L2NORM: tl.constexpr,
+    HAS_H0_FLAG: tl.constexpr,
+    STORE_FINAL: tl.constexpr,
+):
+    n = tl.program_id(0)
+    hv = tl.program_id(1)
+    iv = tl.program_id(2)
+    h = hv // GROUP
+
+    bos = tl.load(cu_ptr + n).to(tl.int64)
+    eos = tl.load(cu_ptr + n + 1).to(tl.int64)
+    slot = tl.load(idx_ptr + n).to(tl.int64)
+    live = slot > pad_slot_id
+    slot = tl.where(live, slot, 0)
+
+    offs_k = tl.arange(0, BK)
+    offs_v = iv * BV + tl.arange(0, BV)
+    offs_c = tl.arange(0, C)
+    mask_k = offs_k < K
+    mask_v = offs_v < V
+    eye = offs_c[:, None] == offs_c[None, :]
+    causal = offs_c[:, None] >= offs_c[None, :]
+    strict = offs_c[:, None] > offs_c[None, :]
+
+    read = live
+    if HAS_H0_FLAG:
+        read = read & (tl.load(h0_ptr + n) != 0)
+    s_ptrs = (
+        state_ptr + slot * stride_s_n + hv * stride_s_h + offs_k[:, None] * stride_s_k + offs_v[None, :] * stride_s_v
+    )
+    # scalar conditions folded into the K bound (the interpreter mis-types block & scalar masks)
+    S = tl.load(s_ptrs, mask=(offs_k < tl.where(read, K, 0))[:, None] & mask_v[None, :], other=0.0)
+    S = S.to(tl.float32)
+
+    for c0 in range(bos, eos, C):
+        offs_t = c0 + offs_c
+        mask_t = offs_t < eos
+        m_tk = mask_t[:, None] & mask_k[None, :]
+        # tokens past the end load as zeros (k = v = g = beta = 0): they add nothing and decay nothing
+        b_q = tl.load(q_ptr + offs_t[:, None] * stride_q_t + h * stride_q_h + offs_k[None, :], mask=m_tk, other=0.0).to(
+            tl.float32
+        )
+        b_k = tl.load(k_ptr + offs_t[:, None] * stride_k_t + h * stride_k_h + offs_k[None, :], mask=m_tk, other=0.0).to(
+            tl.float32
+        )
+        b_v = tl.load(
+            v_ptr + offs_t[:, None] * stride_v_t + hv * stride_v_h + offs_v[None, :],
+            mask=mask_t[:, None] & mask_v[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        b_g = tl.load(g_ptr + offs_t * stride_g_t + hv * stride_g_h, mask=mask_t, other=0.0).to(tl.float32)
+        b_beta = tl.load(b_ptr + offs_t * stride_b_t + hv * stride_b_h, mask=mask_t, other=0.0).to(tl.float32)
+        if USE_L2NORM:
+            b_q = b_q / tl.sqrt(tl.sum(b_q * b_q, axis=1) + 1e-6)[:, None]
+            b_k = b_k / tl.sqrt(tl.sum(b_k * b_k, axis=1) + 1e-6)[:, None]
+        b_q = b_q * scale
+
+        G = tl.cumsum(b_g, axis=0)  # [C]
+        G_last = tl.sum(tl.where(offs_c == C - 1, G, 0.0), axis=0)
+        decay = tl.exp(tl.where(causal, G[:, None] - G[None, :], float("-inf")))  # 0 above the diagonal
+
+        kk = tl.dot(b_k, tl.trans(b_k), input_precision="ieee")
+        A = tl.where(strict, b_beta[:, None] * kk * decay, 0.0)
+        # T = (I + A)^{-1} row by row: T_i = e_i - sum_{j<i} A_ij T_j (rows j < i are final already)
+        Tm = tl.where(eye, 1.0, 0.0)
+        for i in range(1, C):
+            a_i = tl.sum(tl.where(offs_c[:, None] == i, A, 0.0), axis=0)  # row i of A
+            Tm = tl.where(offs_c[:, None] == i, Tm - tl.sum(a_i[:, None] * Tm, axis=0)[None, :], Tm)
+
+        eG = tl.exp(G)
+        ks = tl.dot(b_k, S, input_precision="ieee")  # [C, BV]
+        U = tl.dot(Tm, b_beta[:, None] * (b_v - eG[:, None] * ks), input_precision="ieee")
+        qk = tl.dot(b_q, tl.trans(b_k), input_precision="ieee")
+        o = eG[:, None] * tl.dot(b_q, S, input_precision="ieee")
+        o += tl.dot(tl.where(causal, qk * decay, 0.0), U, input_precision="ieee")
+        o = tl.where(live, o, 0.0)
+        tl.store(
+            out_ptr + offs_t[:, None] * stride_o_t + hv * stride_o_h + offs_v[None, :],
+            o.to(out_ptr.dtype.element_ty),
+            mask=mask_t[:, None] & mask_v[None, :],
+        )
+        k_end = b_k * tl.exp(G_last - G)[:, None]
+        S = tl.exp(G_last) * S + tl.dot(tl.trans(k_end), U, input_precision="ieee")
+
+    # Tokens past the last row (a graph bucket's padding) belong to no row: the last row zeroes them.
+    if n == num_rows - 1:
+        for t in range(eos, num_tokens):
+            tl.store(
+                out_ptr + t * stride_o_t + hv * stride_o_h + offs_v,
+                tl.zeros([BV], tl.float32).to(out_ptr.dtype.element_ty),
+                mask=mask_v,
+            )
+
+    if STORE_FINAL:
+        mask_write = (offs_k < tl.where(live & (eos > bos), K, 0))[:, None] & mask_v[None, :]
+        tl.store(s_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_write)
+
+
+def launch_chunked(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    state_indices: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    scale: float,
+    use_qk_l2norm: bool,
+    has_initial_state: torch.Tensor | None,
+    disable_state_update: bool,
+    pad_slot_id: int | None,
+    chunk_size: int,
+    block_v: int | None = None,
+    num_warps: int | None = None,
+) -> None:
+    """Launch on validated tensors (ops.py). chunk_size: power of two >= 16."""
+    N = state_indices.shape[0]
+    H, K = q.shape[1], q.shape[2]
+    HV, V = v.shape[1], v.shape[2]
+    if N == 0:
+        out.zero_()  # no row owns any token
+        return
+    BK = max(16, triton.next_power_of_2(K))
+    BV = block_v or max(16, min(triton.next_power_of_2(V), 64))
+    h0 = has_initial_state.to(torch.int8) if has_initial_state is not None else state_indices
+    _gdn_chunked_kernel[(N, HV, triton.cdiv(V, BV))](
+        q,
+        k,
+        v,
+        g,
+        beta,
+        state,
+        state_indices,
+        cu_seqlens,
+        h0,
+        out,
+        float(scale),
+        -1 if pad_slot_id is None else int(pad_slot_id),
+        N,
+        q.shape[0],
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        g.stride(0),
+        g.stride(1),
+        beta.stride(0),
+        beta.stride(1),
+        *state.stride(),
+        out.stride(0),
+        out.stride(1),
+        K=K,
+        V=V,
+        BK=BK,
+        BV=BV,
+        C=chunk_size,
+        GROUP=HV // H,
+        USE_L2NORM=use_qk_l2norm,
+        HAS_H0_FLAG=has_initial_state is not None,
+        STORE_FINAL=not disable_state_update,
+        num_warps=num_warps or DEFAULT_NUM_WARPS,
+    )

@@ -1,0 +1,327 @@
+"""Triton kernel: gated delta rule recurrence over a state pool (decode, target-verify, short extends).
+
+One program per (sequence n, value head hv, V-block). The program keeps its K x BV tile of the state in
+registers (float32), walks its sequence token by token, and writes the tile back once. Columns of the state
+are independent in this recurrence (S^T k, the rank-1 update and S^T q act per column), which is why a
+V-block split needs no communication between programs.
+
+Portability (see NOTES.md): only masked tl.load / tl.store on pointer arithmetic, tl.sum / tl.where /
+tl.exp / tl.log, a dynamic `for` over the sequence's tokens and scalar branches on constexpr flags. No
+block pointers, no libdevice, no inline asm, no atomics. bf16 inputs are upcast to float32 on load.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# Threads per program when the caller does not say (4 warps on NVIDIA); the GPU bench sweeps it.
+DEFAULT_NUM_WARPS = 4
+
+
+@triton.jit
+def _gdn_recurrent_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,  # g [T, HV], or the gate logits `a` when FUSED_GATING
+    b_ptr,  # beta [T, HV], or the logits `b` when FUSED_GATING
+    A_log_ptr,
+    dt_bias_ptr,
+    state_ptr,
+    idx_ptr,
+    cu_ptr,
+    h0_ptr,
+    out_ptr,
+    inter_ptr,
+    scale,
+    pad_slot_id,
+    num_rows,
+    num_tokens,
+    softplus_beta,
+    softplus_threshold,
+    inter_depth,
+    stride_q_t,
+    stride_q_h,
+    stride_k_t,
+    stride_k_h,
+    stride_v_t,
+    stride_v_h,
+    stride_g_t,
+    stride_g_h,
+    stride_b_t,
+    stride_b_h,
+    stride_s_n,
+    stride_s_h,
+    stride_s_k,
+    stride_s_v,
+    stride_o_t,
+    stride_o_h,
+    stride_i_n,
+    stride_i_d,
+    stride_i_h,
+    stride_i_k,
+    stride_i_v,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    GROUP: tl.constexpr,  # HV // H: value heads per q/k head
+    USE_L2NORM: tl.constexpr,
+    FUSED_GATING: tl.constexpr,
+    HAS_H0_FLAG: tl.constexpr,
+    STORE_FINAL: tl.constexpr,
+    STORE_INTER: tl.constexpr,
+):
+    n = tl.program_id(0)
+    hv = tl.program_id(1)
+    iv = tl.program_id(2)
+    h = hv // GROUP
+
+    bos = tl.load(cu_ptr + n).to(tl.int64)
+    eos = tl.load(cu_ptr + n + 1).to(tl.int64)
+    slot = tl.load(idx_ptr + n).to(tl.int64)
+    live = slot > pad_slot_id  # the padding rule; pad_slot_id=None arrives as -1
+    slot = tl.where(live, slot, 0)  # keep masked-off addresses inside the pool
+
+    offs_k = tl.arange(0, BK)
+    offs_v = iv * BV + tl.arange(0, BV)
+    mask_k = offs_k < K
+    mask_v = offs_v < V
+
+    read = live
+    if HAS_H0_FLAG:
+        read = read & (tl.load(h0_ptr + n) != 0)
+    s_ptrs = (
+        state_ptr + slot * stride_s_n + hv * stride_s_h + offs_k[:, None] * stride_s_k + offs_v[None, :] * stride_s_v
+    )
+    # Scalar conditions are folded into the K bound (a block mask is never and-ed with a scalar: the
+    # interpreter mis-types that broadcast, and a bound is as cheap on hardware).
+    mask_read = (offs_k < tl.where(read, K, 0))[:, None] & mask_v[None, :]
+    S = tl.load(s_ptrs, mask=mask_read, other=0.0).to(tl.float32)
+
+    if FUSED_GATING:
+        neg_A = -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32))
+        dt_bias = tl.load(dt_bias_ptr + hv).to(tl.float32)
+
+    for t in range(bos, eos):
+        b_q = tl.load(q_ptr + t * stride_q_t + h * stride_q_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        b_k = tl.load(k_ptr + t * stride_k_t + h * stride_k_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        b_v = tl.load(v_ptr + t * stride_v_t + hv * stride_v_h + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+        gate = tl.load(g_ptr + t * stride_g_t + hv * stride_g_h).to(tl.float32)
+        beta = tl.load(b_ptr + t * stride_b_t + hv * stride_b_h).to(tl.float32)
+        if FUSED_GATING:
+            # torch softplus: x above threshold/beta, else log(1 + exp(beta x)) / beta
+            x = gate + dt_bias
+            bx = softplus_beta * x
+            soft = tl.log(1.0 + tl.exp(tl.minimum(bx, softplus_threshold))) / softplus_beta
+            gate = neg_A * tl.where(bx > softplus_threshold, x, soft)
+            beta = 1.0 / (1.0 + tl.exp(-beta))
+        if USE_L2NORM:
+            b_q = b_q / tl.sqrt(tl.sum(b_q * b_q, axis=0) + 1e-6)
+            b_k = b_k / tl.sqrt(tl.sum(b_k * b_k, axis=0) + 1e-6)
+        b_q = b_q * scale
+
+        S = S * tl.exp(gate)
+        u = beta * (b_v - tl.sum(S * b_k[:, None], axis=0))  # [BV]
+        S = S + b_k[:, None] * u[None, :]
+        o = tl.sum(S * b_q[:, None], axis=0)
+        o = tl.where(live, o, 0.0)  # skipped rows: deterministic zeros
+        tl.store(
+            out_ptr + t * stride_o_t + hv * stride_o_h + offs_v,
+            o.to(out_ptr.dtype.element_ty),
+            mask=mask_v,
+        )
+        if STORE_INTER:
+            step = t - bos
+            i_ptrs = (
+                inter_ptr
+                + n.to(tl.int64) * stride_i_n
+                + step * stride_i_d
+                + hv * stride_i_h
+                + offs_k[:, None] * stride_i_k
+                + offs_v[None, :] * stride_i_v
+            )
+            k_lim = tl.where(live & (step < inter_depth), K, 0)
+            mask_i = (offs_k < k_lim)[:, None] & mask_v[None, :]
+            tl.store(i_ptrs, S.to(inter_ptr.dtype.element_ty), mask=mask_i)
+
+    # Tokens past the last row (a graph bucket's padding) belong to no row: the last row zeroes them.
+    if n == num_rows - 1:
+        for t in range(eos, num_tokens):
+            tl.store(
+                out_ptr + t * stride_o_t + hv * stride_o_h + offs_v,
+                tl.zeros([BV], tl.float32).to(out_ptr.dtype.element_ty),
+                mask=mask_v,
+            )
+
+    if STORE_FINAL:
+        # zero-length rows write nothing: their slot stays bitwise unchanged
+        mask_write = (offs_k < tl.where(live & (eos > bos), K, 0))[:, None] & mask_v[None, :]
+        tl.store(s_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_write)
+
+
+def _block_v(V: int, block_v: int | None) -> int:
+    if block_v is not None:
+        return block_v
+    # 32 columns x K rows of fp32 per program: enough programs at small batch, few registers at K=128.
+    return min(triton.next_power_of_2(V), 32)
+
+
+def launch_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    state_indices: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    scale: float,
+    use_qk_l2norm: bool,
+    has_initial_state: torch.Tensor | None,
+    intermediate_states: torch.Tensor | None,
+    disable_state_update: bool,
+    pad_slot_id: int | None,
+    gating: tuple[torch.Tensor, torch.Tensor, float, float] | None = None,
+    block_v: int | None = None,
+    num_warps: int | None = None,
+) -> None:
+    """Launch the kernel on validated tensors (see ops.py). Last dims of q, k, v, out must be contiguous.
+
+    With `gating=(A_log, dt_bias, softplus_beta, softplus_threshold)`, `g` and `beta` are the logits
+    `a` and `b` and the gates are computed in the kernel.
+    """
+    N = state_indices.shape[0]
+    H, K = q.shape[1], q.shape[2]
+    HV, V = v.shape[1], v.shape[2]
+    if N == 0:
+        out.zero_()  # no row owns any token
+        return
+    BK = triton.next_power_of_2(K)
+    BV = _block_v(V, block_v)
+    if gating is None:
+        A_log, dt_bias, sp_beta, sp_threshold = g, g, 1.0, 20.0  # unused placeholders
+    else:
+        A_log, dt_bias, sp_beta, sp_threshold = gating
+    h0 = has_initial_state.to(torch.int8) if has_initial_state is not None else state_indices
+    inter = intermediate_states if intermediate_states is not None else state
+    i_strides = intermediate_states.stride() if intermediate_states is not None else (0, 0, 0, 0, 0)
+    inter_depth = intermediate_states.shape[1] if intermediate_states is not None else 0
+    grid = (N, HV, triton.cdiv(V, BV))
+    _gdn_recurrent_kernel[grid](
+        q,
+        k,
+        v,
+        g,
+        beta,
+        A_log,
+        dt_bias,
+        state,
+        state_indices,
+        cu_seqlens,
+        h0,
+        out,
+        inter,
+        float(scale),
+        -1 if pad_slot_id is None else int(pad_slot_id),
+        N,
+        q.shape[0],
+        float(sp_beta),
+        float(sp_threshold),
+        inter_depth,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        g.stride(0),
+        g.stride(1),
+        beta.stride(0),
+        beta.stride(1),
+        *state.stride(),
+        out.stride(0),
+        out.stride(1),
+        *i_strides,
+        K=K,
+        V=V,
+        BK=BK,
+        BV=BV,
+        GROUP=HV // H,
+        USE_L2NORM=use_qk_l2norm,
+        FUSED_GATING=gating is not None,
+        HAS_H0_FLAG=has_initial_state is not None,
+        STORE_FINAL=not disable_state_update,
+        STORE_INTER=intermediate_states is not None,
+        num_warps=num_warps or DEFAULT_NUM_WARPS,
+    )
+
+
+@triton.jit
+def _scatter_accepted_kernel(
+    state_ptr,
+    inter_ptr,
+    idx_ptr,
+    acc_ptr,
+    pad_slot_id,
+    depth,
+    stride_s_n,
+    stride_s_h,
+    stride_i_n,
+    stride_i_d,
+    stride_i_h,
+    KV: tl.constexpr,  # K * V elements per head, contiguous in both tensors
+    BLOCK: tl.constexpr,
+):
+    n = tl.program_id(0)
+    hv = tl.program_id(1)
+    ib = tl.program_id(2)
+    slot = tl.load(idx_ptr + n).to(tl.int64)
+    acc = tl.load(acc_ptr + n).to(tl.int64)
+    # out-of-range num_accepted (unvalidated on accelerators) writes nothing rather than garbage
+    ok = (slot > pad_slot_id) & (acc >= 1) & (acc <= depth)
+    slot = tl.where(ok, slot, 0)
+    step = tl.where(ok, acc - 1, 0)
+    offs = ib * BLOCK + tl.arange(0, BLOCK)
+    m = offs < tl.where(ok, KV, 0)  # scalar condition folded into the bound
+    src = inter_ptr + n.to(tl.int64) * stride_i_n + step * stride_i_d + hv * stride_i_h + offs
+    x = tl.load(src, mask=m, other=0.0)
+    tl.store(state_ptr + slot * stride_s_n + hv * stride_s_h + offs, x.to(state_ptr.dtype.element_ty), mask=m)
+
+
+def launch_scatter_accepted(
+    state: torch.Tensor,
+    intermediate_states: torch.Tensor,
+    state_indices: torch.Tensor,
+    num_accepted: torch.Tensor,
+    *,
+    pad_slot_id: int | None,
+    block: int = 1024,
+) -> None:
+    """Copy intermediate_states[n, num_accepted[n]-1] to state[state_indices[n]] for live rows, sync-free.
+
+    The last two dims (K, V) of both tensors must be contiguous (checked by ops.py)."""
+    N, D, HV, K, V = intermediate_states.shape
+    if N == 0:
+        return
+    KV = K * V
+    BLOCK = min(block, triton.next_power_of_2(KV))
+    _scatter_accepted_kernel[(N, HV, triton.cdiv(KV, BLOCK))](
+        state,
+        intermediate_states,
+        state_indices,
+        num_accepted,
+        -1 if pad_slot_id is None else int(pad_slot_id),
+        D,
+        state.stride(0),
+        state.stride(1),
+        intermediate_states.stride(0),
+        intermediate_states.stride(1),
+        intermediate_states.stride(2),
+        KV=KV,
+        BLOCK=BLOCK,
+    )

@@ -1,0 +1,51 @@
+"""Bytes and FLOPs of Mamba2's selective state update, for the roofline.
+
+Model: every row processed (skipped rows only lower the numbers), each tensor read or written once.
+FLOPs per state element: exp(A dt) counted as 2 (multiply, exp), decay multiply 1, ``dt x B`` 1 (the
+product ``dt x`` is per row/head/channel), add 1, and the output multiply-add 2: 7. Per
+(row, head, channel): 1 ``dt * x``, plus 1 for dt_bias, 4 for softplus, 2 for D, 5 for the silu gate.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels._common import Cost
+
+
+def selective_state_update_cost(
+    N: int,
+    nheads: int,
+    headdim: int,
+    dstate: int,
+    ngroups: int,
+    dtype: torch.dtype,
+    *,
+    state_dtype: torch.dtype = torch.float32,
+    param_dtype: torch.dtype = torch.float32,
+    has_D: bool = True,
+    has_z: bool = True,
+    has_dt_bias: bool = True,
+    dt_softplus: bool = True,
+    tied: bool = True,
+) -> Cost:
+    """Cost of one ``selective_state_update`` call.
+
+    ``dtype``: x, dt, B, C, z and out; ``param_dtype``: A, D, dt_bias. ``tied``: A, dt, D and dt_bias
+    are per-head scalars expanded over headdim (and dstate for A), as engines pass them, so only
+    ``nheads`` values are read (dt: ``N * nheads``).
+    """
+    es, ss, ps = dtype.itemsize, state_dtype.itemsize, param_dtype.itemsize
+    chan = N * nheads * headdim
+    per_head = nheads if tied else nheads * headdim
+    nbytes = (
+        2 * N * nheads * headdim * dstate * ss  # state in and out
+        + chan * es * (2 + int(has_z))  # x, out, z
+        + (N * nheads if tied else chan) * es  # dt
+        + 2 * N * ngroups * dstate * es  # B, C
+        + (nheads if tied else nheads * headdim * dstate) * ps  # A
+        + per_head * ps * (int(has_D) + int(has_dt_bias))
+    )
+    per_chan = 1 + int(has_dt_bias) + 4 * int(dt_softplus) + 2 * int(has_D) + 5 * int(has_z)
+    flops = 7 * chan * dstate + per_chan * chan
+    return Cost(bytes=nbytes, flops=flops)

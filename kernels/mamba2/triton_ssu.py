@@ -1,0 +1,201 @@
+"""Triton kernel of Mamba2's selective state update (one decode step per row).
+
+Grid ``(cdiv(headdim, BLOCK_P), N, nheads)``: a program owns a ``[BLOCK_P, dstate]`` tile of one row's
+head state, loads it, updates it elementwise and stores it back to the same addresses (each element
+is read and written by the same lane, so no barrier is needed), then reduces over dstate for the output.
+Inputs are read through their strides, so the "tied" layouts engines pass (A, dt, D, dt_bias expanded
+from per-head scalars with stride 0) cost no copy.
+
+Computation is float32 whatever the storage dtype. softplus and silu are written with ``tl.exp`` and
+``tl.log`` (no libdevice). Only masked ``tl.load``/``tl.store`` are used, so that triton-ascend could
+compile it; that has not been tried without Ascend hardware.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _softplus(v):
+    """log(1 + exp(v)), linear above 20 as in mamba_ssm; log1p written out to stay accurate for v << 0."""
+    u = tl.exp(-tl.abs(v))  # in (0, 1]: never overflows
+    w = 1.0 + u
+    # log1p(u) = log(w) * u / (w - 1) corrects the rounding of 1 + u; when w rounds to 1, log1p(u) = u.
+    # The guarded denominator keeps the branch that tl.where discards free of a division by zero.
+    log1p_u = tl.where(w == 1.0, u, tl.log(w) * (u / tl.where(w == 1.0, 1.0, w - 1.0)))
+    return tl.where(v > 20.0, v, tl.maximum(v, 0.0) + log1p_u)
+
+
+@triton.jit
+def _sigmoid(v):
+    """1 / (1 + exp(-v)) from exp(-|v|), which cannot overflow."""
+    e = tl.exp(-tl.abs(v))
+    return tl.where(v >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+@triton.jit
+def _selective_state_update_kernel(
+    state_ptr,
+    x_ptr,
+    dt_ptr,
+    A_ptr,
+    B_ptr,
+    C_ptr,
+    D_ptr,
+    z_ptr,
+    dt_bias_ptr,
+    indices_ptr,
+    out_ptr,
+    headdim,
+    dstate,
+    heads_per_group,
+    pad_slot_id,
+    stride_s_n,
+    stride_s_h,
+    stride_s_p,
+    stride_s_s,
+    stride_x_n,
+    stride_x_h,
+    stride_x_p,
+    stride_dt_n,
+    stride_dt_h,
+    stride_dt_p,
+    stride_A_h,
+    stride_A_p,
+    stride_A_s,
+    stride_B_n,
+    stride_B_g,
+    stride_B_s,
+    stride_C_n,
+    stride_C_g,
+    stride_C_s,
+    stride_D_h,
+    stride_D_p,
+    stride_z_n,
+    stride_z_h,
+    stride_z_p,
+    stride_db_h,
+    stride_db_p,
+    stride_o_n,
+    stride_o_h,
+    stride_o_p,
+    BLOCK_P: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr,
+    DT_SOFTPLUS: tl.constexpr,
+    HAS_PAD: tl.constexpr,
+):
+    pid_p = tl.program_id(0)
+    n = tl.program_id(1).to(tl.int64)
+    h = tl.program_id(2)
+    g = h // heads_per_group
+
+    p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    s = tl.arange(0, BLOCK_S)
+    p_mask = p < headdim
+    s_mask = s < dstate
+
+    slot = tl.load(indices_ptr + n).to(tl.int64)
+    # The row predicate is a vector (see causal_conv1d: the interpreter mis-types broadcast scalar bools).
+    live = p_mask
+    if HAS_PAD:
+        live = live & ((slot + 0 * p) > pad_slot_id)
+    tile_mask = live[:, None] & s_mask[None, :]
+
+    x = tl.load(x_ptr + n * stride_x_n + h * stride_x_h + p * stride_x_p, mask=p_mask, other=0.0).to(tl.float32)
+    dt = tl.load(dt_ptr + n * stride_dt_n + h * stride_dt_h + p * stride_dt_p, mask=p_mask, other=0.0).to(tl.float32)
+    if HAS_DT_BIAS:
+        dt += tl.load(dt_bias_ptr + h * stride_db_h + p * stride_db_p, mask=p_mask, other=0.0).to(tl.float32)
+    if DT_SOFTPLUS:
+        dt = _softplus(dt)
+    A = tl.load(
+        A_ptr + h * stride_A_h + p[:, None] * stride_A_p + s[None, :] * stride_A_s,
+        mask=p_mask[:, None] & s_mask[None, :],
+        other=0.0,
+    ).to(tl.float32)
+    B = tl.load(B_ptr + n * stride_B_n + g * stride_B_g + s * stride_B_s, mask=s_mask, other=0.0).to(tl.float32)
+    C = tl.load(C_ptr + n * stride_C_n + g * stride_C_g + s * stride_C_s, mask=s_mask, other=0.0).to(tl.float32)
+
+    state_tile = state_ptr + slot * stride_s_n + h * stride_s_h + p[:, None] * stride_s_p + s[None, :] * stride_s_s
+    S = tl.load(state_tile, mask=tile_mask, other=0.0).to(tl.float32)
+    S = S * tl.exp(A * dt[:, None]) + (dt * x)[:, None] * B[None, :]
+    tl.store(state_tile, S.to(state_ptr.dtype.element_ty), mask=tile_mask)
+
+    y = tl.sum(S * C[None, :], axis=1)  # [BLOCK_P]
+    if HAS_D:
+        y += x * tl.load(D_ptr + h * stride_D_h + p * stride_D_p, mask=p_mask, other=0.0).to(tl.float32)
+    if HAS_Z:
+        z = tl.load(z_ptr + n * stride_z_n + h * stride_z_h + p * stride_z_p, mask=p_mask, other=0.0).to(tl.float32)
+        y = y * (z * _sigmoid(z))
+    y = tl.where(live, y, 0.0)  # skipped rows: zeros, never garbage
+    tl.store(
+        out_ptr + n * stride_o_n + h * stride_o_h + p * stride_o_p,
+        y.to(out_ptr.dtype.element_ty),
+        mask=p_mask,
+    )
+
+
+def selective_state_update_triton(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    state_batch_indices: torch.Tensor,
+    pad_slot_id: int | None,
+    out: torch.Tensor,
+) -> None:
+    """Launch; same arguments and shapes as ``reference.selective_state_update_reference``."""
+    N, nheads, headdim = x.shape
+    ngroups, dstate = B.shape[1], B.shape[2]
+    if N == 0:
+        return
+    block_s = triton.next_power_of_2(dstate)
+    # At most 4096 state elements per program: the tile, A and the decay all live in registers.
+    block_p = max(1, min(triton.next_power_of_2(headdim), 4096 // block_s))
+    grid = (triton.cdiv(headdim, block_p), N, nheads)
+    unused = (0, 0)
+    _selective_state_update_kernel[grid](
+        state,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D if D is not None else x,
+        z if z is not None else x,
+        dt_bias if dt_bias is not None else x,
+        state_batch_indices,
+        out,
+        headdim,
+        dstate,
+        nheads // ngroups,
+        pad_slot_id if pad_slot_id is not None else 0,
+        *state.stride(),
+        *x.stride(),
+        *dt.stride(),
+        *A.stride(),
+        *B.stride(),
+        *C.stride(),
+        *(D.stride() if D is not None else unused),
+        *(z.stride() if z is not None else (0, 0, 0)),
+        *(dt_bias.stride() if dt_bias is not None else unused),
+        *out.stride(),
+        BLOCK_P=block_p,
+        BLOCK_S=block_s,
+        HAS_D=D is not None,
+        HAS_Z=z is not None,
+        HAS_DT_BIAS=dt_bias is not None,
+        DT_SOFTPLUS=bool(dt_softplus),
+        HAS_PAD=pad_slot_id is not None,
+    )

@@ -1,0 +1,251 @@
+"""linear_attn.recurrent: both implementations against a float64 reference, GVA, varlen, padding, integrity."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from kernels import linear_attn
+from kernels._common import Cost
+
+# (atol, rtol) of each implementation and input dtype against the float64 reference run on the same
+# (already rounded) inputs; the state pool is float32 throughout. Outputs grow with the number of tokens
+# summed into the state, so these hold for the short sequences used here.
+TOLERANCES = {
+    ("reference", torch.float32): (1e-5, 1e-5),
+    ("reference", torch.bfloat16): (3e-2, 2e-2),
+    ("triton", torch.float32): (1e-5, 1e-5),
+    ("triton", torch.float16): (3e-3, 2e-3),
+    ("triton", torch.bfloat16): (3e-2, 2e-2),
+}
+
+# Engine padding conventions: name -> (pad_slot_id, index of a padded row).
+CONVENTIONS = {
+    "sglang": (-1, -1),  # -1 rows skipped
+    "vllm": (0, 0),  # null slot 0, rows <= 0 skipped
+    "ascend": (None, 0),  # nothing skipped: padded rows really run on the dummy slot 0
+}
+
+
+def make_indices(convention: str, n_live: int, n_pad: int, num_slots: int, dtype=torch.int32):
+    """Live rows on distinct slots that include both edges of the usable pool, padded rows at the tail.
+
+    Returns (indices, pad_slot_id, slots written by live rows, slots written by padded rows).
+    """
+    pad_slot_id, sentinel = CONVENTIONS[convention]
+    first = 0 if convention == "sglang" else 1  # under vLLM/Ascend slot 0 is never a live slot
+    middle = [int(s) for s in torch.randperm(num_slots - first - 2) + first + 1]
+    live = ([first, num_slots - 1] + middle)[:n_live]
+    live = [live[i] for i in torch.randperm(n_live).tolist()]
+    idx = torch.tensor(live + [sentinel] * n_pad, dtype=dtype)
+    dummy = {0} if (pad_slot_id is None and n_pad) else set()
+    return idx, pad_slot_id, set(live), dummy
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, tol: tuple[float, float]) -> None:
+    torch.testing.assert_close(actual.double(), expected.double(), atol=tol[0], rtol=tol[1])
+
+
+def cu_from_lens(lens: list[int]) -> torch.Tensor:
+    return torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
+
+
+CASES = [
+    # impl, dtype, convention, lens of live rows, padded rows' lens, tail tokens, H, HV, K, V
+    ("reference", torch.float32, "sglang", [1, 1, 1], [0], 1, 2, 4, 5, 7),  # decode, padded bucket
+    ("triton", torch.float32, "sglang", [1, 1, 1], [0], 1, 2, 4, 5, 7),
+    ("reference", torch.float32, "vllm", [3, 0, 2], [2], 2, 1, 3, 8, 4),  # varlen, zero-length row
+    ("triton", torch.float32, "vllm", [3, 0, 2], [2], 2, 1, 3, 8, 4),
+    ("reference", torch.float32, "ascend", [2, 2], [2], 0, 2, 2, 6, 3),  # verify-like, dummy row runs
+    ("triton", torch.float32, "ascend", [2, 2], [2], 0, 2, 2, 6, 3),
+    ("triton", torch.bfloat16, "sglang", [2, 0, 1], [1], 1, 1, 2, 16, 9),
+    ("triton", torch.float16, "vllm", [1, 2], [0], 1, 2, 4, 3, 5),
+    ("reference", torch.bfloat16, "ascend", [1, 3], [1], 1, 2, 4, 4, 4),
+]
+
+
+@pytest.mark.parametrize("impl,dtype,convention,lens,pad_lens,tail,H,HV,K,V", CASES)
+def test_matches_float64(impl, dtype, convention, lens, pad_lens, tail, H, HV, K, V):
+    num_slots = 6
+    idx, pad_slot_id, live_slots, dummy = make_indices(convention, len(lens), len(pad_lens), num_slots)
+    cu = cu_from_lens(lens + pad_lens)
+    T = int(cu[-1]) + tail  # tail: tokens of a padded graph bucket that no row owns
+    q, k = torch.randn(T, H, K).to(dtype), torch.randn(T, H, K).to(dtype)
+    v = torch.randn(T, HV, V).to(dtype)
+    state = torch.randn(num_slots, HV, K, V)
+    before = state.clone()
+    out = torch.full((T, HV, V), float("nan"), dtype=dtype)
+
+    got = linear_attn.recurrent(q, k, v, state, idx, cu, pad_slot_id=pad_slot_id, out=out, impl=impl)
+    assert got is out
+
+    state64 = before.double()
+    out64 = linear_attn.recurrent(
+        q.double(), k.double(), v.double(), state64, idx, cu, pad_slot_id=pad_slot_id, impl="reference"
+    )
+
+    tol = TOLERANCES[(impl, dtype)]
+    assert_close(out, out64, tol)
+    zero_tokens = list(range(int(cu[-1]), T))  # the unowned tail
+    if pad_slot_id is not None:
+        zero_tokens += list(range(int(cu[len(lens)]), int(cu[-1])))  # tokens of skipped rows
+    for t in zero_tokens:
+        assert torch.equal(out[t], torch.zeros_like(out[t])), f"token {t} of no live row is not zeros"
+    state_tol = TOLERANCES[(impl, torch.float32)]  # the pool is float32 whatever the activations
+    # A live row of length 0 still writes its (unchanged) state back: same values.
+    for s in range(num_slots):
+        if s in live_slots | dummy:
+            assert_close(state[s], state64[s], state_tol)
+        else:
+            assert torch.equal(state[s], before[s]), f"slot {s} changed but no live row owns it"
+    if dummy and pad_lens[0] > 0:
+        assert not torch.equal(state[0], before[0]), "the dummy slot 0 was not really processed"
+
+
+def test_reference_is_causal_linear_attention():
+    """Independent check of the reference: the closed form o_t = S0^T q + sum_{s<=t} (k_s . q) v_s."""
+    T, H, HV, K, V = 4, 1, 2, 3, 5
+    q, k = torch.randn(T, H, K, dtype=torch.float64), torch.randn(T, H, K, dtype=torch.float64)
+    v = torch.randn(T, HV, V, dtype=torch.float64)
+    state = torch.randn(2, HV, K, V, dtype=torch.float64)
+    S0 = state[1].clone()
+    scale = 0.7
+    out = linear_attn.recurrent(q, k, v, state, torch.tensor([1]), cu_from_lens([T]), scale=scale, impl="reference")
+    for h in range(HV):  # GVA: both value heads read q/k head 0
+        for t in range(T):
+            qs = scale * q[t, 0]
+            expected = S0[h].T @ qs + sum((k[s, 0] @ qs) * v[s, h] for s in range(t + 1))
+            torch.testing.assert_close(out[t, h], expected)
+        torch.testing.assert_close(state[1, h], S0[h] + k[:, 0].T @ v[:, h])
+
+
+def test_default_scale_is_inverse_sqrt_k():
+    q, k, v = torch.randn(2, 1, 4), torch.randn(2, 1, 4), torch.randn(2, 1, 3)
+    state = torch.randn(2, 1, 4, 3)
+    args = (torch.tensor([1]), cu_from_lens([2]))
+    a = linear_attn.recurrent(q, k, v, state.clone(), *args, impl="reference")
+    b = linear_attn.recurrent(q, k, v, state.clone(), *args, scale=0.5, impl="reference")
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("impl", ["reference", "triton"])
+def test_decode_steps_equal_one_varlen_call(impl):
+    """Running a sequence token by token (decode) equals one call over all its tokens."""
+    T, H, HV, K, V = 3, 1, 2, 4, 6
+    q, k, v = torch.randn(T, H, K), torch.randn(T, H, K), torch.randn(T, HV, V)
+    state = torch.randn(3, HV, K, V)
+    stepwise = state.clone()
+    idx = torch.tensor([2], dtype=torch.int32)
+    whole = linear_attn.recurrent(q, k, v, state, idx, cu_from_lens([T]), impl=impl)
+    for t in range(T):
+        o = linear_attn.recurrent(q[t : t + 1], k[t : t + 1], v[t : t + 1], stepwise, idx, cu_from_lens([1]), impl=impl)
+        torch.testing.assert_close(o[0], whole[t], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(stepwise, state, atol=1e-6, rtol=1e-6)
+
+
+def test_triton_follows_strides():
+    """q, k, v sliced out of one fused projection and a V-first state pool seen through a transpose."""
+    T, H, HV, K, V, num_slots = 3, 1, 2, 4, 5, 3
+    qkv = torch.randn(T, 2 * H * K + HV * V)
+    q = qkv[:, : H * K].unflatten(1, (H, K))
+    k = qkv[:, H * K : 2 * H * K].unflatten(1, (H, K))
+    v = qkv[:, 2 * H * K :].unflatten(1, (HV, V))
+    state = torch.randn(num_slots, HV, V, K).transpose(2, 3)  # [num_slots, HV, K, V] view, V-first memory
+    ref_state = state.contiguous()
+    idx, cu = torch.tensor([2, 0]), cu_from_lens([2, 1])
+    out = linear_attn.recurrent(q, k, v, state, idx, cu, impl="triton")
+    ref = linear_attn.recurrent(q.contiguous(), k.contiguous(), v.contiguous(), ref_state, idx, cu, impl="reference")
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(state, ref_state)
+
+
+def test_auto_is_reference_on_cpu():
+    q, k, v = torch.randn(2, 1, 4), torch.randn(2, 1, 4), torch.randn(2, 2, 3)
+    state = torch.randn(3, 2, 4, 3)
+    s1, s2 = state.clone(), state.clone()
+    args = (torch.tensor([1, 2]), cu_from_lens([1, 1]))
+    a = linear_attn.recurrent(q, k, v, s1, *args, impl="auto")
+    b = linear_attn.recurrent(q, k, v, s2, *args, impl="reference")
+    assert torch.equal(a, b) and torch.equal(s1, s2)
+
+
+class _OpLog(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("impl", ["reference", "triton"])
+def test_each_call_is_one_custom_op(impl):
+    q, k, v = torch.randn(2, 1, 4), torch.randn(2, 1, 4), torch.randn(2, 2, 3)
+    state, out = torch.randn(3, 2, 4, 3), torch.empty(2, 2, 3)
+    idx, cu = torch.tensor([1, -1]), cu_from_lens([1, 1])
+    with _OpLog() as log:
+        linear_attn.recurrent(q, k, v, state, idx, cu, out=out, impl=impl)
+    assert log.ops == ["linattn.linear_attn_recurrent.default"]
+
+
+def test_custom_op_schema_declares_the_mutations():
+    q, k, v = torch.randn(3, 1, 4), torch.randn(3, 1, 4), torch.randn(3, 2, 3)
+    state, out = torch.randn(3, 2, 4, 3), torch.zeros(3, 2, 3)
+    args = (q, k, v, state, torch.tensor([1, 2]), cu_from_lens([2, 1]), 0.5, -1, out, "reference")
+    torch.library.opcheck(
+        torch.ops.linattn.linear_attn_recurrent.default, args, test_utils=("test_schema", "test_faketensor")
+    )
+
+
+def _good():
+    return dict(
+        q=torch.randn(3, 2, 4),
+        k=torch.randn(3, 2, 4),
+        v=torch.randn(3, 4, 5),
+        state=torch.randn(4, 4, 4, 5),
+        state_indices=torch.tensor([1, 2]),
+        cu_seqlens=cu_from_lens([1, 2]),
+    )
+
+
+BAD = [
+    ("q", lambda: torch.randn(3, 8), r"q must be \[T, H, K\]"),
+    ("q", lambda: torch.zeros(3, 2, 4, dtype=torch.int32), r"q must be floating point"),
+    ("k", lambda: torch.randn(3, 2, 5), r"k must have shape \[3, 2, 4\]"),
+    ("v", lambda: torch.randn(2, 4, 5), r"v must be \[T=3, HV, V\]"),
+    ("v", lambda: torch.randn(3, 3, 5), r"HV=3 must be a multiple of query/key heads H=2"),
+    ("state", lambda: torch.randn(4, 4, 5, 4), r"state must have shape \[4, 4, 4, 5\]"),
+    ("state", lambda: torch.randn(4, 4, 4, 5).bfloat16(), r"state must have dtype"),
+    ("state", lambda: torch.randn(4, 4, 5), r"state must be a 4-D pool"),
+    ("state_indices", lambda: torch.tensor([1, 2, 3]), r"state_indices must have shape \[2\]"),
+    ("state_indices", lambda: torch.tensor([1.0, 2.0]), r"state_indices must have dtype"),
+    ("cu_seqlens", lambda: torch.tensor([0.0, 1.0, 3.0]), r"cu_seqlens must have dtype"),
+    ("cu_seqlens", lambda: torch.zeros(2, 3, dtype=torch.int32), r"cu_seqlens must be a 1-D tensor"),
+    ("out", lambda: torch.empty(3, 4, 4), r"out must have shape \[3, 4, 5\]"),
+    ("scale", lambda: "0.5", r"scale must be a float or None"),
+    ("pad_slot_id", lambda: "-1", r"pad_slot_id must be an int or None"),
+    ("impl", lambda: "npu", r"impl must be one of"),
+]
+
+
+@pytest.mark.parametrize("name,make,match", BAD, ids=[f"{b[0]}-{i}" for i, b in enumerate(BAD)])
+def test_rejects_bad_inputs(name, make, match):
+    kw = _good()
+    kw[name] = make()
+    with pytest.raises(ValueError, match=match):
+        linear_attn.recurrent(**kw)
+
+
+def test_out_of_pool_slot_is_an_index_error_in_the_reference():
+    kw = {**_good(), "state_indices": torch.tensor([1, 4])}
+    with pytest.raises(IndexError, match="row 1 has slot 4"):
+        linear_attn.recurrent(**kw, impl="reference")
+
+
+def test_cost():
+    c = linear_attn.recurrent_cost(T=4, N=2, H=1, HV=2, K=8, V=16, dtype=torch.float16)
+    io = 4 * (2 * 1 * 8 + 2 * 2 * 16) * 2
+    assert c == Cost(bytes=io + 2 * 2 * 2 * 8 * 16 * 4, flops=4 * 2 * (4 * 8 * 16 + 8))
+    assert c.intensity == c.flops / c.bytes
