@@ -124,6 +124,19 @@ class Batch:
         return cls("idle", empty, empty.to(torch.int32), draft_tokens=0)
 
     @classmethod
+    def for_capture(cls, mode: str, batch_size: int, draft_tokens: int = 1, *, device: str | None = None) -> Batch:
+        """The batch a graph is captured with: ``batch_size`` rows, every one request row 0.
+
+        Rows repeat on purpose (no duplicate check): as in sglang, the capture inputs are all zeros, so
+        every row maps to the dummy slot and capture writes only there.
+        """
+        if mode not in ("decode", "target_verify"):
+            raise MetadataError(f"mode: graphs are captured for decode and target_verify, got {mode!r}")
+        rpi = torch.zeros(batch_size, dtype=torch.int64, device=device)
+        d = draft_tokens if mode == "target_verify" else 1
+        return cls(mode, rpi, torch.ones(batch_size, dtype=torch.int32, device=device), draft_tokens=d)
+
+    @classmethod
     def _common(
         cls, req_pool_indices: IntsLike, seq_lens: IntsLike, device: str | None
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,67 @@
+"""The base metadata backend: eager build, in-place graph update, nothing recorded in the graph."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from workbench.batch import Batch
+from workbench.errors import MetadataError
+from workbench.metadata import GRAPH_MODES, Metadata, MetadataBuffers, build_metadata
+from workbench.pool import StatePool
+
+
+class MetadataBackend:
+    """Prepares a linear-attention layer's metadata for eager steps, capture and replay.
+
+    Args:
+        pool: the state pool (profile, mapping, device).
+        buckets: captured batch sizes for each graph mode, or one list for both; default: the profile's.
+        draft_tokens: D of target-verify graphs.
+    """
+
+    device_type = "cpu"
+
+    def __init__(
+        self,
+        pool: StatePool,
+        buckets: Sequence[int] | dict[str, Sequence[int]] | None = None,
+        draft_tokens: int = 2,
+    ) -> None:
+        self.pool = pool
+        self.draft_tokens = draft_tokens
+        per_mode = buckets if isinstance(buckets, dict) else dict.fromkeys(GRAPH_MODES, buckets)
+        self.buffers = {
+            "decode": MetadataBuffers(pool, "decode", per_mode.get("decode")),
+            "target_verify": MetadataBuffers(pool, "target_verify", per_mode.get("target_verify"), draft_tokens),
+        }
+        self.forward_metadata: Metadata | None = None
+
+    def graph_mode_of(self, batch: Batch) -> str:
+        """Which graph runs ``batch``: its own mode; an idle batch runs the decode graph."""
+        if batch.mode == "idle":
+            return "decode"
+        if batch.mode not in GRAPH_MODES:
+            raise MetadataError(f"forward_mode: {batch.mode!r} is not captured; graphs exist for {GRAPH_MODES}")
+        return batch.mode
+
+    def init_forward_metadata(self, batch: Batch) -> Metadata:
+        """Eager step: build fresh, unpadded metadata."""
+        self.forward_metadata = build_metadata(batch, self.pool, bucket=None)
+        return self.forward_metadata
+
+    def init_forward_metadata_out_graph(self, batch: Batch, in_capture: bool = False) -> Metadata:
+        """Host side of a graph step: write ``batch``'s metadata into its bucket's static buffers.
+
+        With ``in_capture=True``, ``batch`` is a capture batch (``Batch.for_capture``): its size is the
+        bucket, and the buffers are put in their capture state instead (no padding, dummy slot).
+        """
+        bufs = self.buffers[self.graph_mode_of(batch)]
+        if in_capture:
+            self.forward_metadata = bufs.reset_for_capture(batch.raw_batch_size)
+        else:
+            self.forward_metadata = bufs.update(batch)
+        return self.forward_metadata
+
+    def init_forward_metadata_in_graph(self, batch: Batch) -> None:
+        """Recorded inside the graph: nothing for these layers (all metadata is written outside)."""
+        return None

@@ -1,0 +1,34 @@
+"""Ascend NPU metadata backend (sglang-ascend conventions). Imports nothing from torch_npu.
+
+Differences from CUDA that matter to the graph: padded rows point at the dummy slot and are processed
+(profile ``sglang-ascend``); the NPU graph runner pushes the step's sequence lengths to the captured
+graph from the host (``NPUGraph.update(cpu_update_input=...)``), so this backend keeps a host list of
+them; verify also carries a flat ``[bs * D]`` index of per-token intermediate slots.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from workbench.backends.base import MetadataBackend
+from workbench.batch import Batch
+from workbench.metadata import Metadata
+
+
+class NpuMetadataBackend(MetadataBackend):
+    """Metadata for NPU graphs: the base in-place update, plus the host-side extras Ascend needs."""
+
+    device_type = "npu"
+
+    def init_forward_metadata_out_graph(self, batch: Batch, in_capture: bool = False) -> Metadata:
+        meta = super().init_forward_metadata_out_graph(batch, in_capture=in_capture)
+        # The host already knows the lengths (the scheduler built the batch there): no device read.
+        r, bs = batch.raw_batch_size, meta.batch_size
+        live = [] if in_capture else batch.seq_lens.cpu().tolist() if batch.device.type == "cpu" else None
+        if live is not None:
+            meta.extras["seq_lens_cpu"] = live + [self.pool.profile.seq_len_fill] * (bs - r)
+        if meta.forward_mode == "target_verify" and "gdn_token_indices" not in meta.extras:
+            meta.extras["gdn_token_indices"] = torch.arange(
+                bs * meta.draft_tokens, dtype=torch.int32, device=self.pool.device
+            )
+        return meta

@@ -1,0 +1,351 @@
+"""Linear-attention layer steps wired to the metadata and the state pool (eager and graph run this code).
+
+Each layer reads only ``Metadata`` tensors (never host copies of them), so the same ``forward`` is what a
+graph records: shapes and the forward mode are fixed at capture, values change between replays.
+Weights are deterministic for a seed; ``.to(torch.float64)`` gives the float64 reference of a layer.
+
+Token layout: ``x`` is ``[T, hidden]`` with ``T = batch_size * L`` (L = 1 decode, D verify) for graph
+modes, or the packed extend tokens. Padded rows are zero-length at the tail, so token ``t`` is live iff
+``t < query_start_loc[-1]``; the outputs of the other tokens are written as zeros.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+import kernels.causal_conv1d as conv1d
+import kernels.gated_delta_rule as gdn
+import kernels.mamba2 as mamba2
+from workbench.errors import MetadataError
+from workbench.metadata import Metadata
+
+
+def _weight(gen: torch.Generator, *shape: int, fan_in: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=gen) / math.sqrt(fan_in)
+
+
+def _gated_rmsnorm(o: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMS-normalise the last dim of ``o``, scale, and gate with silu(z) (Gated DeltaNet / Mamba2 output norm)."""
+    o32 = o.to(torch.promote_types(o.dtype, torch.float32))
+    normed = o32 * torch.rsqrt(o32.pow(2).mean(-1, keepdim=True) + eps)
+    return (normed * weight * F.silu(z.to(normed.dtype))).to(o.dtype)
+
+
+def _live_tokens(y: torch.Tensor, meta: Metadata) -> torch.Tensor:
+    """Zero the outputs of tokens that belong to no live row (tensor ops only: no host read)."""
+    t = torch.arange(y.shape[0], device=y.device)
+    return torch.where((t < meta.query_start_loc[-1])[:, None], y, torch.zeros((), dtype=y.dtype, device=y.device))
+
+
+@dataclass
+class LayerState:
+    """A layer's state pool: conv windows ``[num_slots, conv_dim, W-1]`` and SSM states (float32)."""
+
+    conv: torch.Tensor
+    ssm: torch.Tensor
+
+    def clone(self) -> LayerState:
+        return LayerState(self.conv.clone(), self.ssm.clone())
+
+    def to(self, dtype: torch.dtype) -> LayerState:
+        return LayerState(self.conv.to(dtype), self.ssm.to(dtype))
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {"conv": self.conv, "ssm": self.ssm}
+
+
+@dataclass
+class Intermediate:
+    """Per-step verify buffers indexed by batch row: conv windows ``[bs, D, conv_dim, W-1]``, SSM states."""
+
+    conv: torch.Tensor
+    ssm: torch.Tensor
+
+
+# -- Gated DeltaNet ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GDNConfig:
+    """Shapes of a Gated DeltaNet layer. Defaults are engine-like (a Qwen3-Next-sized layer)."""
+
+    hidden_size: int = 2048
+    num_k_heads: int = 16
+    num_v_heads: int = 32
+    head_k_dim: int = 128
+    head_v_dim: int = 128
+    conv_kernel: int = 4
+    rms_eps: float = 1e-6
+
+    @classmethod
+    def small(cls) -> GDNConfig:
+        """A tiny layer for tests and the Triton interpreter."""
+        return cls(hidden_size=32, num_k_heads=2, num_v_heads=4, head_k_dim=8, head_v_dim=8)
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
+
+
+class GatedDeltaNetLayer:
+    """Input projections -> short conv (update) -> fused gating + gated delta rule -> gated norm -> output.
+
+    Args:
+        config: shapes.
+        seed: weights are drawn from this seed, so two layers with the same seed are identical.
+        dtype, device: of the weights and activations (state pools are float32, or float64 for a reference).
+        impl: kernel implementation, "auto" | "reference" | "triton".
+    """
+
+    supported_modes = ("decode", "target_verify", "extend", "idle")
+
+    def __init__(
+        self,
+        config: GDNConfig | None = None,
+        *,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+        impl: str = "auto",
+    ) -> None:
+        c = self.config = config or GDNConfig()
+        self.seed, self.impl = seed, impl
+        g = torch.Generator().manual_seed(seed)
+        vv = c.num_v_heads * c.head_v_dim
+        w = {
+            "w_qkvz": _weight(g, c.hidden_size, c.conv_dim + vv, fan_in=c.hidden_size),
+            "w_ba": _weight(g, c.hidden_size, 2 * c.num_v_heads, fan_in=c.hidden_size),
+            "conv_w": _weight(g, c.conv_dim, c.conv_kernel, fan_in=c.conv_kernel),
+            "conv_b": 0.1 * torch.randn(c.conv_dim, generator=g),
+            "A_log": torch.log(torch.empty(c.num_v_heads).uniform_(1.0, 16.0, generator=g)),
+            "dt_bias": 0.5 * torch.randn(c.num_v_heads, generator=g),
+            "norm_w": 1.0 + 0.1 * torch.randn(c.head_v_dim, generator=g),
+            "w_out": _weight(g, vv, c.hidden_size, fan_in=vv),
+        }
+        self.weights = {k: v.to(dtype=dtype, device=device) for k, v in w.items()}
+        self.dtype, self.device = dtype, torch.device(device)
+
+    def to(self, dtype: torch.dtype | None = None, impl: str | None = None) -> Any:
+        """A copy with other weight dtype and/or kernel implementation (same seed, same values)."""
+        other = type(self).__new__(type(self))
+        other.config, other.seed, other.impl = self.config, self.seed, impl or self.impl
+        other.dtype = dtype or self.dtype
+        other.device = self.device
+        other.weights = {k: v.to(other.dtype) for k, v in self.weights.items()}
+        return other
+
+    def new_state(self, num_slots: int, *, seed: int | None = None, dtype: torch.dtype = torch.float32) -> LayerState:
+        """A state pool for ``num_slots`` slots; random (never zeros) when ``seed`` is given, else zeros."""
+        c = self.config
+        shapes = ((num_slots, c.conv_dim, c.conv_kernel - 1), (num_slots, c.num_v_heads, c.head_k_dim, c.head_v_dim))
+        if seed is None:
+            return LayerState(*(torch.zeros(s, dtype=dtype, device=self.device) for s in shapes))
+        g = torch.Generator().manual_seed(seed)
+        conv, ssm = (0.5 * torch.randn(s, generator=g) for s in shapes)
+        return LayerState(conv.to(dtype=dtype, device=self.device), ssm.to(dtype=dtype, device=self.device))
+
+    def new_intermediate(self, max_bs: int, draft_tokens: int, dtype: torch.dtype = torch.float32) -> Intermediate:
+        c = self.config
+        return Intermediate(
+            torch.zeros(max_bs, draft_tokens, c.conv_dim, c.conv_kernel - 1, dtype=dtype, device=self.device),
+            torch.zeros(
+                max_bs, draft_tokens, c.num_v_heads, c.head_k_dim, c.head_v_dim, dtype=dtype, device=self.device
+            ),
+        )
+
+    def forward(
+        self, x: torch.Tensor, meta: Metadata, state: LayerState, intermediate: Intermediate | None = None
+    ) -> torch.Tensor:
+        """One step. ``x``: ``[T, hidden]`` -> ``[T, hidden]``; updates ``state`` (or, in verify,
+        ``intermediate``) in place. Reads only metadata tensors: safe to capture."""
+        c, w, mode = self.config, self.weights, meta.forward_mode
+        if mode not in self.supported_modes:
+            raise MetadataError(f"forward_mode: {mode!r} not supported by {type(self).__name__}")
+        T, N = x.shape[0], meta.state_indices.shape[0]
+        if N == 0:
+            return x.new_zeros(0, c.hidden_size)
+        pad = meta.profile.kernel_pad_slot_id
+        verify = mode == "target_verify"
+        if verify and intermediate is None:
+            raise MetadataError("intermediate: target_verify needs per-step buffers (layer.new_intermediate)")
+        H, HV, K, V = c.num_k_heads, c.num_v_heads, c.head_k_dim, c.head_v_dim
+        mixed, z = (x @ w["w_qkvz"]).split([c.conv_dim, HV * V], dim=-1)
+        b, a = (x @ w["w_ba"]).split([HV, HV], dim=-1)
+        idx, qsl = meta.state_indices, meta.query_start_loc
+        per_slot = verify and idx.dim() == 2  # vLLM spec decode: one slot per draft position
+        if per_slot:
+            # read the state the previous step accepted: slot indices[n, num_accepted[n] - 1]
+            pick = (meta.num_accepted_tokens.long() - 1).clamp(min=0).unsqueeze(1)
+            idx = meta.state_indices.gather(1, pick).squeeze(1)
+        inter_conv = intermediate.conv[:N] if verify else None
+        inter_ssm = intermediate.ssm[:N] if verify else None
+        if mode == "extend":
+            xc = conv1d.varlen(
+                mixed, w["conv_w"], w["conv_b"], conv_state=state.conv, cache_indices=idx,
+                has_initial_state=meta.has_initial_state, cu_seqlens=qsl, activation="silu",
+                pad_slot_id=pad, impl=self.impl,
+            )  # fmt: skip
+        else:
+            xc = conv1d.update(
+                mixed.reshape(N, T // N, c.conv_dim), state.conv, w["conv_w"], w["conv_b"],
+                conv_state_indices=idx, activation="silu", intermediate_conv_windows=inter_conv,
+                disable_state_update=verify, pad_slot_id=pad, impl=self.impl,
+            ).reshape(T, c.conv_dim)  # fmt: skip
+        q, k, v = xc.split([H * K, H * K, HV * V], dim=-1)
+        o = gdn.fused_gating(
+            q.reshape(T, H, K), k.reshape(T, H, K), v.reshape(T, HV, V), a.contiguous(), b.contiguous(),
+            w["A_log"], w["dt_bias"], state.ssm, idx, qsl, use_qk_l2norm=True,
+            has_initial_state=meta.has_initial_state if mode == "extend" else None,
+            intermediate_states=inter_ssm, disable_state_update=verify, pad_slot_id=pad, impl=self.impl,
+        )  # fmt: skip
+        if per_slot:
+            self._write_steps_to_slots(state, inter_conv, inter_ssm, meta.state_indices, pad, meta.profile.dummy_slot)
+        o = _gated_rmsnorm(o, z.reshape(T, HV, V), w["norm_w"], c.rms_eps)
+        return _live_tokens(o.reshape(T, HV * V) @ w["w_out"], meta)
+
+    @staticmethod
+    def _write_steps_to_slots(
+        state: LayerState, inter_conv: torch.Tensor, inter_ssm: torch.Tensor, slots: torch.Tensor, pad, dummy: int
+    ) -> None:
+        """vLLM spec decode: the state after draft step t of row n goes to slot ``slots[n, t]``.
+
+        Skipped rows are redirected to the dummy slot (a tensor op, no host read), which nothing reads.
+        """
+        flat = slots.reshape(-1).long()
+        if pad is not None:
+            flat = torch.where(flat > pad, flat, torch.full_like(flat, dummy))
+        state.ssm.index_copy_(0, flat, inter_ssm.reshape(flat.numel(), *inter_ssm.shape[2:]))
+        state.conv.index_copy_(0, flat, inter_conv.reshape(flat.numel(), *inter_conv.shape[2:]))
+
+    def accept(self, state: LayerState, intermediate: Intermediate, meta: Metadata, num_accepted: torch.Tensor) -> None:
+        """After verify (sglang): the last accepted step's conv window and SSM state go back to live slots.
+
+        ``num_accepted``: int ``[raw_bs]`` in 1..D. Runs eagerly, outside the graph, like the engine's.
+        vLLM's per-slot layout needs no accept step (every step already has its slot).
+        """
+        r = meta.raw_batch_size
+        if meta.state_indices.dim() == 2:
+            return
+        idx = meta.state_indices[:r]
+        acc = num_accepted.to(device=idx.device)
+        gdn.scatter_accepted(
+            state.ssm, intermediate.ssm[:r], idx, acc, pad_slot_id=meta.profile.kernel_pad_slot_id, impl=self.impl
+        )
+        step = (acc.long() - 1).clamp(min=0)
+        windows = intermediate.conv[torch.arange(r, device=idx.device), step]
+        state.conv.index_copy_(0, idx.long(), windows.to(state.conv.dtype))
+
+
+# -- Mamba2 --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Mamba2Config:
+    """Shapes of a Mamba2 layer (decode step). Defaults are engine-like."""
+
+    hidden_size: int = 2048
+    head_dim: int = 64
+    num_heads: int = 64
+    n_groups: int = 8
+    state_size: int = 128
+    conv_kernel: int = 4
+    rms_eps: float = 1e-6
+
+    @classmethod
+    def small(cls) -> Mamba2Config:
+        return cls(hidden_size=32, head_dim=8, num_heads=4, n_groups=2, state_size=8)
+
+    @property
+    def d_inner(self) -> int:
+        return self.head_dim * self.num_heads
+
+    @property
+    def conv_dim(self) -> int:
+        return self.d_inner + 2 * self.n_groups * self.state_size
+
+
+class Mamba2Layer:
+    """Input projection -> short conv (update) -> selective state update -> gated norm -> output (decode)."""
+
+    supported_modes = ("decode", "idle")
+
+    def __init__(
+        self,
+        config: Mamba2Config | None = None,
+        *,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+        impl: str = "auto",
+    ) -> None:
+        c = self.config = config or Mamba2Config()
+        self.seed, self.impl = seed, impl
+        g = torch.Generator().manual_seed(seed)
+        w = {
+            "w_in": _weight(g, c.hidden_size, c.d_inner + c.conv_dim + c.num_heads, fan_in=c.hidden_size),
+            "conv_w": _weight(g, c.conv_dim, c.conv_kernel, fan_in=c.conv_kernel),
+            "conv_b": 0.1 * torch.randn(c.conv_dim, generator=g),
+            "A_log": torch.log(torch.empty(c.num_heads).uniform_(1.0, 16.0, generator=g)),
+            "dt_bias": 0.5 * torch.randn(c.num_heads, generator=g),
+            "D": torch.randn(c.num_heads, generator=g),
+            "norm_w": 1.0 + 0.1 * torch.randn(c.d_inner, generator=g),
+            "w_out": _weight(g, c.d_inner, c.hidden_size, fan_in=c.d_inner),
+        }
+        self.weights = {k: v.to(dtype=dtype, device=device) for k, v in w.items()}
+        self.dtype, self.device = dtype, torch.device(device)
+
+    to = GatedDeltaNetLayer.to
+
+    def new_state(self, num_slots: int, *, seed: int | None = None, dtype: torch.dtype = torch.float32) -> LayerState:
+        c = self.config
+        shapes = ((num_slots, c.conv_dim, c.conv_kernel - 1), (num_slots, c.num_heads, c.head_dim, c.state_size))
+        if seed is None:
+            return LayerState(*(torch.zeros(s, dtype=dtype, device=self.device) for s in shapes))
+        g = torch.Generator().manual_seed(seed)
+        conv, ssm = (0.5 * torch.randn(s, generator=g) for s in shapes)
+        return LayerState(conv.to(dtype=dtype, device=self.device), ssm.to(dtype=dtype, device=self.device))
+
+    def forward(
+        self, x: torch.Tensor, meta: Metadata, state: LayerState, intermediate: Intermediate | None = None
+    ) -> torch.Tensor:
+        """One decode step: ``x`` ``[bs, hidden]`` -> ``[bs, hidden]``; updates ``state`` in place."""
+        c, w, mode = self.config, self.weights, meta.forward_mode
+        if mode not in self.supported_modes:
+            raise MetadataError(f"forward_mode: {mode!r} not supported by Mamba2Layer (decode and idle only)")
+        N = meta.state_indices.shape[0]
+        if N == 0:
+            return x.new_zeros(0, c.hidden_size)
+        pad = meta.profile.kernel_pad_slot_id
+        nh, hd, ng, ds = c.num_heads, c.head_dim, c.n_groups, c.state_size
+        z, xbc, dt = (x @ w["w_in"]).split([c.d_inner, c.conv_dim, nh], dim=-1)
+        xbc = conv1d.update(
+            xbc.reshape(N, 1, c.conv_dim), state.conv, w["conv_w"], w["conv_b"],
+            conv_state_indices=meta.state_indices, activation="silu", pad_slot_id=pad, impl=self.impl,
+        ).reshape(N, c.conv_dim)  # fmt: skip
+        xs, B, C = xbc.split([c.d_inner, ng * ds, ng * ds], dim=-1)
+        A = -torch.exp(w["A_log"].float()).to(w["A_log"].dtype)
+        y = mamba2.selective_state_update(
+            state.ssm, xs.reshape(N, nh, hd), dt[:, :, None].expand(N, nh, hd),
+            A[:, None, None].expand(nh, hd, ds), B.reshape(N, ng, ds), C.reshape(N, ng, ds),
+            D=w["D"][:, None].expand(nh, hd), dt_bias=w["dt_bias"][:, None].expand(nh, hd), dt_softplus=True,
+            state_batch_indices=meta.state_indices, pad_slot_id=pad, impl=self.impl,
+        )  # fmt: skip
+        y = _gated_rmsnorm(y.reshape(N, c.d_inner), z, w["norm_w"], c.rms_eps)
+        return _live_tokens(y @ w["w_out"], meta)
+
+
+def float64_reference(layer: GatedDeltaNetLayer | Mamba2Layer) -> GatedDeltaNetLayer | Mamba2Layer:
+    """The same layer in float64 with the torch reference kernels: the ground truth of integrity checks."""
+    return layer.to(torch.float64, impl="reference")
+
+
+__all__ = [
+    "GDNConfig",
+    "GatedDeltaNetLayer",
+    "Intermediate",
+    "LayerState",
+    "Mamba2Config",
+    "Mamba2Layer",
+    "float64_reference",
+]

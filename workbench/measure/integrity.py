@@ -1,0 +1,141 @@
+""" "Nothing lost": after a step, which slots changed that should not have, which live rows disagree with
+the float64 reference, and which padded outputs are not zeros. Data in, a report out (for tests and widgets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+# float32 kernels against the float64 reference, on the small test layers
+DEFAULT_ATOL = {torch.float32: 2e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2, torch.float64: 1e-10}
+DEFAULT_RTOL = {torch.float32: 2e-3, torch.float16: 2e-2, torch.bfloat16: 5e-2, torch.float64: 1e-8}
+
+
+@dataclass
+class IntegrityReport:
+    """What a step broke. Empty lists everywhere means the step was clean.
+
+    Attributes:
+        changed_slots: ``(tensor name, slot)`` that no live row owns (nor the dummy) yet changed.
+        state_mismatches: ``(tensor name, slot or row, max abs error)`` of live state vs the reference.
+        output_mismatches: ``(token row, max abs error)`` of live outputs vs the reference.
+        nonzero_padded_outputs: token rows of padded outputs that are not exactly zero.
+        atol, rtol: the tolerances used.
+    """
+
+    changed_slots: list[tuple[str, int]] = field(default_factory=list)
+    state_mismatches: list[tuple[str, int, float]] = field(default_factory=list)
+    output_mismatches: list[tuple[int, float]] = field(default_factory=list)
+    nonzero_padded_outputs: list[int] = field(default_factory=list)
+    atol: float = 0.0
+    rtol: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not (
+            self.changed_slots or self.state_mismatches or self.output_mismatches or self.nonzero_padded_outputs
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "changed_slots": self.changed_slots,
+            "state_mismatches": self.state_mismatches,
+            "output_mismatches": self.output_mismatches,
+            "nonzero_padded_outputs": self.nonzero_padded_outputs,
+            "atol": self.atol,
+            "rtol": self.rtol,
+        }
+
+    def __str__(self) -> str:
+        if self.ok:
+            return "integrity: clean (no foreign slot changed, live rows match the float64 reference, padding zeros)"
+        lines = ["integrity: PROBLEMS"]
+        lines += [f"  slot {s} of {n} changed but no live row owns it" for n, s in self.changed_slots]
+        lines += [f"  {n}[{s}] differs from the float64 reference by {e:.3g}" for n, s, e in self.state_mismatches]
+        lines += [
+            f"  output token {t} differs from the float64 reference by {e:.3g}" for t, e in self.output_mismatches
+        ]
+        if self.nonzero_padded_outputs:
+            lines.append(f"  padded output rows not zero: {self.nonzero_padded_outputs}")
+        return "\n".join(lines)
+
+
+def snapshot(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Clones of a pool's tensors, to compare against after a step."""
+    return {name: t.detach().clone() for name, t in tensors.items()}
+
+
+def changed_slots(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> list[tuple[str, int]]:
+    """Every ``(name, slot)`` whose bytes differ (bitwise: NaN-safe, -0.0 vs 0.0 counts as a change)."""
+    out = []
+    for name, b in before.items():
+        a = after[name]
+        diff = (a.view(torch.uint8) != b.view(torch.uint8)) if a.is_contiguous() and b.is_contiguous() else a.ne(b)
+        rows = diff.reshape(diff.shape[0], -1).any(dim=1).nonzero().flatten().tolist()
+        out += [(name, int(s)) for s in rows]
+    return out
+
+
+def _max_err(got: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> tuple[bool, float]:
+    g, r = got.double(), ref.double()
+    err = (g - r).abs()
+    bad = ~(err <= atol + rtol * r.abs())  # NaN counts as bad
+    return bool(bad.any()), float(err.nan_to_num(float("inf")).max()) if err.numel() else 0.0
+
+
+def check(
+    before: dict[str, torch.Tensor],
+    after: dict[str, torch.Tensor],
+    *,
+    allowed_slots: Iterable[int],
+    live_slots: Iterable[int],
+    reference_state: dict[str, torch.Tensor],
+    live_outputs: torch.Tensor,
+    reference_outputs: torch.Tensor,
+    padded_outputs: torch.Tensor | None = None,
+    padded_offset: int = 0,
+    extra_pairs: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+) -> IntegrityReport:
+    """Compare a step's effects with what should have happened.
+
+    Args:
+        before, after: pool tensors (name -> ``[num_slots, ...]``) before and after the step.
+        allowed_slots: slots the step may write (those of live rows, and the profile's dummy slot).
+        live_slots: slots whose new state must match ``reference_state`` (float64, same names).
+        live_outputs, reference_outputs: ``[tokens, ...]`` outputs of the live rows and their reference.
+        padded_outputs: outputs of padded token rows (must be exactly zero), if any; their first token row
+            is ``padded_offset`` (reported rows are absolute).
+        extra_pairs: more (got, reference) pairs checked row by row, e.g. verify intermediates.
+        atol, rtol: defaults by the outputs' dtype (``DEFAULT_ATOL`` / ``DEFAULT_RTOL``).
+    """
+    dtype = live_outputs.dtype
+    atol = DEFAULT_ATOL.get(dtype, 1e-4) if atol is None else atol
+    rtol = DEFAULT_RTOL.get(dtype, 1e-3) if rtol is None else rtol
+    rep = IntegrityReport(atol=atol, rtol=rtol)
+    allowed = set(allowed_slots)
+    rep.changed_slots = [(n, s) for n, s in changed_slots(before, after) if s not in allowed]
+    for name, ref in reference_state.items():
+        for s in live_slots:
+            bad, err = _max_err(after[name][s], ref[s], atol, rtol)
+            if bad:
+                rep.state_mismatches.append((name, int(s), err))
+    for name, (got, ref) in (extra_pairs or {}).items():
+        for row in range(got.shape[0]):
+            bad, err = _max_err(got[row], ref[row], atol, rtol)
+            if bad:
+                rep.state_mismatches.append((name, row, err))
+    for t in range(live_outputs.shape[0]):
+        bad, err = _max_err(live_outputs[t], reference_outputs[t], atol, rtol)
+        if bad:
+            rep.output_mismatches.append((t, err))
+    if padded_outputs is not None and padded_outputs.numel():
+        nz = padded_outputs.reshape(padded_outputs.shape[0], -1).ne(0).any(dim=1).nonzero().flatten()
+        rep.nonzero_padded_outputs = [padded_offset + int(i) for i in nz.tolist()]
+    return rep
