@@ -74,3 +74,17 @@ def test_capture_metadata_points_at_dummy_slot():
     assert meta.state_indices.tolist() == [0, 0, 0, 0] and meta.num_padding == 0
     with pytest.raises(ValueError, match="'extend' is not captured"):
         be.init_forward_metadata_out_graph(Batch.extend(pool.alloc(1), [3]))
+
+
+def test_npu_backend_on_a_device_pool_reads_host_lengths_before_the_copy():
+    """The pool on another device ("meta" stands in for the NPU): a host batch is moved, its host lengths
+    are kept for NPUGraph.update, and capture has none."""
+    pool = StatePool(8, "sglang-ascend", device="meta")
+    be = NpuMetadataBackend(pool, buckets=[4], draft_tokens=2)
+    cap = be.init_forward_metadata_out_graph(Batch.for_capture("decode", 4, device="meta"), in_capture=True)
+    assert cap.extras["seq_lens_cpu"] is None
+    host_rows = torch.tensor([1, 2, 3])  # the scheduler's host copy of the request rows
+    pool._slots_of.update({1: [1], 2: [2], 3: [3]})  # allocated rows (a meta pool cannot hold values)
+    meta = be.init_forward_metadata_out_graph(Batch.decode(host_rows, [5, 6, 7]))
+    assert meta.extras["seq_lens_cpu"] == [5, 6, 7, 0]
+    assert meta.state_indices.device.type == "meta"

@@ -89,6 +89,15 @@ def test_extend_and_idle():
     validate(idle, pool)
 
 
+@pytest.mark.parametrize("max_bs", [1, 7, 16, 100, 256, 300, 511, 512, 700])
+def test_default_bucket_lists_follow_the_formula(max_bs):
+    nospec = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_bs + 1, 32)]
+    spec = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8), *range(272, max_bs + 1, 16)]
+    for speculative, sizes in ((False, nospec), (True, spec)):
+        want = sorted({b for b in sizes if b <= max_bs} | {max_bs})
+        assert capture_buckets(max_bs, speculative=speculative) == want
+
+
 def test_default_bucket_lists():
     assert capture_buckets(20) == [1, 2, 4, 8, 12, 16, 20]
     nospec = capture_buckets(600)
@@ -163,6 +172,40 @@ def test_validate_catches_corruption():
     meta = fresh()
     meta.state_indices = meta.state_indices.long()
     with pytest.raises(MetadataError, match="state_indices: dtype torch.int64"):
+        validate(meta, pool)
+
+
+def test_validate_catches_vllm_verify_corruption():
+    pool, rows = scattered_pool("vllm", 2, num_slots=40, spr=3)
+
+    def fresh():
+        batch = Batch.target_verify(rows, [5, 6], draft_tokens=3, num_accepted_tokens=[2, 3])
+        return build_metadata(batch, pool, bucket=4, buckets=[4])
+
+    cases = [
+        (lambda m: m.state_indices[3].__setitem__(1, 5), r"state_indices\[3\]: padded row holds \[0, 5, 0\]"),
+        (lambda m: m.state_indices[1].__setitem__(0, m.state_indices[0, 2]), r"state_indices\[1\].*also used by row 0"),
+        (lambda m: m.num_accepted_tokens.__setitem__(0, 0), r"num_accepted_tokens\[0\]: live row holds 0"),
+        (lambda m: m.num_accepted_tokens.__setitem__(1, 4), r"num_accepted_tokens\[1\]: live row holds 4"),
+        (lambda m: m.num_accepted_tokens.__setitem__(2, 2), r"num_accepted_tokens\[2\]: padded row holds 2"),
+        (lambda m: m.has_initial_state.__setitem__(3, True), r"has_initial_state\[3\]: padded row"),
+        (lambda m: m.has_initial_state.__setitem__(0, False), r"has_initial_state\[0\]: live target_verify"),
+        (lambda m: setattr(m, "num_accepted_tokens", None), "num_accepted_tokens: missing"),
+        (lambda m: setattr(m, "req_pool_indices", m.req_pool_indices.int()), "req_pool_indices: dtype torch.int32"),
+    ]
+    for corrupt, message in cases:
+        meta = fresh()
+        validate(meta, pool)
+        corrupt(meta)
+        with pytest.raises(MetadataError, match=message):
+            validate(meta, pool)
+
+
+def test_validate_catches_wrong_intermediate_indices():
+    pool, rows = scattered_pool("sglang", 3)
+    meta = build_metadata(Batch.target_verify(rows, [5, 6, 7], 2), pool, bucket=4, buckets=[4])
+    meta.intermediate_state_indices[2] = int(meta.state_indices[2])  # a slot, not the batch row
+    with pytest.raises(MetadataError, match=r"intermediate_state_indices\[2\]: must be the batch row"):
         validate(meta, pool)
 
 
@@ -255,7 +298,7 @@ BAD_INPUTS = [
     ("negative request", lambda p, r: Batch.decode([-1, 2], [3, 3]), r"req_pool_indices\[0\] = -1"),
     (
         "vllm spec slots",
-        lambda p, r: build_metadata(Batch.target_verify([0], [3], 2), _vllm_pool_with_one_request(), bucket=None),
+        lambda p, r: build_metadata(Batch.target_verify([1], [3], 2), _vllm_pool_with_one_request(), bucket=None),
         "needs slots_per_request=D=2",
     ),
     ("not a batch", lambda p, r: build_metadata([1, 2], p), "batch must be a workbench.Batch"),

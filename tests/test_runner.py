@@ -38,9 +38,13 @@ def captured(request):
 
 
 def test_capture_touches_only_the_dummy_slot(captured):
-    dummy = captured.pool.profile.dummy_slot
-    assert all(slot == dummy for _, slot in captured.capture_changes), captured.capture_changes
+    prof = captured.pool.profile
+    slots = {slot for _, slot in captured.capture_changes}
     assert len(captured.graphs) == 2 * len(BUCKETS)
+    if prof.kernel_pad_slot_id is not None and prof.kernel_pad_slot_id >= prof.dummy_slot:
+        assert slots == set()  # vLLM: the kernels skip slot 0 (the null block), so capture writes nothing
+    else:
+        assert slots == {prof.dummy_slot}  # sglang: warm-up really runs the kernels on the dummy slot
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -68,33 +72,48 @@ def test_replay_equals_eager_and_integrity(captured, data):
     assert cmp.bitwise_equal, (cmp.max_output_diff, cmp.max_state_diff)
 
 
-def test_replay_reuses_output_tensor_and_allocates_nothing(captured):
+def test_replay_keeps_every_static_address(captured):
+    """Replays write into the tensors the graph recorded: outputs, metadata buffers, inputs, state."""
     rows = captured.free_rows[:3]
     x = torch.randn(3, captured.layer.config.hidden_size)
-    a = captured.replay(Batch.decode(rows, [4, 5, 6]), x)
-    ptr = a.output.data_ptr()
-    b = captured.replay(Batch.decode(rows, [5, 6, 7]), torch.randn_like(x))
-    assert b.output.data_ptr() == ptr and b.replayed
-    assert not torch.equal(a.output, torch.zeros_like(a.output))
+    captured.replay(Batch.decode(rows, [4, 5, 6]), x)  # first (bucket, raw_bs) use caches its views
+    graph = captured.graphs[("decode", 4)]
+    meta = captured.meta_backend.buffers["decode"].static[4]
+
+    def addresses():
+        return (
+            [graph.outputs.data_ptr(), captured.static_x["decode"].data_ptr()]
+            + [t.data_ptr() for t in meta.tensors().values()]
+            + [t.data_ptr() for t in captured.state.tensors().values()]
+        )
+
+    before, views = addresses(), len(captured.meta_backend.buffers["decode"]._views)
+    out1 = captured.replay(Batch.decode(rows, [5, 6, 7]), torch.randn_like(x)).output.clone()
+    out2 = captured.replay(Batch.decode(rows, [5, 6, 7]), torch.randn_like(x)).output
+    assert addresses() == before and len(captured.meta_backend.buffers["decode"]._views) == views
+    assert not torch.equal(out1, out2)  # the same tensor, overwritten with the new step
 
 
-def test_verify_then_accept_equals_decoding_one_by_one():
-    runner = make_runner("sglang")
+@pytest.mark.parametrize("profile", ["sglang", "sglang-ascend"])
+@pytest.mark.parametrize("raw", [3, BUCKETS[-1] + 1], ids=["replayed", "eager-fallback"])
+def test_verify_then_accept_equals_decoding_one_by_one(profile, raw):
+    runner = make_runner(profile)
     runner.capture(progress=False)
-    rows = runner.pool.alloc(3)
-    x = torch.randn(3 * D, runner.layer.config.hidden_size)
-    acc = [1, 2, 2]
+    rows = runner.pool.alloc(raw)
+    x = torch.randn(raw * D, runner.layer.config.hidden_size)
+    acc = [int(a) for a in torch.randint(1, D + 1, (raw,))]
     ref_state = runner.state.clone()
-    runner.replay(Batch.target_verify(rows, [9, 9, 9], D), x)
+    res = runner.replay(Batch.target_verify(rows, [9] * raw, D), x)
+    assert res.replayed == (raw <= BUCKETS[-1])
     runner.accept(acc)
     # reference: decode the accepted tokens of each request one by one, eagerly
-    ref = make_runner("sglang")
+    ref = make_runner(profile)
     ref.state = ref_state
     ref.pool = runner.pool
     ref.meta_backend.pool = runner.pool
-    xs = x.view(3, D, -1)
+    xs = x.view(raw, D, -1)
     for step in range(D):
-        live = [i for i in range(3) if acc[i] > step]
+        live = [i for i in range(raw) if acc[i] > step]
         ref.eager(Batch.decode(rows[live], [9] * len(live)), xs[live, step])
     for name, t in runner.state.tensors().items():
         torch.testing.assert_close(t, ref.state.tensors()[name], atol=1e-5, rtol=1e-4)
@@ -138,3 +157,58 @@ def test_integrity_catches_a_corrupting_step():
     runner.graphs[("decode", 2)].replay = corrupting_replay
     cmp = runner.compare(Batch.decode(rows, [3, 4]), torch.randn(2, runner.layer.config.hidden_size))
     assert ("ssm", victim) in cmp.integrity.changed_slots and not cmp.integrity.ok
+
+
+def test_accept_refuses_out_of_range_counts():
+    runner = make_runner("sglang", modes=["target_verify"])
+    runner.capture(progress=False)
+    rows = runner.pool.alloc(2)
+    runner.replay(Batch.target_verify(rows, [5, 5], D), torch.randn(2 * D, runner.layer.config.hidden_size))
+    before = runner.state.clone()
+    for bad, msg in (([1, 0], r"num_accepted\[1\] = 0"), ([1, D + 1], rf"num_accepted\[1\] = {D + 1}"), ([1], "shape")):
+        with pytest.raises(ValueError, match=msg):
+            runner.accept(bad)
+    for name, t in runner.state.tensors().items():
+        assert torch.equal(t, before.tensors()[name]), name  # nothing half-written
+
+
+@pytest.mark.parametrize("layer_cls,config", [(GatedDeltaNetLayer, GDNConfig), (Mamba2Layer, Mamba2Config)])
+def test_vllm_decode_only_runner_needs_no_spec_slots(layer_cls, config):
+    pool = StatePool(NUM_SLOTS, "vllm")  # one slot per request: fine when no verify graph is captured
+    layer = layer_cls(config.small(), seed=2, impl="reference")
+    runner = GraphRunner(
+        layer, pool, buckets=BUCKETS, modes=["decode"], backend="cpu", state=layer.new_state(NUM_SLOTS, seed=4)
+    )
+    runner.capture(progress=False)
+    rows = pool.alloc(5)
+    cmp = runner.compare(Batch.decode(rows, [3] * 5), torch.randn(5, layer.config.hidden_size))
+    assert cmp.ok and cmp.bucket == 8
+
+
+def test_validate_metadata_flag_catches_an_unallocated_request():
+    runner = make_runner("sglang", modes=["decode"], validate_metadata=True)
+    runner.capture(progress=False)
+    rows = runner.pool.alloc(2)
+    runner.pool.free(rows[1:])  # a stale request the scheduler still sends
+    x = torch.randn(2, runner.layer.config.hidden_size)
+    with pytest.raises(ValueError, match=r"not an allocated request|dummy slot"):
+        runner.replay(Batch.decode(rows, [3, 4]), x)
+
+
+def test_integrity_reports_a_wrong_live_output():
+    runner = make_runner("sglang", modes=["decode"])
+    runner.capture(progress=False)
+    rows = runner.pool.alloc(3)
+    graph = runner.graphs[("decode", 4)]
+    orig = graph.replay
+
+    def off_by_a_bit():
+        orig()
+        graph.outputs[1] += 1e-2  # a live row
+        graph.outputs[3] += 1.0  # a padded row
+
+    graph.replay = off_by_a_bit
+    cmp = runner.compare(Batch.decode(rows, [3, 4, 5]), torch.randn(3, runner.layer.config.hidden_size))
+    assert [t for t, _ in cmp.integrity.output_mismatches] == [1]
+    assert cmp.integrity.nonzero_padded_outputs == [3]
+    assert not cmp.bitwise_equal and not cmp.ok

@@ -59,6 +59,15 @@ class LayerState:
         return {"conv": self.conv, "ssm": self.ssm}
 
 
+def _new_state(
+    conv: tuple[int, ...], ssm: tuple[int, ...], seed: int | None, dtype: torch.dtype, device: torch.device
+) -> LayerState:
+    if seed is None:
+        return LayerState(torch.zeros(conv, dtype=dtype, device=device), torch.zeros(ssm, dtype=dtype, device=device))
+    g = torch.Generator().manual_seed(seed)
+    return LayerState(*(0.5 * torch.randn(s, generator=g).to(dtype=dtype, device=device) for s in (conv, ssm)))
+
+
 @dataclass
 class Intermediate:
     """Per-step verify buffers indexed by batch row: conv windows ``[bs, D, conv_dim, W-1]``, SSM states."""
@@ -140,12 +149,8 @@ class GatedDeltaNetLayer:
     def new_state(self, num_slots: int, *, seed: int | None = None, dtype: torch.dtype = torch.float32) -> LayerState:
         """A state pool for ``num_slots`` slots; random (never zeros) when ``seed`` is given, else zeros."""
         c = self.config
-        shapes = ((num_slots, c.conv_dim, c.conv_kernel - 1), (num_slots, c.num_v_heads, c.head_k_dim, c.head_v_dim))
-        if seed is None:
-            return LayerState(*(torch.zeros(s, dtype=dtype, device=self.device) for s in shapes))
-        g = torch.Generator().manual_seed(seed)
-        conv, ssm = (0.5 * torch.randn(s, generator=g) for s in shapes)
-        return LayerState(conv.to(dtype=dtype, device=self.device), ssm.to(dtype=dtype, device=self.device))
+        ssm = (num_slots, c.num_v_heads, c.head_k_dim, c.head_v_dim)
+        return _new_state((num_slots, c.conv_dim, c.conv_kernel - 1), ssm, seed, dtype, self.device)
 
     def new_intermediate(self, max_bs: int, draft_tokens: int, dtype: torch.dtype = torch.float32) -> Intermediate:
         c = self.config
@@ -212,30 +217,38 @@ class GatedDeltaNetLayer:
     ) -> None:
         """vLLM spec decode: the state after draft step t of row n goes to slot ``slots[n, t]``.
 
-        Skipped rows are redirected to the dummy slot (a tensor op, no host read), which nothing reads.
+        Entries the kernels skip (``<= pad``) are aimed at the dummy slot and write back its own current
+        value, so nothing changes there: a fixed-shape write with no host read, as a graph needs.
         """
         flat = slots.reshape(-1).long()
-        if pad is not None:
-            flat = torch.where(flat > pad, flat, torch.full_like(flat, dummy))
-        state.ssm.index_copy_(0, flat, inter_ssm.reshape(flat.numel(), *inter_ssm.shape[2:]))
-        state.conv.index_copy_(0, flat, inter_conv.reshape(flat.numel(), *inter_conv.shape[2:]))
+        keep = torch.ones_like(flat, dtype=torch.bool) if pad is None else flat > pad
+        target = torch.where(keep, flat, torch.full_like(flat, dummy))
+        for pool, steps in ((state.ssm, inter_ssm), (state.conv, inter_conv)):
+            new = steps.reshape(flat.numel(), *steps.shape[2:]).to(pool.dtype)
+            mask = keep.view(-1, *([1] * (new.dim() - 1)))
+            pool.index_copy_(0, target, torch.where(mask, new, pool.index_select(0, target)))
 
     def accept(self, state: LayerState, intermediate: Intermediate, meta: Metadata, num_accepted: torch.Tensor) -> None:
         """After verify (sglang): the last accepted step's conv window and SSM state go back to live slots.
 
-        ``num_accepted``: int ``[raw_bs]`` in 1..D. Runs eagerly, outside the graph, like the engine's.
-        vLLM's per-slot layout needs no accept step (every step already has its slot).
+        ``num_accepted``: int ``[raw_bs]`` in 1..D, checked on the host first (one small read; this runs
+        eagerly, outside the graph, like the engine's), so the SSM and conv scatters always agree.
+        vLLM's per-slot layout needs no accept step (every draft step already has its slot).
         """
-        r = meta.raw_batch_size
+        r, d = meta.raw_batch_size, meta.draft_tokens
         if meta.state_indices.dim() == 2:
             return
+        if tuple(num_accepted.shape) != (r,):
+            raise MetadataError(f"num_accepted: expected shape ({r},), got {tuple(num_accepted.shape)}")
+        for i, a in enumerate(num_accepted.tolist()):
+            if not 1 <= a <= d:
+                raise MetadataError(f"num_accepted[{i}] = {a}: must be in 1..D={d}")
         idx = meta.state_indices[:r]
         acc = num_accepted.to(device=idx.device)
         gdn.scatter_accepted(
             state.ssm, intermediate.ssm[:r], idx, acc, pad_slot_id=meta.profile.kernel_pad_slot_id, impl=self.impl
         )
-        step = (acc.long() - 1).clamp(min=0)
-        windows = intermediate.conv[torch.arange(r, device=idx.device), step]
+        windows = intermediate.conv[torch.arange(r, device=idx.device), acc.long() - 1]
         state.conv.index_copy_(0, idx.long(), windows.to(state.conv.dtype))
 
 
@@ -298,13 +311,10 @@ class Mamba2Layer:
     to = GatedDeltaNetLayer.to
 
     def new_state(self, num_slots: int, *, seed: int | None = None, dtype: torch.dtype = torch.float32) -> LayerState:
+        """A state pool for ``num_slots`` slots; random (never zeros) when ``seed`` is given, else zeros."""
         c = self.config
-        shapes = ((num_slots, c.conv_dim, c.conv_kernel - 1), (num_slots, c.num_heads, c.head_dim, c.state_size))
-        if seed is None:
-            return LayerState(*(torch.zeros(s, dtype=dtype, device=self.device) for s in shapes))
-        g = torch.Generator().manual_seed(seed)
-        conv, ssm = (0.5 * torch.randn(s, generator=g) for s in shapes)
-        return LayerState(conv.to(dtype=dtype, device=self.device), ssm.to(dtype=dtype, device=self.device))
+        ssm = (num_slots, c.num_heads, c.head_dim, c.state_size)
+        return _new_state((num_slots, c.conv_dim, c.conv_kernel - 1), ssm, seed, dtype, self.device)
 
     def forward(
         self, x: torch.Tensor, meta: Metadata, state: LayerState, intermediate: Intermediate | None = None

@@ -218,7 +218,7 @@ def build_metadata(
 
     seq_lens = torch.full((bs,), prof.seq_len_fill, dtype=torch.int32, device=dev)
     seq_lens[:r] = batch.seq_lens
-    rpi = torch.full((bs,), prof.reserved_request_row or 0, dtype=torch.int64, device=dev)
+    rpi = torch.full((bs,), prof.reserved_request_row, dtype=torch.int64, device=dev)
     rpi[:r] = batch.req_pool_indices
     init = torch.zeros(bs, dtype=torch.bool, device=dev)
     init[:r] = batch.prefix_lens > 0 if mode == "extend" else True
@@ -285,6 +285,11 @@ def validate(meta: Metadata, pool: StatePool) -> None:
     for name in ("seq_lens", "req_pool_indices", "has_initial_state"):
         if getattr(meta, name).shape != (bs,):
             raise _fail(name, None, f"shape {tuple(getattr(meta, name).shape)}, expected ({bs},)")
+    for name, dtype in (("req_pool_indices", torch.int64), ("has_initial_state", torch.bool)):
+        if getattr(meta, name).dtype != dtype:
+            raise _fail(name, None, f"dtype {getattr(meta, name).dtype}, expected {dtype}")
+    if meta.forward_mode == "extend" and meta.extend_lens is None:
+        raise _fail("extend_lens", None, "missing: an extend step needs its per-row lengths")
 
     idx = [v if isinstance(v, list) else [v] for v in meta.state_indices.tolist()]
     rpi = meta.req_pool_indices.tolist()
@@ -330,8 +335,38 @@ def validate(meta: Metadata, pool: StatePool) -> None:
             raise _fail("seq_lens", i, f"padded row holds {sl[i]}, expected fill {prof.seq_len_fill}")
         if i < r and sl[i] < 1:
             raise _fail("seq_lens", i, f"live row holds {sl[i]}, must be >= 1")
-        if i >= r and rpi[i] != (prof.reserved_request_row or 0):
-            raise _fail("req_pool_indices", i, f"padded row holds {rpi[i]}, expected {prof.reserved_request_row or 0}")
+        if i >= r and rpi[i] != prof.reserved_request_row:
+            raise _fail("req_pool_indices", i, f"padded row holds {rpi[i]}, expected {prof.reserved_request_row}")
+    init = meta.has_initial_state.tolist()
+    for i in range(bs):
+        if i >= r and init[i]:
+            raise _fail("has_initial_state", i, "padded row claims an initial state")
+        if i < r and meta.forward_mode in GRAPH_MODES and not init[i]:
+            raise _fail("has_initial_state", i, f"live {meta.forward_mode} row must read its state")
+    _validate_verify_extras(meta, prof)
+
+
+def _validate_verify_extras(meta: Metadata, prof: Profile) -> None:
+    """vLLM's num_accepted_tokens and sglang's by-row intermediate indices."""
+    bs, r, d = meta.batch_size, meta.raw_batch_size, meta.draft_tokens
+    acc = meta.num_accepted_tokens
+    if meta.forward_mode == "target_verify" and prof.num_accepted_fill is not None:
+        if acc is None:
+            raise _fail("num_accepted_tokens", None, f"missing: profile {prof.name!r} needs it in target_verify")
+        if acc.dtype != torch.int32 or acc.shape != (bs,):
+            raise _fail("num_accepted_tokens", None, f"{acc.dtype}{list(acc.shape)}, expected torch.int32[{bs}]")
+        for i, a in enumerate(acc.tolist()):
+            if i < r and not 1 <= a <= d:
+                raise _fail("num_accepted_tokens", i, f"live row holds {a}, must be in 1..D={d}")
+            if i >= r and a != prof.num_accepted_fill:
+                raise _fail("num_accepted_tokens", i, f"padded row holds {a}, expected fill {prof.num_accepted_fill}")
+    inter = meta.intermediate_state_indices
+    if inter is not None:
+        want = list(range(bs))
+        got = inter.tolist()
+        if got != want:
+            row = next(i for i in range(max(len(got), bs)) if i >= len(got) or i >= bs or got[i] != want[i])
+            raise _fail("intermediate_state_indices", row, "must be the batch row (arange(batch_size))")
 
 
 def _expected_lens(meta: Metadata) -> list[int]:
@@ -404,26 +439,25 @@ class MetadataBuffers:
         self._views: dict[tuple[int, int], _Views] = {}
         self.static: dict[int, Metadata] = {}
         for bs in self.buckets:
-            # At capture every row looks live with zero request indices: as in sglang, the kernels then
-            # run on mapping[0] = the dummy slot and write only there.
             meta = Metadata(
                 profile=prof,
                 forward_mode=mode,
                 raw_batch_size=bs,
                 draft_tokens=d,
-                state_indices=torch.full((bs, *self._table.shape[1:]), prof.dummy_slot, dtype=torch.int32, device=dev),
-                query_start_loc=self._qsl_steps[: bs + 1].clone(),
-                seq_lens=torch.full((bs,), prof.seq_len_fill, dtype=torch.int32, device=dev),
-                req_pool_indices=torch.zeros(bs, dtype=torch.int64, device=dev),
-                has_initial_state=torch.ones(bs, dtype=torch.bool, device=dev),
+                state_indices=torch.empty((bs, *self._table.shape[1:]), dtype=torch.int32, device=dev),
+                query_start_loc=torch.empty(bs + 1, dtype=torch.int32, device=dev),
+                seq_lens=torch.empty(bs, dtype=torch.int32, device=dev),
+                req_pool_indices=torch.empty(bs, dtype=torch.int64, device=dev),
+                has_initial_state=torch.empty(bs, dtype=torch.bool, device=dev),
                 bucket=bs,
             )
             if mode == "target_verify":
                 if prof.num_accepted_fill is not None:
-                    meta.num_accepted_tokens = torch.full((bs,), prof.num_accepted_fill, dtype=torch.int32, device=dev)
+                    meta.num_accepted_tokens = torch.empty(bs, dtype=torch.int32, device=dev)
                 if prof.verify_intermediate_by_row:
                     meta.intermediate_state_indices = torch.arange(bs, dtype=torch.int32, device=dev)
             self.static[bs] = meta
+            self.reset_for_capture(bs)
 
     def bucket_for(self, raw_bs: int) -> int | None:
         """The bucket a batch of ``raw_bs`` pads to (bisect-left), or None: above the largest, run eagerly."""
@@ -462,7 +496,7 @@ class MetadataBuffers:
         v.seq_live.copy_(batch.seq_lens)
         v.seq_pad.fill_(prof.seq_len_fill)
         v.rpi_live.copy_(batch.req_pool_indices)
-        v.rpi_pad.fill_(prof.reserved_request_row or 0)
+        v.rpi_pad.fill_(prof.reserved_request_row)
         torch.lt(v.rows, r, out=m.has_initial_state)
         if m.num_accepted_tokens is not None:
             if batch.num_accepted_tokens is not None:
@@ -495,13 +529,17 @@ class MetadataBuffers:
         return v
 
     def reset_for_capture(self, bucket: int) -> Metadata:
-        """Put ``bucket``'s buffers in their capture state (all rows live, request row 0, no padding)."""
+        """Put ``bucket``'s buffers in their capture state: all rows live, no padding, every row on request
+        row 0 and the dummy slot (as in sglang, capture runs the kernels there and writes only that slot)."""
         m = self.static[bucket]
-        m.state_indices.fill_(self.pool.profile.dummy_slot)
+        prof = self.pool.profile
+        m.state_indices.fill_(prof.dummy_slot)
         m.query_start_loc.copy_(self._qsl_steps[: bucket + 1])
-        m.seq_lens.fill_(self.pool.profile.seq_len_fill)
-        m.req_pool_indices.zero_()
+        m.seq_lens.fill_(prof.seq_len_fill)
+        m.req_pool_indices.fill_(prof.reserved_request_row)
         m.has_initial_state.fill_(True)
+        if m.num_accepted_tokens is not None:
+            m.num_accepted_tokens.fill_(prof.num_accepted_fill)
         m.raw_batch_size = bucket
         m.forward_mode = self.mode
         m.draft_tokens = self.draft_tokens

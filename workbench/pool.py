@@ -3,7 +3,8 @@
 An engine keeps each request's recurrent state in a slot of a preallocated pool (``[num_slots, ...]``) and a
 mapping ``request-pool row -> slot``. This module is that bookkeeping; the state tensors themselves live
 with the layer. Slot ``profile.dummy_slot`` is never handed out (every profile reserves slot 0: sglang's
-dummy written at capture, vLLM's null block), and sglang also reserves request-pool row 0 for padding.
+dummy written at capture, vLLM's null block), nor is request-pool row ``profile.reserved_request_row``
+(0), which padded rows point at and which maps to the dummy slot.
 """
 
 from __future__ import annotations
@@ -58,13 +59,12 @@ class StatePool:
             )
         self.max_requests = usable if max_requests is None else _as_int("max_requests", max_requests, 1)
         self.device = torch.device(device)
-        self._first_row = 0 if self.profile.reserved_request_row is None else 1
-        num_rows = self.max_requests + self._first_row
+        num_rows = self.max_requests + 1  # + the reserved row
         self.mapping = torch.full(
             (num_rows, self.slots_per_request), self.profile.dummy_slot, dtype=torch.int32, device=self.device
         )
         self._free_slots = [s for s in range(self.num_slots) if s != self.profile.dummy_slot]
-        self._free_rows = list(range(self._first_row, num_rows))
+        self._free_rows = [r for r in range(num_rows) if r != self.profile.reserved_request_row]
         self._slots_of: dict[int, list[int]] = {}
 
     # -- queries --------------------------------------------------------------------------------------

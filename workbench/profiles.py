@@ -23,7 +23,8 @@ class Profile:
         kernel_pad_slot_id: the kernels' skip rule (``kernels._common``): rows with index ``<=`` this are
             skipped; None means padded rows are really processed (on the dummy slot).
         dummy_slot: state slot never handed to a request (capture and padded rows may write it).
-        reserved_request_row: request-pool row never handed out (padded rows point at it), or None.
+        reserved_request_row: request-pool row never handed out; padded rows and capture point at it, and
+            its mapping is the dummy slot (sglang's padding row; for vLLM, the zeroed block-table row).
         seq_len_fill: value of padded rows in the static ``seq_lens`` buffer.
         num_accepted_fill: value of padded rows in ``num_accepted_tokens`` (spec decode), or None when
             the engine has no such buffer.
@@ -37,7 +38,7 @@ class Profile:
     sentinel: int
     kernel_pad_slot_id: int | None
     dummy_slot: int
-    reserved_request_row: int | None
+    reserved_request_row: int
     seq_len_fill: int
     num_accepted_fill: int | None
     spec_indices_2d: bool
@@ -87,7 +88,8 @@ PROFILES: dict[str, Profile] = {
         sentinel=0,
         kernel_pad_slot_id=0,
         dummy_slot=0,
-        reserved_request_row=None,
+        # vLLM zeroes the block-table rows of padded requests: row 0 here is that all-null row
+        reserved_request_row=0,
         seq_len_fill=0,
         num_accepted_fill=1,
         spec_indices_2d=True,

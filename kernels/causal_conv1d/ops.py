@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import torch
 
-from kernels._common import resolve_impl
+from kernels._common import FLOAT_DTYPES, INDEX_DTYPES, ArgChecker, inplace_custom_op
 
 from .reference import update_reference, varlen_reference
 
 ACTIVATIONS = (None, "silu")
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_INDEX_DTYPES = (torch.int32, torch.int64)
 
 
-@torch.library.custom_op(
-    "linattn::causal_conv1d_update", mutates_args=("conv_state", "intermediate_conv_windows", "out")
-)
+@inplace_custom_op("linattn::causal_conv1d_update", mutates_args=("conv_state", "intermediate_conv_windows", "out"))
 def _update_op(
     x: torch.Tensor,
     conv_state: torch.Tensor,
@@ -53,12 +49,7 @@ def _update_op(
     )
 
 
-@_update_op.register_fake
-def _update_fake(*args, **kwargs) -> None:
-    return None
-
-
-@torch.library.custom_op("linattn::causal_conv1d_varlen", mutates_args=("conv_state", "out"))
+@inplace_custom_op("linattn::causal_conv1d_varlen", mutates_args=("conv_state", "out"))
 def _varlen_op(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -76,49 +67,14 @@ def _varlen_op(
         from .triton_conv import varlen_triton as run
     else:
         run = varlen_reference
-    run(
-        x,
-        weight,
-        bias,
-        conv_state,
-        cache_indices,
-        has_initial_state,
-        cu_seqlens,
-        out,
-        activation,
-        pad_slot_id,
-    )
-
-
-@_varlen_op.register_fake
-def _varlen_fake(*args, **kwargs) -> None:
-    return None
+    run(x, weight, bias, conv_state, cache_indices, has_initial_state, cu_seqlens, out, activation, pad_slot_id)
 
 
 # --- validation (metadata only: shape, dtype, device) -------------------------------------------
 
 
-def _check(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ValueError(msg)
-
-
-def _check_tensor(
-    name: str,
-    t: object,
-    shape: tuple[int, ...],
-    dtypes: tuple[torch.dtype, ...],
-    device: torch.device,
-    where: str,
-) -> None:
-    _check(isinstance(t, torch.Tensor), f"{where}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    _check(tuple(t.shape) == shape, f"{where}: {name} must have shape {list(shape)}, got {list(t.shape)}")
-    _check(t.dtype in dtypes, f"{where}: {name} must have dtype in {[str(d) for d in dtypes]}, got {t.dtype}")
-    _check(t.device == device, f"{where}: {name} is on {t.device}, expected {device} (the device of x)")
-
-
 def _check_common(
-    where: str,
+    check: ArgChecker,
     x: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
@@ -128,25 +84,15 @@ def _check_common(
     pad_slot_id: int | None,
 ) -> int:
     """Checks shared by both entry points; returns the kernel width W."""
-    _check(
-        isinstance(weight, torch.Tensor) and weight.dim() == 2,
-        f"{where}: weight must be a 2-D tensor [dim, W], got {getattr(weight, 'shape', weight)}",
-    )
+    check.layout("weight", weight, "a 2-D tensor [dim, W]", 2)
     W = weight.shape[1]
-    _check(W >= 2, f"{where}: kernel width W = weight.shape[1] must be >= 2, got {W}")
-    _check_tensor("weight", weight, (dim, W), _FLOATS, x.device, where)
+    check.require(W >= 2, f"kernel width W = weight.shape[1] must be >= 2, got {W}")
+    check.tensor("weight", weight, (dim, W), FLOAT_DTYPES, x.device)
     if bias is not None:
-        _check_tensor("bias", bias, (dim,), _FLOATS, x.device, where)
-    _check(
-        isinstance(conv_state, torch.Tensor) and conv_state.dim() == 3,
-        f"{where}: conv_state must be a 3-D pool [num_slots, dim, W-1], got {getattr(conv_state, 'shape', None)}",
-    )
-    _check_tensor("conv_state", conv_state, (conv_state.shape[0], dim, W - 1), _FLOATS, x.device, where)
-    _check(activation in ACTIVATIONS, f"{where}: activation must be one of {ACTIVATIONS}, got {activation!r}")
-    _check(
-        pad_slot_id is None or (isinstance(pad_slot_id, int) and not isinstance(pad_slot_id, bool)),
-        f"{where}: pad_slot_id must be an int or None, got {pad_slot_id!r}",
-    )
+        check.tensor("bias", bias, (dim,), FLOAT_DTYPES, x.device)
+    check.pool("conv_state", conv_state, "[num_slots, dim, W-1]", (dim, W - 1), FLOAT_DTYPES, x.device)
+    check.require(activation in ACTIVATIONS, f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    check.pad_slot_id(pad_slot_id)
     return W
 
 
@@ -158,13 +104,16 @@ def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     return pa != 0 and pa == pb
 
 
-def _check_out(where: str, out: torch.Tensor, x: torch.Tensor) -> None:
-    _check_tensor("out", out, tuple(x.shape), _FLOATS, x.device, where)
+def _out(check: ArgChecker, out: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    """``out`` checked, or allocated like x when None."""
+    if out is None:
+        return torch.empty_like(x)
+    check.tensor("out", out, x.shape, FLOAT_DTYPES, x.device)
     # The kernels read a row's earlier tokens after writing its outputs: out must not share x's memory.
-    _check(
-        not _shares_storage(out, x),
-        f"{where}: out must not share memory with x (in-place convolution is not supported)",
+    check.require(
+        not _shares_storage(out, x), "out must not share memory with x (in-place convolution is not supported)"
     )
+    return out
 
 
 # --- public API ---------------------------------------------------------------------------------
@@ -205,29 +154,15 @@ def update(
         out: ``y[n, t, c] = act(bias[c] + sum_j weight[c, j] * window[c, j])`` where the window is the
         W-1 stored inputs followed by the inputs up to token t.
     """
-    where = "causal_conv1d.update"
-    _check(isinstance(x, torch.Tensor), f"{where}: x must be a torch.Tensor, got {type(x).__name__}")
-    _check(
-        x.dim() == 3,
-        f"{where}: x must be [N, L, dim] (decode: x.unsqueeze(1)), got shape {list(x.shape)}",
-    )
+    check = ArgChecker("causal_conv1d.update", device_of="x")
+    check.leading("x", x, "[N, L, dim] (decode: x.unsqueeze(1))", 3)
     N, L, dim = x.shape
-    _check(L >= 1, f"{where}: x must have at least one token per row (L >= 1), got L={L}")
-    _check(x.dtype in _FLOATS, f"{where}: x must be floating point, got {x.dtype}")
-    W = _check_common(where, x, weight, bias, conv_state, dim, activation, pad_slot_id)
-    _check_tensor("conv_state_indices", conv_state_indices, (N,), _INDEX_DTYPES, x.device, where)
+    check.require(L >= 1, f"x must have at least one token per row (L >= 1), got L={L}")
+    W = _check_common(check, x, weight, bias, conv_state, dim, activation, pad_slot_id)
+    check.tensor("conv_state_indices", conv_state_indices, (N,), INDEX_DTYPES, x.device)
     if intermediate_conv_windows is not None:
-        _check_tensor(
-            "intermediate_conv_windows",
-            intermediate_conv_windows,
-            (N, L, dim, W - 1),
-            _FLOATS,
-            x.device,
-            where,
-        )
-    if out is None:
-        out = torch.empty_like(x)
-    _check_out(where, out, x)
+        check.tensor("intermediate_conv_windows", intermediate_conv_windows, (N, L, dim, W - 1), FLOAT_DTYPES, x.device)
+    out = _out(check, out, x)
     _update_op(
         x,
         conv_state,
@@ -239,7 +174,7 @@ def update(
         activation,
         bool(disable_state_update),
         pad_slot_id,
-        resolve_impl(impl, x.device),
+        check.impl(impl, x.device),
     )
     return out
 
@@ -278,34 +213,16 @@ def varlen(
         ``x[cu[N]:]`` that no sequence owns (graph padding). Zero-length rows output nothing and
         leave their slot unchanged.
     """
-    where = "causal_conv1d.varlen"
-    _check(isinstance(x, torch.Tensor), f"{where}: x must be a torch.Tensor, got {type(x).__name__}")
-    _check(x.dim() == 2, f"{where}: x must be [T, dim] (packed tokens), got shape {list(x.shape)}")
-    _check(x.dtype in _FLOATS, f"{where}: x must be floating point, got {x.dtype}")
+    check = ArgChecker("causal_conv1d.varlen", device_of="x")
+    check.leading("x", x, "[T, dim] (packed tokens)", 2)
     dim = x.shape[1]
-    _check_common(where, x, weight, bias, conv_state, dim, activation, pad_slot_id)
-    _check(
-        isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.dim() == 1 and cu_seqlens.shape[0] >= 1,
-        f"{where}: cu_seqlens must be a 1-D tensor [N+1], got {getattr(cu_seqlens, 'shape', cu_seqlens)}",
-    )
-    N = cu_seqlens.shape[0] - 1
-    _check_tensor("cu_seqlens", cu_seqlens, (N + 1,), _INDEX_DTYPES, x.device, where)
-    _check_tensor("cache_indices", cache_indices, (N,), _INDEX_DTYPES, x.device, where)
-    _check_tensor("has_initial_state", has_initial_state, (N,), (torch.bool,), x.device, where)
-    if out is None:
-        out = torch.empty_like(x)
-    _check_out(where, out, x)
+    _check_common(check, x, weight, bias, conv_state, dim, activation, pad_slot_id)
+    N = check.cu_seqlens(cu_seqlens, x.device)
+    check.tensor("cache_indices", cache_indices, (N,), INDEX_DTYPES, x.device)
+    check.tensor("has_initial_state", has_initial_state, (N,), (torch.bool,), x.device)
+    out = _out(check, out, x)
+    impl = check.impl(impl, x.device)
     _varlen_op(
-        x,
-        weight,
-        bias,
-        conv_state,
-        cache_indices,
-        has_initial_state,
-        cu_seqlens,
-        out,
-        activation,
-        pad_slot_id,
-        resolve_impl(impl, x.device),
+        x, weight, bias, conv_state, cache_indices, has_initial_state, cu_seqlens, out, activation, pad_slot_id, impl
     )
     return out

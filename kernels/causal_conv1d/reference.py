@@ -13,34 +13,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels._common import skipped_rows
-
-
-def _compute_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
-    """float64 if any input is float64, else float32 (fp16/bf16 are never accumulated in)."""
-    if any(t is not None and t.dtype == torch.float64 for t in tensors):
-        return torch.float64
-    return torch.float32
+from kernels._common import compute_dtype, live_rows_and_slots
 
 
 def _activate(y: torch.Tensor, activation: str | None) -> torch.Tensor:
     return F.silu(y) if activation == "silu" else y
-
-
-def _live_rows_and_slots(
-    indices: torch.Tensor, pad_slot_id: int | None, num_slots: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows that are processed under the padding rule, and their slots (checked against the pool)."""
-    rows = (~skipped_rows(indices, pad_slot_id)).nonzero().squeeze(1)
-    slots = indices[rows].long()
-    bad = (slots < 0) | (slots >= num_slots)
-    if bool(bad.any()):
-        row = int(rows[bad.nonzero()[0, 0]])
-        raise IndexError(
-            f"row {row} has slot {int(indices[row])}, outside the pool [0, {num_slots}) and not skipped "
-            f"under pad_slot_id={pad_slot_id}"
-        )
-    return rows, slots
 
 
 def update_reference(
@@ -60,13 +37,13 @@ def update_reference(
     x [N, L, dim]; conv_state [num_slots, dim, W-1]; weight [dim, W]; bias [dim] or None;
     conv_state_indices [N] int; intermediate_conv_windows [N, L, dim, W-1] or None; out [N, L, dim].
     """
-    ct = _compute_dtype(x, conv_state, weight, bias)
+    ct = compute_dtype(x, conv_state, weight, bias)
     w = weight.to(ct)  # [dim, W]
     b = bias.to(ct) if bias is not None else torch.zeros((), dtype=ct, device=x.device)
 
     # Skipped rows (and only they) keep these zeros: deterministic, never uninitialised memory.
     out.zero_()
-    rows, slots = _live_rows_and_slots(conv_state_indices, pad_slot_id, conv_state.shape[0])
+    rows, slots = live_rows_and_slots(conv_state_indices, pad_slot_id, conv_state.shape[0])
 
     window = conv_state[slots].to(ct)  # [R, dim, W-1]: the W-1 previous inputs, oldest first
     for t in range(x.shape[1]):
@@ -99,13 +76,13 @@ def varlen_reference(
     cache_indices [N] int; has_initial_state [N] bool; cu_seqlens [N+1] int; out [T, dim].
     Tokens owned by no processed sequence (skipped rows, the tail after ``cu_seqlens[N]``) get zeros.
     """
-    ct = _compute_dtype(x, conv_state, weight, bias)
+    ct = compute_dtype(x, conv_state, weight, bias)
     dim, W = weight.shape
     w = weight.to(ct)
     b = bias.to(ct) if bias is not None else torch.zeros((), dtype=ct, device=x.device)
 
     out.zero_()
-    rows, slots = _live_rows_and_slots(cache_indices, pad_slot_id, conv_state.shape[0])
+    rows, slots = live_rows_and_slots(cache_indices, pad_slot_id, conv_state.shape[0])
     bounds = cu_seqlens.tolist()
     for row, slot in zip(rows.tolist(), slots.tolist(), strict=True):
         bos, eos = bounds[row], bounds[row + 1]

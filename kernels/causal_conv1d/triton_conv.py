@@ -20,6 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels._triton_helpers import sigmoid
+
 
 @triton.jit
 def _ext_at(state_cols, x_chans, p, zero, state_ok, c_mask, stride_s_w, stride_x_t, W: tl.constexpr):
@@ -34,13 +36,6 @@ def _ext_at(state_cols, x_chans, p, zero, state_ok, c_mask, stride_s_w, stride_x
     from_state = tl.load(state_cols + p * stride_s_w, mask=state_ok & in_state, other=0.0)
     from_x = tl.load(x_chans + (p - (W - 1)) * stride_x_t, mask=c_mask & (p + zero >= W - 1), other=0.0)
     return tl.where(in_state, from_state.to(tl.float32), from_x.to(tl.float32))
-
-
-@triton.jit
-def _sigmoid(v):
-    """1 / (1 + exp(-v)) from exp(-|v|), which cannot overflow."""
-    e = tl.exp(-tl.abs(v))
-    return tl.where(v >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 @triton.jit
@@ -134,7 +129,7 @@ def _causal_conv1d_kernel(
             if HAS_INTER and j >= 1:
                 tl.store(inter_chans + (j - 1) * stride_i_w, v.to(inter_ptr.dtype.element_ty), mask=c_mask & live)
         if SILU:
-            acc = acc * _sigmoid(acc)
+            acc = acc * sigmoid(acc)
         acc = tl.where(live, acc, 0.0)  # skipped rows and tail tokens: zeros, never garbage
         tl.store(out_chans + t * stride_o_t, acc.to(out_ptr.dtype.element_ty), mask=c_mask)
 
@@ -146,6 +141,9 @@ def _causal_conv1d_kernel(
         for j in tl.static_range(W - 1):
             v = _ext_at(state_cols, x_chans, seq_len + j, zero, state_ok, c_mask, stride_s_w, stride_x_t, W)
             tl.store(state_cols + j * stride_s_w, v.to(state_ptr.dtype.element_ty), mask=keep)
+
+
+_NO_INTER_STRIDES = (0, 0, 0, 0)  # strides of the intermediate windows when there are none
 
 
 def _block_d(dim: int) -> int:
@@ -170,7 +168,7 @@ def update_triton(
     if N == 0:
         return
     inter = intermediate_conv_windows
-    inter_strides = inter.stride() if inter is not None else (0, 0, 0, 0)
+    inter_strides = inter.stride() if inter is not None else _NO_INTER_STRIDES
     block_d = _block_d(dim)
     grid = (N, triton.cdiv(dim, block_d))
     _causal_conv1d_kernel[grid](
@@ -189,11 +187,8 @@ def update_triton(
         L,
         pad_slot_id if pad_slot_id is not None else 0,
         *x.stride(),
-        weight.stride(0),
-        weight.stride(1),
-        conv_state.stride(0),
-        conv_state.stride(1),
-        conv_state.stride(2),
+        *weight.stride(),
+        *conv_state.stride(),
         *inter_strides,
         *out.stride(),
         W=W,
@@ -240,18 +235,12 @@ def varlen_triton(
         dim,
         0,
         pad_slot_id if pad_slot_id is not None else 0,
-        0,
+        0,  # stride_x_n: x is [T, dim]
         *x.stride(),
-        weight.stride(0),
-        weight.stride(1),
-        conv_state.stride(0),
-        conv_state.stride(1),
-        conv_state.stride(2),
-        0,
-        0,
-        0,
-        0,
-        0,
+        *weight.stride(),
+        *conv_state.stride(),
+        *_NO_INTER_STRIDES,
+        0,  # stride_o_n: out is [T, dim]
         *out.stride(),
         W=W,
         BLOCK_D=block_d,

@@ -13,57 +13,26 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from kernels._common import resolve_impl
+from kernels._common import FLOAT_DTYPES, INDEX_DTYPES, ArgChecker, compute_dtype, inplace_custom_op
 from kernels.gated_delta_rule import reference as ref
-
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-INDEX_DTYPES = (torch.int32, torch.int64)
-
 
 # ----------------------------------------------------------------------------------------------- checks
 
 
-def _tensor(name: str, t: object, shape_doc: str, ndim: int, dtypes: tuple, device: torch.device | None):
-    if not isinstance(t, torch.Tensor):
-        raise ValueError(f"{name}: expected a torch.Tensor {shape_doc}, got {type(t).__name__}")
-    if t.dim() != ndim:
-        raise ValueError(f"{name}: expected {ndim} dims {shape_doc}, got shape {tuple(t.shape)}")
-    if t.dtype not in dtypes:
-        names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
-        raise ValueError(f"{name}: expected dtype in ({names}), got {t.dtype}")
-    if device is not None and t.device != device:
-        raise ValueError(f"{name}: expected device {device} (that of q), got {t.device}")
-    return t
-
-
-def _shape(name: str, t: torch.Tensor, expected: tuple[int, ...], doc: str) -> None:
-    if tuple(t.shape) != tuple(expected):
-        raise ValueError(f"{name}: expected shape {doc} = {tuple(expected)}, got {tuple(t.shape)}")
-
-
-def _check_qkv(q, k, v) -> tuple[int, int, int, int, int]:
+def _check_qkv(check: ArgChecker, q, k, v) -> tuple[int, int, int, int, int]:
     """Returns (T, H, K, HV, V)."""
-    _tensor("q", q, "[T, H, K]", 3, FLOAT_DTYPES, None)
-    dev = q.device
-    _tensor("k", k, "[T, H, K]", 3, FLOAT_DTYPES, dev)
-    _tensor("v", v, "[T, HV, V]", 3, FLOAT_DTYPES, dev)
+    check.leading("q", q, "[T, H, K]", 3)
     T, H, K = q.shape
-    _shape("k", k, (T, H, K), "[T, H, K] like q")
-    if v.shape[0] != T:
-        raise ValueError(f"v: expected {T} tokens (q.shape[0]), got shape {tuple(v.shape)}")
+    check.tensor("k", k, (T, H, K), FLOAT_DTYPES, q.device)
+    check.layout("v", v, f"[T={T}, HV, V]", 3, length=T)
     HV, V = v.shape[1], v.shape[2]
     if H == 0 or K == 0 or V == 0 or HV % H != 0:
-        raise ValueError(
+        check.fail(
             f"v: value heads HV={HV} must be a positive multiple of q/k heads H={H} (GVA), "
             f"with K={K} and V={V} positive"
         )
+    check.tensor("v", v, (T, HV, V), FLOAT_DTYPES, q.device)
     return T, H, K, HV, V
-
-
-def _check_gates(name_g: str, g, name_b: str, b, T: int, HV: int, dev: torch.device) -> None:
-    for name, t in ((name_g, g), (name_b, b)):
-        _tensor(name, t, "[T, HV]", 2, FLOAT_DTYPES, dev)
-        _shape(name, t, (T, HV), "[T, HV]")
 
 
 def _value_checks(dev: torch.device) -> bool:
@@ -79,6 +48,7 @@ def _is_skipped(slot: int, pad_slot_id: int | None) -> bool:
 
 
 def _check_rows(
+    check: ArgChecker,
     state: torch.Tensor,
     state_indices: torch.Tensor,
     cu_seqlens: torch.Tensor,
@@ -94,34 +64,29 @@ def _check_rows(
 
     cu_seqlens[-1] may be < T: a graph's static buffers hold a bucket's worth of tokens and the tokens
     past the last row belong to nobody (their outputs are written as zeros)."""
-    _tensor("state", state, "[num_slots, HV, K, V]", 4, FLOAT_DTYPES, dev)
-    if tuple(state.shape[1:]) != (HV, K, V):
-        raise ValueError(
-            f"state: expected [num_slots, HV, K, V] with (HV, K, V) = {(HV, K, V)}, got {tuple(state.shape)}"
-        )
-    _tensor("state_indices", state_indices, "[N]", 1, INDEX_DTYPES, dev)
+    check.pool("state", state, "[num_slots, HV, K, V]", (HV, K, V), FLOAT_DTYPES, dev)
+    check.layout("state_indices", state_indices, "[N]", 1)
     N = state_indices.shape[0]
-    _tensor("cu_seqlens", cu_seqlens, "[N+1]", 1, INDEX_DTYPES, dev)
-    _shape("cu_seqlens", cu_seqlens, (N + 1,), "[N+1] with N = len(state_indices)")
+    check.tensor("state_indices", state_indices, (N,), INDEX_DTYPES, dev)
+    check.tensor("cu_seqlens", cu_seqlens, (N + 1,), INDEX_DTYPES, dev)
     if has_initial_state is not None:
-        _tensor("has_initial_state", has_initial_state, "[N]", 1, (torch.bool, *INDEX_DTYPES), dev)
-        _shape("has_initial_state", has_initial_state, (N,), "[N]")
+        check.tensor("has_initial_state", has_initial_state, (N,), (torch.bool, *INDEX_DTYPES), dev)
     if pad_slot_id is not None and not isinstance(pad_slot_id, int):
-        raise ValueError(f"pad_slot_id: expected an int or None, got {pad_slot_id!r}")
+        check.fail(f"pad_slot_id: expected an int or None, got {pad_slot_id!r}")
     if not _value_checks(dev):
         return N
     cu = cu_seqlens.tolist()
     if cu[0] != 0:
-        raise ValueError(f"cu_seqlens: must start at 0, got cu_seqlens[0] = {cu[0]}")
+        check.fail(f"cu_seqlens: must start at 0, got cu_seqlens[0] = {cu[0]}")
     for n in range(N):
         if cu[n + 1] < cu[n]:
-            raise ValueError(f"cu_seqlens: must be non-decreasing, row {n}: {cu[n]} -> {cu[n + 1]}")
+            check.fail(f"cu_seqlens: must be non-decreasing, row {n}: {cu[n]} -> {cu[n + 1]}")
     if cu[-1] > T:
-        raise ValueError(f"cu_seqlens: last entry {cu[-1]} exceeds the number of tokens T={T}")
+        check.fail(f"cu_seqlens: last entry {cu[-1]} exceeds the number of tokens T={T}")
     num_slots = state.shape[0]
     for n, slot in enumerate(state_indices.tolist()):
         if not _is_skipped(slot, pad_slot_id) and not 0 <= slot < num_slots:
-            raise ValueError(
+            check.fail(
                 f"state_indices: row {n} has slot {slot}, outside [0, {num_slots}) "
                 f"(and not a padding row under pad_slot_id={pad_slot_id})"
             )
@@ -129,61 +94,41 @@ def _check_rows(
 
 
 def _check_intermediate(
-    inter: torch.Tensor, N: int, HV: int, K: int, V: int, cu_seqlens: torch.Tensor, dev: torch.device
+    check: ArgChecker, inter, N: int, HV: int, K: int, V: int, cu_seqlens: torch.Tensor, dev: torch.device
 ) -> None:
-    _tensor("intermediate_states", inter, "[N, D, HV, K, V]", 5, FLOAT_DTYPES, dev)
-    if inter.shape[0] != N or tuple(inter.shape[2:]) != (HV, K, V):
-        raise ValueError(
-            f"intermediate_states: expected [N, D, HV, K, V] with N={N}, (HV, K, V)={(HV, K, V)}, "
-            f"got {tuple(inter.shape)}"
-        )
+    check.layout("intermediate_states", inter, "[N, D, HV, K, V]", 5)
+    check.tensor("intermediate_states", inter, (N, None, HV, K, V), FLOAT_DTYPES, dev)
     if _value_checks(dev) and N > 0:
         lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
         D = inter.shape[1]
         for n, length in enumerate(lengths):
             if length > D:
-                raise ValueError(
+                check.fail(
                     f"intermediate_states: depth D={D} < length {length} of row {n}; D must be >= every row's length"
                 )
 
 
-def _resolve_scale(scale: float | None, K: int) -> float:
+def _resolve_scale(check: ArgChecker, scale: float | None, K: int) -> float:
     if scale is None:
         return K**-0.5
     if not isinstance(scale, (int, float)) or scale != scale or abs(scale) == float("inf"):
-        raise ValueError(f"scale: expected a finite float, got {scale!r}")
+        check.fail(f"scale: expected a finite float, got {scale!r}")
     return float(scale)
 
 
-def _check_triton_dtypes(state: torch.Tensor, inter: torch.Tensor | None) -> None:
+def _check_triton_dtypes(check: ArgChecker, state: torch.Tensor, inter: torch.Tensor | None) -> None:
     if state.dtype != torch.float32:
-        raise ValueError(f"state: impl='triton' keeps float32 state pools, got {state.dtype}")
+        check.fail(f"state: impl='triton' keeps float32 state pools, got {state.dtype}")
     if inter is not None and inter.dtype != torch.float32:
-        raise ValueError(f"intermediate_states: impl='triton' writes float32, got {inter.dtype}")
-
-
-def _prepare_out(out: torch.Tensor | None, T: int, HV: int, V: int, v: torch.Tensor) -> torch.Tensor:
-    if out is None:
-        return torch.empty((T, HV, V), dtype=v.dtype, device=v.device)
-    _tensor("out", out, "[T, HV, V]", 3, (v.dtype,), v.device)
-    _shape("out", out, (T, HV, V), "[T, HV, V]")
-    if out.stride(-1) != 1 and V > 1:
-        raise ValueError(f"out: the last dim must be contiguous, got strides {out.stride()}")
-    return out
-
-
-def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
-    return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
+        check.fail(f"intermediate_states: impl='triton' writes float32, got {inter.dtype}")
 
 
 def _common(
+    check: ArgChecker,
     q,
     k,
     v,
-    g_name,
-    g,
-    b_name,
-    b,
+    gates: dict[str, torch.Tensor],
     state,
     state_indices,
     cu_seqlens,
@@ -193,24 +138,73 @@ def _common(
     scale,
     impl,
 ):
-    """Validation shared by recurrent / fused_gating / chunked. Returns (T, HV, V, scale, impl)."""
-    T, H, K, HV, V = _check_qkv(q, k, v)
+    """Validation shared by recurrent / fused_gating / chunked; gates: the two [T, HV] inputs by name.
+    Returns (T, HV, V, scale, impl)."""
+    T, H, K, HV, V = _check_qkv(check, q, k, v)
     dev = q.device
-    _check_gates(g_name, g, b_name, b, T, HV, dev)
-    N = _check_rows(state, state_indices, cu_seqlens, has_initial_state, T, HV, K, V, pad_slot_id, dev)
+    for name, t in gates.items():
+        check.tensor(name, t, (T, HV), FLOAT_DTYPES, dev)
+    N = _check_rows(check, state, state_indices, cu_seqlens, has_initial_state, T, HV, K, V, pad_slot_id, dev)
     if intermediate_states is not None:
-        _check_intermediate(intermediate_states, N, HV, K, V, cu_seqlens, dev)
-    scale = _resolve_scale(scale, K)
-    impl = resolve_impl(impl, dev)
+        _check_intermediate(check, intermediate_states, N, HV, K, V, cu_seqlens, dev)
+    scale = _resolve_scale(check, scale, K)
+    impl = check.impl(impl, dev)
     if impl == "triton":
-        _check_triton_dtypes(state, intermediate_states)
+        _check_triton_dtypes(check, state, intermediate_states)
     return T, HV, V, scale, impl
+
+
+def _out_and_inputs(check: ArgChecker, out: torch.Tensor | None, q, k, v, T: int, HV: int, V: int):
+    """`out` (allocated like v when None, else checked) and q, k, v with a contiguous last dim, as the
+    kernels read them. Returns (out, q, k, v)."""
+    if out is None:
+        out = torch.empty((T, HV, V), dtype=v.dtype, device=v.device)
+    else:
+        check.tensor("out", out, (T, HV, V), (v.dtype,), v.device)
+        if out.stride(-1) != 1 and V > 1:
+            check.fail(f"out: the last dim must be contiguous, got strides {out.stride()}")
+    return out, _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+
+
+def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
 
 
 # ------------------------------------------------------------------------------------------ custom ops
 
 
-@torch.library.custom_op("linattn::gdn_recurrent", mutates_args=("state", "out", "intermediate_states"))
+def _run_recurrent(
+    impl: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    state_indices: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    out: torch.Tensor,
+    gating: tuple[torch.Tensor, torch.Tensor, float, float] | None,
+    kw: dict,
+) -> None:
+    """Body of gdn_recurrent and gdn_fused_gating. With ``gating=(A_log, dt_bias, softplus_beta,
+    softplus_threshold)``, ``g`` and ``beta`` are the logits ``a`` and ``b``; the gates are computed from
+    them inside the Triton kernel, or by ``reference.gating`` before the reference recurrence."""
+    if impl == "triton":
+        from kernels.gated_delta_rule.triton_recurrent import launch_recurrent
+
+        launch_recurrent(q, k, v, g, beta, state, state_indices, cu_seqlens, out, gating=gating, **kw)
+        return
+    if gating is not None:
+        A_log, dt_bias, softplus_beta, softplus_threshold = gating
+        dtype = compute_dtype(q, k, v, g, beta, state)
+        g, beta = ref.gating(
+            g, beta, A_log, dt_bias, softplus_beta=softplus_beta, softplus_threshold=softplus_threshold, dtype=dtype
+        )
+    ref.recurrent_reference(q, k, v, g, beta, state, state_indices, cu_seqlens, out, **kw)
+
+
+@inplace_custom_op("linattn::gdn_recurrent", mutates_args=("state", "out", "intermediate_states"))
 def _gdn_recurrent_op(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -237,15 +231,10 @@ def _gdn_recurrent_op(
         disable_state_update=disable_state_update,
         pad_slot_id=pad_slot_id,
     )
-    if impl == "triton":
-        from kernels.gated_delta_rule.triton_recurrent import launch_recurrent
-
-        launch_recurrent(q, k, v, g, beta, state, state_indices, cu_seqlens, out, **kw)
-    else:
-        ref.recurrent_reference(q, k, v, g, beta, state, state_indices, cu_seqlens, out, **kw)
+    _run_recurrent(impl, q, k, v, g, beta, state, state_indices, cu_seqlens, out, None, kw)
 
 
-@torch.library.custom_op("linattn::gdn_fused_gating", mutates_args=("state", "out", "intermediate_states"))
+@inplace_custom_op("linattn::gdn_fused_gating", mutates_args=("state", "out", "intermediate_states"))
 def _gdn_fused_gating_op(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -276,26 +265,11 @@ def _gdn_fused_gating_op(
         disable_state_update=disable_state_update,
         pad_slot_id=pad_slot_id,
     )
-    if impl == "triton":
-        from kernels.gated_delta_rule.triton_recurrent import launch_recurrent
-
-        gating = (A_log, dt_bias, softplus_beta, softplus_threshold)
-        launch_recurrent(q, k, v, a, b, state, state_indices, cu_seqlens, out, gating=gating, **kw)
-    else:
-        dtype = ref.compute_dtype(q, k, v, a, b, state)
-        g, beta = ref.gating(
-            a,
-            b,
-            A_log,
-            dt_bias,
-            softplus_beta=softplus_beta,
-            softplus_threshold=softplus_threshold,
-            dtype=dtype,
-        )
-        ref.recurrent_reference(q, k, v, g, beta, state, state_indices, cu_seqlens, out, **kw)
+    gating = (A_log, dt_bias, softplus_beta, softplus_threshold)
+    _run_recurrent(impl, q, k, v, a, b, state, state_indices, cu_seqlens, out, gating, kw)
 
 
-@torch.library.custom_op("linattn::gdn_chunked", mutates_args=("state", "out"))
+@inplace_custom_op("linattn::gdn_chunked", mutates_args=("state", "out"))
 def _gdn_chunked_op(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -323,14 +297,13 @@ def _gdn_chunked_op(
         chunk_size=chunk_size,
     )
     if impl == "triton":
-        from kernels.gated_delta_rule.triton_chunked import launch_chunked
-
-        launch_chunked(q, k, v, g, beta, state, state_indices, cu_seqlens, out, **kw)
+        from kernels.gated_delta_rule.triton_chunked import launch_chunked as run
     else:
-        ref.chunked_reference(q, k, v, g, beta, state, state_indices, cu_seqlens, out, **kw)
+        run = ref.chunked_reference
+    run(q, k, v, g, beta, state, state_indices, cu_seqlens, out, **kw)
 
 
-@torch.library.custom_op("linattn::gdn_scatter_accepted", mutates_args=("state",))
+@inplace_custom_op("linattn::gdn_scatter_accepted", mutates_args=("state",))
 def _gdn_scatter_accepted_op(
     state: torch.Tensor,
     intermediate_states: torch.Tensor,
@@ -340,16 +313,10 @@ def _gdn_scatter_accepted_op(
     impl: str,
 ) -> None:
     if impl == "triton":
-        from kernels.gated_delta_rule.triton_recurrent import launch_scatter_accepted
-
-        launch_scatter_accepted(state, intermediate_states, state_indices, num_accepted, pad_slot_id=pad_slot_id)
+        from kernels.gated_delta_rule.triton_recurrent import launch_scatter_accepted as run
     else:
-        ref.scatter_accepted_reference(state, intermediate_states, state_indices, num_accepted, pad_slot_id=pad_slot_id)
-
-
-# All four return nothing and only mutate their arguments, so their fake (meta) kernels do nothing.
-for _op in (_gdn_recurrent_op, _gdn_fused_gating_op, _gdn_chunked_op, _gdn_scatter_accepted_op):
-    _op.register_fake(lambda *args, **kwargs: None)
+        run = ref.scatter_accepted_reference
+    run(state, intermediate_states, state_indices, num_accepted, pad_slot_id=pad_slot_id)
 
 
 # --------------------------------------------------------------------------------------- public API
@@ -396,14 +363,13 @@ def recurrent(
         out [T, HV, V], dtype of v. Zero-length rows write nothing;
         rows sharing a slot give undefined results.
     """
+    check = ArgChecker("gated_delta_rule.recurrent", device_of="q")
     T, HV, V, scale, impl = _common(
+        check,
         q,
         k,
         v,
-        "g",
-        g,
-        "beta",
-        beta,
+        {"g": g, "beta": beta},
         state,
         state_indices,
         cu_seqlens,
@@ -413,8 +379,7 @@ def recurrent(
         scale,
         impl,
     )
-    out = _prepare_out(out, T, HV, V, v)
-    q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+    out, q, k, v = _out_and_inputs(check, out, q, k, v, T, HV, V)
     torch.ops.linattn.gdn_recurrent(
         q,
         k,
@@ -464,14 +429,13 @@ def fused_gating(
     g = -exp(A_log) * softplus(a + dt_bias) (torch softplus with softplus_beta / softplus_threshold),
     beta = sigmoid(b). Every other argument and the return value are those of `recurrent`.
     """
+    check = ArgChecker("gated_delta_rule.fused_gating", device_of="q")
     T, HV, V, scale, impl = _common(
+        check,
         q,
         k,
         v,
-        "a",
-        a,
-        "b",
-        b,
+        {"a": a, "b": b},
         state,
         state_indices,
         cu_seqlens,
@@ -482,13 +446,11 @@ def fused_gating(
         impl,
     )
     for name, t in (("A_log", A_log), ("dt_bias", dt_bias)):
-        _tensor(name, t, "[HV]", 1, FLOAT_DTYPES, q.device)
-        _shape(name, t, (HV,), "[HV]")
+        check.tensor(name, t, (HV,), FLOAT_DTYPES, q.device)
     for name, x in (("softplus_beta", softplus_beta), ("softplus_threshold", softplus_threshold)):
         if not isinstance(x, (int, float)) or not x > 0 or x == float("inf"):
-            raise ValueError(f"{name}: expected a finite positive float, got {x!r}")
-    out = _prepare_out(out, T, HV, V, v)
-    q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+            check.fail(f"{name}: expected a finite positive float, got {x!r}")
+    out, q, k, v = _out_and_inputs(check, out, q, k, v, T, HV, V)
     A_log, dt_bias = A_log.contiguous(), dt_bias.contiguous()
     torch.ops.linattn.gdn_fused_gating(
         q,
@@ -540,21 +502,20 @@ def chunked(
     Chunks of `chunk_size` tokens restart at every sequence's first token. `intermediate_states` is not
     supported (use `recurrent` for target-verify). impl="triton" needs chunk_size a power of two >= 16.
     """
+    check = ArgChecker("gated_delta_rule.chunked", device_of="q")
     if intermediate_states is not None:
-        raise ValueError(
+        check.fail(
             "intermediate_states: not supported by chunked(); per-token states are a target-verify "
             "feature, use recurrent() for it"
         )
     if not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
+        check.fail(f"chunk_size: expected a positive int, got {chunk_size!r}")
     T, HV, V, scale, impl = _common(
+        check,
         q,
         k,
         v,
-        "g",
-        g,
-        "beta",
-        beta,
+        {"g": g, "beta": beta},
         state,
         state_indices,
         cu_seqlens,
@@ -565,9 +526,8 @@ def chunked(
         impl,
     )
     if impl == "triton" and (chunk_size < 16 or chunk_size & (chunk_size - 1)):
-        raise ValueError(f"chunk_size: impl='triton' needs a power of two >= 16 (tl.dot), got {chunk_size}")
-    out = _prepare_out(out, T, HV, V, v)
-    q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+        check.fail(f"chunk_size: impl='triton' needs a power of two >= 16 (tl.dot), got {chunk_size}")
+    out, q, k, v = _out_and_inputs(check, out, q, k, v, T, HV, V)
     torch.ops.linattn.gdn_chunked(
         q,
         k,
@@ -610,32 +570,26 @@ def scatter_accepted(
     check would need a host read, so there the triton kernel writes nothing for an out-of-range row and
     the reference (boolean-mask selection, one host sync) raises an indexing error.
     """
-    _tensor("intermediate_states", intermediate_states, "[N, D, HV, K, V]", 5, FLOAT_DTYPES, None)
+    check = ArgChecker("gated_delta_rule.scatter_accepted", device_of="intermediate_states")
+    check.leading("intermediate_states", intermediate_states, "[N, D, HV, K, V]", 5)
     dev = intermediate_states.device
     N, D, HV, K, V = intermediate_states.shape
-    _tensor("state", state, "[num_slots, HV, K, V]", 4, FLOAT_DTYPES, dev)
-    if tuple(state.shape[1:]) != (HV, K, V):
-        raise ValueError(
-            f"state: expected [num_slots, HV, K, V] with (HV, K, V) = {(HV, K, V)} from intermediate_states, "
-            f"got {tuple(state.shape)}"
-        )
-    _tensor("state_indices", state_indices, "[N]", 1, INDEX_DTYPES, dev)
-    _shape("state_indices", state_indices, (N,), "[N] with N = intermediate_states.shape[0]")
-    _tensor("num_accepted", num_accepted, "[N]", 1, INDEX_DTYPES, dev)
-    _shape("num_accepted", num_accepted, (N,), "[N]")
-    impl = resolve_impl(impl, dev)
+    check.pool("state", state, "[num_slots, HV, K, V]", (HV, K, V), FLOAT_DTYPES, dev)
+    check.tensor("state_indices", state_indices, (N,), INDEX_DTYPES, dev)
+    check.tensor("num_accepted", num_accepted, (N,), INDEX_DTYPES, dev)
+    impl = check.impl(impl, dev)
     if impl == "triton":
-        _check_triton_dtypes(state, intermediate_states)
+        _check_triton_dtypes(check, state, intermediate_states)
         for name, t in (("state", state), ("intermediate_states", intermediate_states)):
             if t.stride(-1) != 1 or t.stride(-2) != V:
-                raise ValueError(f"{name}: impl='triton' needs contiguous (K, V) dims, got strides {t.stride()}")
+                check.fail(f"{name}: impl='triton' needs contiguous (K, V) dims, got strides {t.stride()}")
     if _value_checks(dev):
         num_slots = state.shape[0]
         for n, (slot, acc) in enumerate(zip(state_indices.tolist(), num_accepted.tolist(), strict=True)):
             if _is_skipped(slot, pad_slot_id):
                 continue
             if not 1 <= acc <= D:
-                raise ValueError(f"num_accepted: row {n} has {acc}, must be in 1..D={D} for a live row")
+                check.fail(f"num_accepted: row {n} has {acc}, must be in 1..D={D} for a live row")
             if not 0 <= slot < num_slots:
-                raise ValueError(f"state_indices: row {n} has slot {slot}, outside [0, {num_slots})")
+                check.fail(f"state_indices: row {n} has slot {slot}, outside [0, {num_slots})")
     torch.ops.linattn.gdn_scatter_accepted(state, intermediate_states, state_indices, num_accepted, pad_slot_id, impl)

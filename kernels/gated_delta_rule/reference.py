@@ -15,17 +15,14 @@ so a graph recorder sees one op and never these syncs. They trust their inputs: 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
-from kernels._common import skipped_rows
+from kernels._common import compute_dtype, skipped_rows
 
 L2NORM_EPS = 1e-6
-
-
-def compute_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
-    """float64 if any given floating tensor is float64, else float32."""
-    return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
 def l2norm(x: torch.Tensor, eps: float = L2NORM_EPS) -> torch.Tensor:
@@ -52,29 +49,54 @@ def gating(
     return g, torch.sigmoid(b.to(dtype))
 
 
-def _prepare_qk(
-    q: torch.Tensor, k: torch.Tensor, HV: int, scale: float, use_qk_l2norm: bool, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cast, optionally L2-normalise, scale q, and expand H q/k heads to HV value heads (GVA)."""
-    q, k = q.to(dtype), k.to(dtype)
-    if use_qk_l2norm:
-        q, k = l2norm(q), l2norm(k)
-    group = HV // q.shape[1]  # value head h reads q/k head h // group
-    return (q * scale).repeat_interleave(group, dim=1), k.repeat_interleave(group, dim=1)
+@dataclass
+class _Batch:
+    """The inputs as the recurrence reads them, and host copies of the per-row metadata."""
+
+    q: torch.Tensor  # [T, HV, K] in the arithmetic dtype, (L2-normalised,) scaled, one per value head (GVA)
+    k: torch.Tensor  # [T, HV, K] likewise, unscaled
+    v: torch.Tensor  # [T, HV, V]
+    g: torch.Tensor  # [T, HV]
+    beta: torch.Tensor  # [T, HV]
+    bounds: list[int]  # cu_seqlens: row n owns tokens bounds[n] .. bounds[n+1]-1
+    slots: list[int]
+    skipped: list[bool]  # the padding rule of kernels/_common.py
+    has_init: list[bool]
 
 
-def _row_plan(
+def _prepare(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
     state_indices: torch.Tensor,
     cu_seqlens: torch.Tensor,
     has_initial_state: torch.Tensor | None,
     pad_slot_id: int | None,
-) -> tuple[list[int], list[int], list[bool], list[bool]]:
-    """Host copies of the per-row metadata: (bounds, slots, skipped, has_init)."""
-    bounds = cu_seqlens.tolist()
+    scale: float,
+    use_qk_l2norm: bool,
+) -> _Batch:
+    """Cast to the arithmetic dtype, optionally L2-normalise q and k, scale q, expand the H q/k heads to the
+    HV value heads (GVA), and read the row metadata on the host."""
+    dtype = compute_dtype(q, k, v, g, beta, state)
+    q, k = q.to(dtype), k.to(dtype)
+    if use_qk_l2norm:
+        q, k = l2norm(q), l2norm(k)
+    group = v.shape[1] // q.shape[1]  # value head h reads q/k head h // group
     slots = state_indices.tolist()
-    skipped = skipped_rows(state_indices, pad_slot_id).tolist()
-    has_init = [True] * len(slots) if has_initial_state is None else has_initial_state.bool().tolist()
-    return bounds, slots, skipped, has_init
+    return _Batch(
+        q=(q * scale).repeat_interleave(group, dim=1),
+        k=k.repeat_interleave(group, dim=1),
+        v=v.to(dtype),
+        g=g.to(dtype),
+        beta=beta.to(dtype),
+        bounds=cu_seqlens.tolist(),
+        slots=slots,
+        skipped=skipped_rows(state_indices, pad_slot_id).tolist(),
+        has_init=[True] * len(slots) if has_initial_state is None else has_initial_state.bool().tolist(),
+    )
 
 
 def _zero_unowned_tokens(out: torch.Tensor, bounds: list[int], skipped: list[bool]) -> None:
@@ -117,42 +139,33 @@ def recurrent_reference(
     rows advance together token step by token step (`_recurrent_rows_together`); otherwise one sequence
     at a time (`_recurrent_one_sequence`, the plainest form of the recurrence).
     """
-    dtype = compute_dtype(q, k, v, g, beta, state)
-    HV = v.shape[1]
-    qs, ks = _prepare_qk(q, k, HV, scale, use_qk_l2norm, dtype)
-    vs, gs, bs = v.to(dtype), g.to(dtype), beta.to(dtype)
-    bounds, slots, skipped, has_init = _row_plan(state_indices, cu_seqlens, has_initial_state, pad_slot_id)
-    _zero_unowned_tokens(out, bounds, skipped)
+    batch = _prepare(
+        q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, pad_slot_id, scale, use_qk_l2norm
+    )
+    _zero_unowned_tokens(out, batch.bounds, batch.skipped)
 
-    work = [n for n in range(len(slots)) if not skipped[n] and bounds[n + 1] > bounds[n]]
-    lengths = {bounds[n + 1] - bounds[n] for n in work}
-    args = (qs, ks, vs, gs, bs, state, out, intermediate_states, disable_state_update)
+    work = [n for n in range(len(batch.slots)) if not batch.skipped[n] and batch.bounds[n + 1] > batch.bounds[n]]
+    lengths = {batch.bounds[n + 1] - batch.bounds[n] for n in work}
     if len(lengths) == 1:
-        _recurrent_rows_together(work, bounds, slots, has_init, *args)
+        _recurrent_rows_together(work, batch, state, out, intermediate_states, disable_state_update)
         return
     for n in work:
-        _recurrent_one_sequence(n, bounds, slots, has_init, *args)
+        _recurrent_one_sequence(n, batch, state, out, intermediate_states, disable_state_update)
 
 
 def _recurrent_one_sequence(
     n: int,
-    bounds: list[int],
-    slots: list[int],
-    has_init: list[bool],
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
+    batch: _Batch,
     state: torch.Tensor,
     out: torch.Tensor,
     intermediate_states: torch.Tensor | None,
     disable_state_update: bool,
 ) -> None:
     """Sequence n, all value heads at once; S: [HV, K, V]."""
-    bos, eos = bounds[n], bounds[n + 1]
-    slot = slots[n]
-    S = _initial_state(state, slot, has_init[n], q.dtype)
+    q, k, v, g, beta = batch.q, batch.k, batch.v, batch.g, batch.beta
+    bos, eos = batch.bounds[n], batch.bounds[n + 1]
+    slot = batch.slots[n]
+    S = _initial_state(state, slot, batch.has_init[n], q.dtype)
     for t in range(bos, eos):
         S = S * torch.exp(g[t])[:, None, None]
         u = beta[t][:, None] * (v[t] - torch.einsum("hkv,hk->hv", S, k[t]))
@@ -166,14 +179,7 @@ def _recurrent_one_sequence(
 
 def _recurrent_rows_together(
     rows: list[int],
-    bounds: list[int],
-    slots: list[int],
-    has_init: list[bool],
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
+    batch: _Batch,
     state: torch.Tensor,
     out: torch.Tensor,
     intermediate_states: torch.Tensor | None,
@@ -188,12 +194,14 @@ def _recurrent_rows_together(
     add two more passes plus page faults on the fresh memory, about twice the time on a CPU. The
     small per-token math (u, outputs) is vectorised over the rows.
     """
-    L = bounds[rows[0] + 1] - bounds[rows[0]]
-    first = torch.tensor([bounds[n] for n in rows], device=q.device)
+    q, k, v, g, beta = batch.q, batch.k, batch.v, batch.g, batch.beta
+    slots = batch.slots
+    L = batch.bounds[rows[0] + 1] - batch.bounds[rows[0]]
+    first = torch.tensor([batch.bounds[n] for n in rows], device=q.device)
     in_place = state.dtype == q.dtype and not disable_state_update
     work = [state[slots[n]] if in_place else state[slots[n]].to(q.dtype, copy=True) for n in rows]
     for S, n in zip(work, rows, strict=True):
-        if not has_init[n]:
+        if not batch.has_init[n]:
             S.zero_()
     R, HV, V = len(rows), state.shape[1], state.shape[3]
     proj = torch.empty(R, HV, 2, V, dtype=q.dtype, device=q.device)
@@ -274,20 +282,18 @@ def chunked_reference(
     """Varlen prefill by chunks of `chunk_size` tokens (chunks restart at each sequence's first token).
 
     Same semantics as `recurrent_reference` (no intermediate states)."""
-    dtype = compute_dtype(q, k, v, g, beta, state)
-    HV = v.shape[1]
-    qs, ks = _prepare_qk(q, k, HV, scale, use_qk_l2norm, dtype)
-    vs, gs, bs = v.to(dtype), g.to(dtype), beta.to(dtype)
-    bounds, slots, skipped, has_init = _row_plan(state_indices, cu_seqlens, has_initial_state, pad_slot_id)
-    _zero_unowned_tokens(out, bounds, skipped)
-    for n, slot in enumerate(slots):
-        bos, eos = bounds[n], bounds[n + 1]
-        if skipped[n] or eos == bos:
+    batch = _prepare(
+        q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, pad_slot_id, scale, use_qk_l2norm
+    )
+    _zero_unowned_tokens(out, batch.bounds, batch.skipped)
+    for n, slot in enumerate(batch.slots):
+        bos, eos = batch.bounds[n], batch.bounds[n + 1]
+        if batch.skipped[n] or eos == bos:
             continue
-        S = _initial_state(state, slot, has_init[n], dtype)
+        S = _initial_state(state, slot, batch.has_init[n], batch.q.dtype)
         for c0 in range(bos, eos, chunk_size):
             c1 = min(c0 + chunk_size, eos)
-            o, S = chunk_step(S, qs[c0:c1], ks[c0:c1], vs[c0:c1], gs[c0:c1], bs[c0:c1])
+            o, S = chunk_step(S, batch.q[c0:c1], batch.k[c0:c1], batch.v[c0:c1], batch.g[c0:c1], batch.beta[c0:c1])
             out[c0:c1] = o.to(out.dtype)
         if not disable_state_update:
             state[slot] = S.to(state.dtype)

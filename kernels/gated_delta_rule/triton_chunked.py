@@ -24,6 +24,17 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.gated_delta_rule.triton_common import (
+    h0_flags,
+    kernel_pad_slot_id,
+    l2norm,
+    load_state_tile,
+    row_tokens_and_slot,
+    store_state_tile,
+    token_strides,
+    zero_tail_tokens,
+)
+
 # The chunk's [C, C] and [C, K] tiles are large: 8 warps keep register spills down on a GPU.
 DEFAULT_NUM_WARPS = 8
 
@@ -75,12 +86,7 @@ def _gdn_chunked_kernel(
     iv = tl.program_id(2)
     h = hv // GROUP
 
-    bos = tl.load(cu_ptr + n).to(tl.int64)
-    eos = tl.load(cu_ptr + n + 1).to(tl.int64)
-    slot = tl.load(idx_ptr + n).to(tl.int64)
-    live = slot > pad_slot_id
-    slot = tl.where(live, slot, 0)
-
+    bos, eos, slot, live = row_tokens_and_slot(cu_ptr, idx_ptr, n, pad_slot_id)
     offs_k = tl.arange(0, BK)
     offs_v = iv * BV + tl.arange(0, BV)
     offs_c = tl.arange(0, C)
@@ -89,16 +95,10 @@ def _gdn_chunked_kernel(
     eye = offs_c[:, None] == offs_c[None, :]
     causal = offs_c[:, None] >= offs_c[None, :]
     strict = offs_c[:, None] > offs_c[None, :]
-
-    read = live
-    if HAS_H0_FLAG:
-        read = read & (tl.load(h0_ptr + n) != 0)
     s_ptrs = (
         state_ptr + slot * stride_s_n + hv * stride_s_h + offs_k[:, None] * stride_s_k + offs_v[None, :] * stride_s_v
     )
-    # scalar conditions folded into the K bound (the interpreter mis-types block & scalar masks)
-    S = tl.load(s_ptrs, mask=(offs_k < tl.where(read, K, 0))[:, None] & mask_v[None, :], other=0.0)
-    S = S.to(tl.float32)
+    S = load_state_tile(s_ptrs, h0_ptr, n, live, offs_k, mask_v, K, HAS_H0_FLAG)
 
     for c0 in range(bos, eos, C):
         offs_t = c0 + offs_c
@@ -119,8 +119,7 @@ def _gdn_chunked_kernel(
         b_g = tl.load(g_ptr + offs_t * stride_g_t + hv * stride_g_h, mask=mask_t, other=0.0).to(tl.float32)
         b_beta = tl.load(b_ptr + offs_t * stride_b_t + hv * stride_b_h, mask=mask_t, other=0.0).to(tl.float32)
         if USE_L2NORM:
-            b_q = b_q / tl.sqrt(tl.sum(b_q * b_q, axis=1) + 1e-6)[:, None]
-            b_k = b_k / tl.sqrt(tl.sum(b_k * b_k, axis=1) + 1e-6)[:, None]
+            b_q, b_k = l2norm(b_q, 1), l2norm(b_k, 1)
         b_q = b_q * scale
 
         G = tl.cumsum(b_g, axis=0)  # [C]
@@ -150,18 +149,9 @@ def _gdn_chunked_kernel(
         k_end = b_k * tl.exp(G_last - G)[:, None]
         S = tl.exp(G_last) * S + tl.dot(tl.trans(k_end), U, input_precision="ieee")
 
-    # Tokens past the last row (a graph bucket's padding) belong to no row: the last row zeroes them.
-    if n == num_rows - 1:
-        for t in range(eos, num_tokens):
-            tl.store(
-                out_ptr + t * stride_o_t + hv * stride_o_h + offs_v,
-                tl.zeros([BV], tl.float32).to(out_ptr.dtype.element_ty),
-                mask=mask_v,
-            )
-
+    zero_tail_tokens(out_ptr, n, num_rows, eos, num_tokens, hv, offs_v, mask_v, stride_o_t, stride_o_h, BV)
     if STORE_FINAL:
-        mask_write = (offs_k < tl.where(live & (eos > bos), K, 0))[:, None] & mask_v[None, :]
-        tl.store(s_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_write)
+        store_state_tile(s_ptrs, S, live, bos, eos, offs_k, mask_v, K)
 
 
 def launch_chunked(
@@ -193,7 +183,6 @@ def launch_chunked(
         return
     BK = max(16, triton.next_power_of_2(K))
     BV = block_v or max(16, min(triton.next_power_of_2(V), 64))
-    h0 = has_initial_state.to(torch.int8) if has_initial_state is not None else state_indices
     _gdn_chunked_kernel[(N, HV, triton.cdiv(V, BV))](
         q,
         k,
@@ -203,25 +192,15 @@ def launch_chunked(
         state,
         state_indices,
         cu_seqlens,
-        h0,
+        h0_flags(has_initial_state, state_indices),
         out,
         float(scale),
-        -1 if pad_slot_id is None else int(pad_slot_id),
+        kernel_pad_slot_id(pad_slot_id),
         N,
         q.shape[0],
-        q.stride(0),
-        q.stride(1),
-        k.stride(0),
-        k.stride(1),
-        v.stride(0),
-        v.stride(1),
-        g.stride(0),
-        g.stride(1),
-        beta.stride(0),
-        beta.stride(1),
+        *token_strides(q, k, v, g, beta),
         *state.stride(),
-        out.stride(0),
-        out.stride(1),
+        *token_strides(out),
         K=K,
         V=V,
         BK=BK,

@@ -16,6 +16,17 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.gated_delta_rule.triton_common import (
+    h0_flags,
+    kernel_pad_slot_id,
+    l2norm,
+    load_state_tile,
+    row_tokens_and_slot,
+    store_state_tile,
+    token_strides,
+    zero_tail_tokens,
+)
+
 # Threads per program when the caller does not say (4 warps on NVIDIA); the GPU bench sweeps it.
 DEFAULT_NUM_WARPS = 4
 
@@ -79,27 +90,15 @@ def _gdn_recurrent_kernel(
     iv = tl.program_id(2)
     h = hv // GROUP
 
-    bos = tl.load(cu_ptr + n).to(tl.int64)
-    eos = tl.load(cu_ptr + n + 1).to(tl.int64)
-    slot = tl.load(idx_ptr + n).to(tl.int64)
-    live = slot > pad_slot_id  # the padding rule; pad_slot_id=None arrives as -1
-    slot = tl.where(live, slot, 0)  # keep masked-off addresses inside the pool
-
+    bos, eos, slot, live = row_tokens_and_slot(cu_ptr, idx_ptr, n, pad_slot_id)
     offs_k = tl.arange(0, BK)
     offs_v = iv * BV + tl.arange(0, BV)
     mask_k = offs_k < K
     mask_v = offs_v < V
-
-    read = live
-    if HAS_H0_FLAG:
-        read = read & (tl.load(h0_ptr + n) != 0)
     s_ptrs = (
         state_ptr + slot * stride_s_n + hv * stride_s_h + offs_k[:, None] * stride_s_k + offs_v[None, :] * stride_s_v
     )
-    # Scalar conditions are folded into the K bound (a block mask is never and-ed with a scalar: the
-    # interpreter mis-types that broadcast, and a bound is as cheap on hardware).
-    mask_read = (offs_k < tl.where(read, K, 0))[:, None] & mask_v[None, :]
-    S = tl.load(s_ptrs, mask=mask_read, other=0.0).to(tl.float32)
+    S = load_state_tile(s_ptrs, h0_ptr, n, live, offs_k, mask_v, K, HAS_H0_FLAG)
 
     if FUSED_GATING:
         neg_A = -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32))
@@ -119,8 +118,7 @@ def _gdn_recurrent_kernel(
             gate = neg_A * tl.where(bx > softplus_threshold, x, soft)
             beta = 1.0 / (1.0 + tl.exp(-beta))
         if USE_L2NORM:
-            b_q = b_q / tl.sqrt(tl.sum(b_q * b_q, axis=0) + 1e-6)
-            b_k = b_k / tl.sqrt(tl.sum(b_k * b_k, axis=0) + 1e-6)
+            b_q, b_k = l2norm(b_q, 0), l2norm(b_k, 0)
         b_q = b_q * scale
 
         S = S * tl.exp(gate)
@@ -147,19 +145,9 @@ def _gdn_recurrent_kernel(
             mask_i = (offs_k < k_lim)[:, None] & mask_v[None, :]
             tl.store(i_ptrs, S.to(inter_ptr.dtype.element_ty), mask=mask_i)
 
-    # Tokens past the last row (a graph bucket's padding) belong to no row: the last row zeroes them.
-    if n == num_rows - 1:
-        for t in range(eos, num_tokens):
-            tl.store(
-                out_ptr + t * stride_o_t + hv * stride_o_h + offs_v,
-                tl.zeros([BV], tl.float32).to(out_ptr.dtype.element_ty),
-                mask=mask_v,
-            )
-
+    zero_tail_tokens(out_ptr, n, num_rows, eos, num_tokens, hv, offs_v, mask_v, stride_o_t, stride_o_h, BV)
     if STORE_FINAL:
-        # zero-length rows write nothing: their slot stays bitwise unchanged
-        mask_write = (offs_k < tl.where(live & (eos > bos), K, 0))[:, None] & mask_v[None, :]
-        tl.store(s_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_write)
+        store_state_tile(s_ptrs, S, live, bos, eos, offs_k, mask_v, K)
 
 
 def _block_v(V: int, block_v: int | None) -> int:
@@ -207,7 +195,6 @@ def launch_recurrent(
         A_log, dt_bias, sp_beta, sp_threshold = g, g, 1.0, 20.0  # unused placeholders
     else:
         A_log, dt_bias, sp_beta, sp_threshold = gating
-    h0 = has_initial_state.to(torch.int8) if has_initial_state is not None else state_indices
     inter = intermediate_states if intermediate_states is not None else state
     i_strides = intermediate_states.stride() if intermediate_states is not None else (0, 0, 0, 0, 0)
     inter_depth = intermediate_states.shape[1] if intermediate_states is not None else 0
@@ -223,29 +210,19 @@ def launch_recurrent(
         state,
         state_indices,
         cu_seqlens,
-        h0,
+        h0_flags(has_initial_state, state_indices),
         out,
         inter,
         float(scale),
-        -1 if pad_slot_id is None else int(pad_slot_id),
+        kernel_pad_slot_id(pad_slot_id),
         N,
         q.shape[0],
         float(sp_beta),
         float(sp_threshold),
         inter_depth,
-        q.stride(0),
-        q.stride(1),
-        k.stride(0),
-        k.stride(1),
-        v.stride(0),
-        v.stride(1),
-        g.stride(0),
-        g.stride(1),
-        beta.stride(0),
-        beta.stride(1),
+        *token_strides(q, k, v, g, beta),
         *state.stride(),
-        out.stride(0),
-        out.stride(1),
+        *token_strides(out),
         *i_strides,
         K=K,
         V=V,
@@ -315,7 +292,7 @@ def launch_scatter_accepted(
         intermediate_states,
         state_indices,
         num_accepted,
-        -1 if pad_slot_id is None else int(pad_slot_id),
+        kernel_pad_slot_id(pad_slot_id),
         D,
         state.stride(0),
         state.stride(1),

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import torch
 
-from kernels._common import resolve_impl
+from kernels._common import FLOAT_DTYPES, INDEX_DTYPES, STATE_DTYPES, ArgChecker, inplace_custom_op
 
 from .reference import recurrent_reference
 
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_STATE_DTYPES = (torch.float32, torch.float64)
-_INDEX_DTYPES = (torch.int32, torch.int64)
 
-
-@torch.library.custom_op("linattn::linear_attn_recurrent", mutates_args=("state", "out"))
+@inplace_custom_op("linattn::linear_attn_recurrent", mutates_args=("state", "out"))
 def _recurrent_op(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -36,26 +32,6 @@ def _recurrent_op(
     else:
         run = recurrent_reference
     run(q, k, v, state, state_indices, cu_seqlens, scale, pad_slot_id, out)
-
-
-@_recurrent_op.register_fake
-def _recurrent_fake(*args, **kwargs) -> None:
-    return None
-
-
-def _check(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ValueError(msg)
-
-
-def _check_tensor(
-    name: str, t: object, shape: tuple[int, ...], dtypes: tuple[torch.dtype, ...], device: torch.device
-) -> None:
-    where = "linear_attn.recurrent"
-    _check(isinstance(t, torch.Tensor), f"{where}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    _check(tuple(t.shape) == shape, f"{where}: {name} must have shape {list(shape)}, got {list(t.shape)}")
-    _check(t.dtype in dtypes, f"{where}: {name} must have dtype in {[str(d) for d in dtypes]}, got {t.dtype}")
-    _check(t.device == device, f"{where}: {name} is on {t.device}, expected {device} (the device of q)")
 
 
 def recurrent(
@@ -92,47 +68,27 @@ def recurrent(
     Returns:
         out: [T, HV, V].
     """
-    where = "linear_attn.recurrent"
-    _check(isinstance(q, torch.Tensor), f"{where}: q must be a torch.Tensor, got {type(q).__name__}")
-    _check(q.dim() == 3, f"{where}: q must be [T, H, K], got shape {list(q.shape)}")
-    _check(q.dtype in _FLOATS, f"{where}: q must be floating point, got {q.dtype}")
+    check = ArgChecker("linear_attn.recurrent", device_of="q")
+    check.leading("q", q, "[T, H, K]", 3)
     T, H, K = q.shape
     dev = q.device
-    _check_tensor("k", k, (T, H, K), _FLOATS, dev)
-    _check(
-        isinstance(v, torch.Tensor) and v.dim() == 3 and v.shape[0] == T,
-        f"{where}: v must be [T={T}, HV, V], got {getattr(v, 'shape', v)}",
-    )
+    check.tensor("k", k, (T, H, K), FLOAT_DTYPES, dev)
+    check.layout("v", v, f"[T={T}, HV, V]", 3, length=T)
     HV, V = v.shape[1], v.shape[2]
-    _check(
-        H >= 1 and HV % H == 0,
-        f"{where}: value heads HV={HV} must be a multiple of query/key heads H={H} (GVA)",
-    )
-    _check_tensor("v", v, (T, HV, V), _FLOATS, dev)
-    _check(
-        isinstance(state, torch.Tensor) and state.dim() == 4,
-        f"{where}: state must be a 4-D pool [num_slots, HV, K, V], got {getattr(state, 'shape', state)}",
-    )
-    _check_tensor("state", state, (state.shape[0], HV, K, V), _STATE_DTYPES, dev)
-    _check(
-        isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.dim() == 1 and cu_seqlens.shape[0] >= 1,
-        f"{where}: cu_seqlens must be a 1-D tensor [N+1], got {getattr(cu_seqlens, 'shape', cu_seqlens)}",
-    )
-    N = cu_seqlens.shape[0] - 1
-    _check_tensor("cu_seqlens", cu_seqlens, (N + 1,), _INDEX_DTYPES, dev)
-    _check_tensor("state_indices", state_indices, (N,), _INDEX_DTYPES, dev)
-    _check(
-        pad_slot_id is None or (isinstance(pad_slot_id, int) and not isinstance(pad_slot_id, bool)),
-        f"{where}: pad_slot_id must be an int or None, got {pad_slot_id!r}",
-    )
+    check.require(H >= 1 and HV % H == 0, f"value heads HV={HV} must be a multiple of query/key heads H={H} (GVA)")
+    check.tensor("v", v, (T, HV, V), FLOAT_DTYPES, dev)
+    check.pool("state", state, "[num_slots, HV, K, V]", (HV, K, V), STATE_DTYPES, dev)
+    N = check.cu_seqlens(cu_seqlens, dev)
+    check.tensor("state_indices", state_indices, (N,), INDEX_DTYPES, dev)
+    check.pad_slot_id(pad_slot_id)
     if scale is None:
         scale = K**-0.5
-    _check(
+    check.require(
         isinstance(scale, (int, float)) and not isinstance(scale, bool),
-        f"{where}: scale must be a float or None, got {scale!r}",
+        f"scale must be a float or None, got {scale!r}",
     )
     if out is None:
         out = torch.empty_like(v)
-    _check_tensor("out", out, (T, HV, V), _FLOATS, dev)
-    _recurrent_op(q, k, v, state, state_indices, cu_seqlens, float(scale), pad_slot_id, out, resolve_impl(impl, dev))
+    check.tensor("out", out, (T, HV, V), FLOAT_DTYPES, dev)
+    _recurrent_op(q, k, v, state, state_indices, cu_seqlens, float(scale), pad_slot_id, out, check.impl(impl, dev))
     return out

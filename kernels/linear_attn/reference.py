@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels._common import skipped_rows
+from kernels._common import compute_dtype, live_rows_and_slots
 
 
 def recurrent_reference(
@@ -35,26 +35,16 @@ def recurrent_reference(
     q, k [T, H, K]; v [T, HV, V]; state [num_slots, HV, K, V]; state_indices [N] int;
     cu_seqlens [N+1] int; out [T, HV, V].
     """
-    f64 = torch.float64
-    ct = f64 if f64 in (q.dtype, k.dtype, v.dtype, state.dtype) else torch.float32
+    ct = compute_dtype(q, k, v, state)
     HV = v.shape[1]
     group = HV // q.shape[1]  # value heads per query/key head
 
     # Tokens of skipped rows, and tokens after cu_seqlens[N] that no row owns, keep these zeros.
     out.zero_()
-    skipped = skipped_rows(state_indices, pad_slot_id).tolist()
-    slots = state_indices.tolist()
+    rows, slots = live_rows_and_slots(state_indices, pad_slot_id, state.shape[0])  # the rows to process
     bounds = cu_seqlens.tolist()
 
-    for n in range(len(slots)):
-        if skipped[n]:
-            continue
-        slot = slots[n]
-        if not 0 <= slot < state.shape[0]:
-            raise IndexError(
-                f"row {n} has slot {slot}, outside the pool [0, {state.shape[0]}) and not skipped under "
-                f"pad_slot_id={pad_slot_id}"
-            )
+    for n, slot in zip(rows.tolist(), slots.tolist(), strict=True):
         S = state[slot].to(ct)  # [HV, K, V]
         for t in range(bounds[n], bounds[n + 1]):
             q_t = q[t].to(ct).repeat_interleave(group, dim=0)  # [HV, K]: each value head's query

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import torch
 
-from kernels._common import resolve_impl
+from kernels._common import FLOAT_DTYPES, INDEX_DTYPES, STATE_DTYPES, ArgChecker, inplace_custom_op
 
 from .reference import selective_state_update_reference
 
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_STATE_DTYPES = (torch.float32, torch.float64)
-_INDEX_DTYPES = (torch.int32, torch.int64)
 
-
-@torch.library.custom_op("linattn::mamba2_selective_state_update", mutates_args=("state", "out"))
+@inplace_custom_op("linattn::mamba2_selective_state_update", mutates_args=("state", "out"))
 def _ssu_op(
     state: torch.Tensor,
     x: torch.Tensor,
@@ -40,26 +36,6 @@ def _ssu_op(
     else:
         run = selective_state_update_reference
     run(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices, pad_slot_id, out)
-
-
-@_ssu_op.register_fake
-def _ssu_fake(*args, **kwargs) -> None:
-    return None
-
-
-def _check(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ValueError(msg)
-
-
-def _check_tensor(
-    name: str, t: object, shape: tuple[int, ...], dtypes: tuple[torch.dtype, ...], device: torch.device
-) -> None:
-    where = "mamba2.selective_state_update"
-    _check(isinstance(t, torch.Tensor), f"{where}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    _check(tuple(t.shape) == shape, f"{where}: {name} must have shape {list(shape)}, got {list(t.shape)}")
-    _check(t.dtype in dtypes, f"{where}: {name} must have dtype in {[str(d) for d in dtypes]}, got {t.dtype}")
-    _check(t.device == device, f"{where}: {name} is on {t.device}, expected {device} (the device of x)")
 
 
 def selective_state_update(
@@ -102,45 +78,33 @@ def selective_state_update(
         out: ``sum_s state'[slot, h, p, s] * C[n, g, s] (+ D x) (* silu(z))`` with
         ``state' = state * exp(A dt) + dt x B``.
     """
-    where = "mamba2.selective_state_update"
-    _check(isinstance(x, torch.Tensor), f"{where}: x must be a torch.Tensor, got {type(x).__name__}")
-    _check(x.dim() == 3, f"{where}: x must be [N, nheads, headdim], got shape {list(x.shape)}")
-    _check(x.dtype in _FLOATS, f"{where}: x must be floating point, got {x.dtype}")
+    check = ArgChecker("mamba2.selective_state_update", device_of="x")
+    check.leading("x", x, "[N, nheads, headdim]", 3)
     N, nheads, headdim = x.shape
     dev = x.device
-    _check(
-        isinstance(state, torch.Tensor) and state.dim() == 4,
-        f"{where}: state must be a 4-D pool [num_slots, nheads, headdim, dstate], got {getattr(state, 'shape', state)}",
-    )
+    check.pool("state", state, "[num_slots, nheads, headdim, dstate]", (nheads, headdim, None), STATE_DTYPES, dev)
     dstate = state.shape[3]
-    _check_tensor("state", state, (state.shape[0], nheads, headdim, dstate), _STATE_DTYPES, dev)
-    _check(
-        isinstance(B, torch.Tensor) and B.dim() == 3,
-        f"{where}: B must be [N, ngroups, dstate], got {getattr(B, 'shape', B)}",
-    )
+    check.layout("B", B, "[N, ngroups, dstate]", 3)
     ngroups = B.shape[1]
-    _check(
+    check.require(
         ngroups >= 1 and nheads % ngroups == 0,
-        f"{where}: nheads ({nheads}) must be a multiple of ngroups = B.shape[1] ({ngroups})",
+        f"nheads ({nheads}) must be a multiple of ngroups = B.shape[1] ({ngroups})",
     )
-    _check_tensor("B", B, (N, ngroups, dstate), _FLOATS, dev)
-    _check_tensor("C", C, (N, ngroups, dstate), _FLOATS, dev)
-    _check_tensor("dt", dt, (N, nheads, headdim), _FLOATS, dev)
-    _check_tensor("A", A, (nheads, headdim, dstate), _FLOATS, dev)
+    check.tensor("B", B, (N, ngroups, dstate), FLOAT_DTYPES, dev)
+    check.tensor("C", C, (N, ngroups, dstate), FLOAT_DTYPES, dev)
+    check.tensor("dt", dt, (N, nheads, headdim), FLOAT_DTYPES, dev)
+    check.tensor("A", A, (nheads, headdim, dstate), FLOAT_DTYPES, dev)
     if D is not None:
-        _check_tensor("D", D, (nheads, headdim), _FLOATS, dev)
+        check.tensor("D", D, (nheads, headdim), FLOAT_DTYPES, dev)
     if z is not None:
-        _check_tensor("z", z, (N, nheads, headdim), _FLOATS, dev)
+        check.tensor("z", z, (N, nheads, headdim), FLOAT_DTYPES, dev)
     if dt_bias is not None:
-        _check_tensor("dt_bias", dt_bias, (nheads, headdim), _FLOATS, dev)
-    _check_tensor("state_batch_indices", state_batch_indices, (N,), _INDEX_DTYPES, dev)
-    _check(
-        pad_slot_id is None or (isinstance(pad_slot_id, int) and not isinstance(pad_slot_id, bool)),
-        f"{where}: pad_slot_id must be an int or None, got {pad_slot_id!r}",
-    )
+        check.tensor("dt_bias", dt_bias, (nheads, headdim), FLOAT_DTYPES, dev)
+    check.tensor("state_batch_indices", state_batch_indices, (N,), INDEX_DTYPES, dev)
+    check.pad_slot_id(pad_slot_id)
     if out is None:
         out = torch.empty_like(x)
-    _check_tensor("out", out, (N, nheads, headdim), _FLOATS, dev)
+    check.tensor("out", out, (N, nheads, headdim), FLOAT_DTYPES, dev)
     _ssu_op(
         state,
         x,
@@ -155,6 +119,6 @@ def selective_state_update(
         state_batch_indices,
         pad_slot_id,
         out,
-        resolve_impl(impl, dev),
+        check.impl(impl, dev),
     )
     return out

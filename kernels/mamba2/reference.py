@@ -16,13 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels._common import skipped_rows
-
-
-def _compute_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
-    if any(t is not None and t.dtype == torch.float64 for t in tensors):
-        return torch.float64
-    return torch.float32
+from kernels._common import compute_dtype, live_rows_and_slots
 
 
 def selective_state_update_reference(
@@ -46,20 +40,12 @@ def selective_state_update_reference(
     A [nheads, headdim, dstate]; B, C [N, ngroups, dstate]; D, dt_bias [nheads, headdim];
     state_batch_indices [N] int.
     """
-    ct = _compute_dtype(state, x, dt, A, B, C, D, z, dt_bias)
+    ct = compute_dtype(state, x, dt, A, B, C, D, z, dt_bias)
     nheads, ngroups = x.shape[1], B.shape[1]
     heads_per_group = nheads // ngroups
 
     out.zero_()  # skipped rows keep these zeros
-    rows = (~skipped_rows(state_batch_indices, pad_slot_id)).nonzero().squeeze(1)
-    slots = state_batch_indices[rows].long()
-    bad = (slots < 0) | (slots >= state.shape[0])
-    if bool(bad.any()):
-        row = int(rows[bad.nonzero()[0, 0]])
-        raise IndexError(
-            f"row {row} has slot {int(state_batch_indices[row])}, outside the pool [0, {state.shape[0]}) "
-            f"and not skipped under pad_slot_id={pad_slot_id}"
-        )
+    rows, slots = live_rows_and_slots(state_batch_indices, pad_slot_id, state.shape[0])
 
     x_r = x[rows].to(ct)  # [R, nheads, headdim]
     dt_r = dt[rows].to(ct)

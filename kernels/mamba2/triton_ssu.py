@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels._triton_helpers import sigmoid
+
 
 @triton.jit
 def _softplus(v):
@@ -27,13 +29,6 @@ def _softplus(v):
     # The guarded denominator keeps the branch that tl.where discards free of a division by zero.
     log1p_u = tl.where(w == 1.0, u, tl.log(w) * (u / tl.where(w == 1.0, 1.0, w - 1.0)))
     return tl.where(v > 20.0, v, tl.maximum(v, 0.0) + log1p_u)
-
-
-@triton.jit
-def _sigmoid(v):
-    """1 / (1 + exp(-v)) from exp(-|v|), which cannot overflow."""
-    e = tl.exp(-tl.abs(v))
-    return tl.where(v >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 @triton.jit
@@ -131,7 +126,7 @@ def _selective_state_update_kernel(
         y += x * tl.load(D_ptr + h * stride_D_h + p * stride_D_p, mask=p_mask, other=0.0).to(tl.float32)
     if HAS_Z:
         z = tl.load(z_ptr + n * stride_z_n + h * stride_z_h + p * stride_z_p, mask=p_mask, other=0.0).to(tl.float32)
-        y = y * (z * _sigmoid(z))
+        y = y * (z * sigmoid(z))
     y = tl.where(live, y, 0.0)  # skipped rows: zeros, never garbage
     tl.store(
         out_ptr + n * stride_o_n + h * stride_o_h + p * stride_o_p,

@@ -5,61 +5,19 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
+from _kernel_helpers import (
+    TOLERANCES,
+    OpLog,
+    assert_close,
+    assert_pool,
+    cu_from_lens,
+    make_indices,
+    nan_like,
+    opcheck_mutations,
+)
 
 from kernels import causal_conv1d as cc
 from kernels._common import Cost
-
-# (atol, rtol) of each implementation and input dtype against the float64 reference run on the same
-# (already rounded) inputs. fp16/bf16 errors come from rounding the output; the interpreter's bf16 store
-# truncates instead of rounding, hence a full bf16 ulp.
-TOLERANCES = {
-    ("reference", torch.float32): (1e-5, 1e-5),
-    ("reference", torch.bfloat16): (2e-2, 2e-2),
-    ("triton", torch.float32): (1e-5, 1e-5),
-    ("triton", torch.float16): (2e-3, 2e-3),
-    ("triton", torch.bfloat16): (2e-2, 2e-2),
-}
-
-# Engine padding conventions: name -> (pad_slot_id, index of a padded row).
-CONVENTIONS = {
-    "sglang": (-1, -1),  # -1 rows skipped
-    "vllm": (0, 0),  # null slot 0, rows <= 0 skipped
-    "ascend": (None, 0),  # nothing skipped: padded rows really run on the dummy slot 0
-}
-
-
-def make_indices(convention: str, n_live: int, n_pad: int, num_slots: int, dtype=torch.int32):
-    """Live rows on distinct slots that include both edges of the usable pool, padded rows at the tail.
-
-    Returns (indices, pad_slot_id, slots written by live rows, slots written by padded rows).
-    """
-    pad_slot_id, sentinel = CONVENTIONS[convention]
-    first = 0 if convention == "sglang" else 1  # under vLLM/Ascend slot 0 is never a live slot
-    middle = [int(s) for s in torch.randperm(num_slots - first - 2) + first + 1]
-    live = ([first, num_slots - 1] + middle)[:n_live]
-    live = [live[i] for i in torch.randperm(n_live).tolist()]
-    idx = torch.tensor(live + [sentinel] * n_pad, dtype=dtype)
-    dummy = {0} if (pad_slot_id is None and n_pad) else set()
-    return idx, pad_slot_id, set(live), dummy
-
-
-def nan_like(t: torch.Tensor) -> torch.Tensor:
-    return torch.full_like(t, float("nan"))
-
-
-def assert_close(actual: torch.Tensor, expected: torch.Tensor, tol: tuple[float, float]) -> None:
-    torch.testing.assert_close(actual.double(), expected.double(), atol=tol[0], rtol=tol[1])
-
-
-def assert_pool(after, before, expected, written: set[int], tol) -> None:
-    """Written slots match the float64 result; every other slot is bitwise unchanged."""
-    for s in range(before.shape[0]):
-        if s in written:
-            assert_close(after[s], expected[s], tol)
-        else:
-            assert torch.equal(after[s], before[s]), f"slot {s} changed but no live row owns it"
-
 
 # --- update (decode / verify) ---------------------------------------------------------------------
 
@@ -88,33 +46,16 @@ def test_update_matches_float64(impl, dtype, convention, n_live, n_pad, L, dim, 
     pool = torch.randn(num_slots, dim, W - 1).to(dtype)
     before = pool.clone()
     inter = torch.full((N, L, dim, W - 1), float("nan"), dtype=dtype)
-    out = torch.full((N, L, dim), float("nan"), dtype=dtype)
+    out = nan_like(x)
 
-    got = cc.update(
-        x,
-        pool,
-        weight,
-        b,
-        conv_state_indices=idx,
-        activation=activation,
-        intermediate_conv_windows=inter,
-        pad_slot_id=pad_slot_id,
-        out=out,
-        impl=impl,
-    )
+    rows = dict(conv_state_indices=idx, activation=activation, pad_slot_id=pad_slot_id)
+    got = cc.update(x, pool, weight, b, intermediate_conv_windows=inter, out=out, impl=impl, **rows)
     assert got is out
 
     pool64, inter64 = before.double(), torch.zeros(N, L, dim, W - 1, dtype=torch.float64)
+    b64 = None if b is None else b.double()
     out64 = cc.update(
-        x.double(),
-        pool64,
-        weight.double(),
-        None if b is None else b.double(),
-        conv_state_indices=idx,
-        activation=activation,
-        intermediate_conv_windows=inter64,
-        pad_slot_id=pad_slot_id,
-        impl="reference",
+        x.double(), pool64, weight.double(), b64, intermediate_conv_windows=inter64, impl="reference", **rows
     )
 
     tol = TOLERANCES[(impl, dtype)]
@@ -261,7 +202,7 @@ def test_varlen_matches_float64(impl, dtype, convention):
     has_init = torch.tensor([True, True, True, False, False, True])
     idx, pad_slot_id, live_slots, dummy = make_indices(convention, len(lens), 1, num_slots, torch.int64)
     lens_all = lens + [2]  # the padded row carries tokens: skipped (zeros) or run on the dummy slot
-    cu = torch.tensor([0] + torch.tensor(lens_all).cumsum(0).tolist(), dtype=torch.int32)
+    cu = cu_from_lens(lens_all)
     T = int(cu[-1]) + 2
     x = torch.randn(T, dim).to(dtype)
     weight, bias = torch.randn(dim, W).to(dtype), torch.randn(dim).to(dtype)
@@ -269,32 +210,12 @@ def test_varlen_matches_float64(impl, dtype, convention):
     before = pool.clone()
     out = nan_like(x)
 
-    cc.varlen(
-        x,
-        weight,
-        bias,
-        conv_state=pool,
-        cache_indices=idx,
-        has_initial_state=has_init,
-        cu_seqlens=cu,
-        activation="silu",
-        pad_slot_id=pad_slot_id,
-        out=out,
-        impl=impl,
+    rows = dict(
+        cache_indices=idx, has_initial_state=has_init, cu_seqlens=cu, activation="silu", pad_slot_id=pad_slot_id
     )
+    cc.varlen(x, weight, bias, conv_state=pool, out=out, impl=impl, **rows)
     pool64 = before.double()
-    out64 = cc.varlen(
-        x.double(),
-        weight.double(),
-        bias.double(),
-        conv_state=pool64,
-        cache_indices=idx,
-        has_initial_state=has_init,
-        cu_seqlens=cu,
-        activation="silu",
-        pad_slot_id=pad_slot_id,
-        impl="reference",
-    )
+    out64 = cc.varlen(x.double(), weight.double(), bias.double(), conv_state=pool64, impl="reference", **rows)
 
     tol = TOLERANCES[(impl, dtype)]
     assert_close(out, out64, tol)
@@ -335,29 +256,19 @@ def test_varlen_reference_is_a_causal_convolution():
 # --- custom op, validation, cost ------------------------------------------------------------------
 
 
-class _OpLog(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("impl", ["reference", "triton"])
 def test_each_call_is_one_custom_op(impl):
     x, weight, pool = torch.randn(2, 1, 3), torch.randn(3, 4), torch.randn(3, 3, 3)
     idx = torch.tensor([1, -1])
     out = torch.empty_like(x)
-    with _OpLog() as log:
+    with OpLog() as log:
         cc.update(x, pool, weight, conv_state_indices=idx, out=out, impl=impl)
     assert log.ops == ["linattn.causal_conv1d_update.default"]
 
     xs = torch.randn(3, 3)
     outs = torch.empty_like(xs)
     cu, init = torch.tensor([0, 1, 3], dtype=torch.int32), torch.tensor([True, False])
-    with _OpLog() as log:
+    with OpLog() as log:
         cc.varlen(
             xs,
             weight,
@@ -376,9 +287,7 @@ def test_custom_op_schema_declares_the_mutations():
     idx = torch.tensor([2, 1])
     inter, out = torch.zeros(2, 2, 3, 3), torch.zeros(2, 2, 3)
     args = (x, pool, weight, None, idx, inter, out, "silu", False, -1, "reference")
-    torch.library.opcheck(
-        torch.ops.linattn.causal_conv1d_update.default, args, test_utils=("test_schema", "test_faketensor")
-    )
+    opcheck_mutations(torch.ops.linattn.causal_conv1d_update.default, args)
 
 
 def _update_kwargs():

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 import torch.nn.functional as F
+from _kernel_helpers import OpLog, cu_from_lens, nan_like
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import kernels.gated_delta_rule as gdn
 
@@ -145,17 +145,9 @@ def make_inputs(c: Case, seed: int = 0) -> dict:
         beta=0.1 + 0.8 * torch.rand(T, c.HV, generator=gen),
         state=0.5 * rnd(c.num_slots, c.HV, c.K, c.V),
         state_indices=torch.tensor(c.slots, dtype=torch.int32),
-        cu_seqlens=torch.tensor([0, *itertools_accumulate(c.lens)], dtype=torch.int32),
+        cu_seqlens=cu_from_lens(c.lens),
         has_initial_state=None if c.has_init is None else torch.tensor(c.has_init),
     )
-
-
-def itertools_accumulate(xs: list[int]) -> list[int]:
-    total, acc = 0, []
-    for x in xs:
-        total += x
-        acc.append(total)
-    return acc
 
 
 def written_slots(c: Case) -> set[int]:
@@ -174,9 +166,12 @@ def assert_untouched(before: torch.Tensor, after: torch.Tensor, written: set[int
             assert torch.equal(before[s], after[s]), f"slot {s} changed but no live row owns it"
 
 
-def nan_like_out(x: dict) -> torch.Tensor:
-    T, HV, V = x["v"].shape
-    return torch.full((T, HV, V), float("nan"), dtype=x["v"].dtype)
+def assert_pool_matches(case: Case, before: torch.Tensor, after: torch.Tensor, expected, tol: float) -> None:
+    """Slots written by live non-empty rows match the float64 truth; every other slot is bitwise unchanged."""
+    written = written_slots(case)
+    for s in written:
+        assert rel_err(after[s], expected[s]) < tol, f"slot {s}"
+    assert_untouched(before, after, written)
 
 
 # -------------------------------------------------------------------------------------------- tests
@@ -192,7 +187,7 @@ def test_recurrent_matches_float64(case: Case, impl: str):
         scale=scale, l2norm=case.l2norm, has_init=x["has_initial_state"], pad_slot_id=case.pad_slot_id,
     )  # fmt: skip
     state = x["state"].clone()
-    out = nan_like_out(x)
+    out = nan_like(x["v"])
     ret = gdn.recurrent(
         x["q"], x["k"], x["v"], x["g"], x["beta"], state, x["state_indices"], x["cu_seqlens"],
         use_qk_l2norm=case.l2norm, has_initial_state=x["has_initial_state"],
@@ -202,10 +197,7 @@ def test_recurrent_matches_float64(case: Case, impl: str):
     tol = TOLERANCES[case.dtype]
     assert not out.isnan().any(), "an output row was left unwritten"
     assert rel_err(out, exp_out) < tol["out"]
-    written = written_slots(case)
-    for s in written:
-        assert rel_err(state[s], exp_state[s]) < tol["state"], f"slot {s}"
-    assert_untouched(x["state"], state, written)
+    assert_pool_matches(case, x["state"], state, exp_state, tol["state"])
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -221,15 +213,12 @@ def test_chunked_matches_recurrent_and_float64(impl: str):
     )  # fmt: skip
     kw = dict(use_qk_l2norm=True, has_initial_state=x["has_initial_state"], impl=impl)
     s_chunk, s_rec = x["state"].clone(), x["state"].clone()
-    out = nan_like_out(x)
+    out = nan_like(x["v"])
     gdn.chunked(*args, s_chunk, x["state_indices"], x["cu_seqlens"], out=out, chunk_size=16, **kw)
     o_rec = gdn.recurrent(*args, s_rec, x["state_indices"], x["cu_seqlens"], **kw)
     assert not out.isnan().any()
     assert rel_err(out, exp_out) < 2e-5 and rel_err(out, o_rec.double()) < 2e-5
-    written = written_slots(case)
-    for s in written:
-        assert rel_err(s_chunk[s], exp_state[s]) < 2e-5
-    assert_untouched(x["state"], s_chunk, written)
+    assert_pool_matches(case, x["state"], s_chunk, exp_state, 2e-5)
 
 
 @pytest.mark.parametrize("kernel", ["recurrent", "chunked"])
@@ -242,7 +231,7 @@ def test_triton_v_blocks_split_across_programs(kernel: str):
     x = make_inputs(case, seed=8)
     args = [x[n] for n in ("q", "k", "v", "g", "beta")]
     exp_out, exp_state, _ = naive(*args, x["state"], x["state_indices"], x["cu_seqlens"], scale=0.3, l2norm=True)
-    state, out = x["state"].clone(), nan_like_out(x)
+    state, out = x["state"].clone(), nan_like(x["v"])
     kw = dict(scale=0.3, use_qk_l2norm=True, has_initial_state=None, disable_state_update=False, pad_slot_id=-1)
     if kernel == "recurrent":
         launch_recurrent(*args, state, x["state_indices"], x["cu_seqlens"], out, intermediate_states=None,
@@ -299,13 +288,10 @@ def test_fused_gating_equals_explicit_gating(impl: str):
     state = x["state"].clone()
     out = gdn.fused_gating(
         *args, a, b, A_log, dt_bias, state, *meta, softplus_beta=1.5, softplus_threshold=15.0,
-        use_qk_l2norm=True, out=nan_like_out(x), impl=impl,
+        use_qk_l2norm=True, out=nan_like(x["v"]), impl=impl,
     )  # fmt: skip
     assert rel_err(out, exp_out) < 2e-5
-    written = written_slots(case)
-    for s in written:
-        assert rel_err(state[s], exp_state[s]) < 2e-5
-    assert_untouched(x["state"], state, written)
+    assert_pool_matches(case, x["state"], state, exp_state, 2e-5)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -324,7 +310,7 @@ def test_verify_then_scatter_equals_sequential_decode(impl: str, pad_slot_id: in
     state = x["state"].clone()
     out = gdn.recurrent(
         *args, state, idx, cu, use_qk_l2norm=True, intermediate_states=inter, disable_state_update=True,
-        pad_slot_id=pad, out=nan_like_out(x), impl=impl,
+        pad_slot_id=pad, out=nan_like(x["v"]), impl=impl,
     )  # fmt: skip
     assert torch.equal(state, x["state"]), "disable_state_update must leave the whole pool unchanged"
     exp_out, _, exp_inter = naive(*args, x["state"], idx, cu, scale=case.K**-0.5, l2norm=True, pad_slot_id=pad, depth=D)
@@ -414,32 +400,19 @@ def test_reference_property_random_batches(lens, convention, pad_mask, gva, seed
     state = x["state"].clone()
     out = gdn.recurrent(
         *args, state, x["state_indices"], x["cu_seqlens"], scale=0.4, pad_slot_id=convention,
-        out=nan_like_out(x), impl="reference",
+        out=nan_like(x["v"]), impl="reference",
     )  # fmt: skip
     assert rel_err(out, exp_out) < 2e-5
-    written = written_slots(case)
-    for s in written:
-        assert rel_err(state[s], exp_state[s]) < 2e-5
-    assert_untouched(x["state"], state, written)
-
-
-class _OpLog(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
+    assert_pool_matches(case, x["state"], state, exp_state, 2e-5)
 
 
 def test_each_call_is_one_custom_op_without_host_sync():
     case = Case("op", [1, 1, 0], [1, 2, -1], -1, 1, 1, 4, 4, 3)
     x = make_inputs(case)
     args = [x[n] for n in ("q", "k", "v", "g", "beta")]
-    out = nan_like_out(x)
+    out = nan_like(x["v"])
     state = x["state"].clone()
-    with _OpLog() as log:
+    with OpLog() as log:
         gdn.recurrent(*args, state, x["state_indices"], x["cu_seqlens"], out=out, impl="reference")
     assert log.ops == ["linattn.gdn_recurrent.default"]
     assert hasattr(torch.ops.linattn, "gdn_fused_gating") and hasattr(torch.ops.linattn, "gdn_chunked")
@@ -482,7 +455,7 @@ def _bad_calls():
 def test_bad_inputs_raise_clear_errors(name, kwargs):
     kwargs = dict(kwargs)
     pos = [kwargs.pop(n) for n in ("q", "k", "v", "g", "beta", "state", "state_indices", "cu_seqlens")]
-    with pytest.raises(ValueError, match=rf"^{name}\b"):
+    with pytest.raises(ValueError, match=rf"^gated_delta_rule\.recurrent: {name}\b"):
         gdn.recurrent(*pos, **kwargs)
 
 

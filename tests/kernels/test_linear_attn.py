@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from _kernel_helpers import OpLog, assert_close, assert_pool, cu_from_lens, make_indices, nan_like, opcheck_mutations
 
 from kernels import linear_attn
 from kernels._common import Cost
@@ -19,36 +19,6 @@ TOLERANCES = {
     ("triton", torch.float16): (3e-3, 2e-3),
     ("triton", torch.bfloat16): (3e-2, 2e-2),
 }
-
-# Engine padding conventions: name -> (pad_slot_id, index of a padded row).
-CONVENTIONS = {
-    "sglang": (-1, -1),  # -1 rows skipped
-    "vllm": (0, 0),  # null slot 0, rows <= 0 skipped
-    "ascend": (None, 0),  # nothing skipped: padded rows really run on the dummy slot 0
-}
-
-
-def make_indices(convention: str, n_live: int, n_pad: int, num_slots: int, dtype=torch.int32):
-    """Live rows on distinct slots that include both edges of the usable pool, padded rows at the tail.
-
-    Returns (indices, pad_slot_id, slots written by live rows, slots written by padded rows).
-    """
-    pad_slot_id, sentinel = CONVENTIONS[convention]
-    first = 0 if convention == "sglang" else 1  # under vLLM/Ascend slot 0 is never a live slot
-    middle = [int(s) for s in torch.randperm(num_slots - first - 2) + first + 1]
-    live = ([first, num_slots - 1] + middle)[:n_live]
-    live = [live[i] for i in torch.randperm(n_live).tolist()]
-    idx = torch.tensor(live + [sentinel] * n_pad, dtype=dtype)
-    dummy = {0} if (pad_slot_id is None and n_pad) else set()
-    return idx, pad_slot_id, set(live), dummy
-
-
-def assert_close(actual: torch.Tensor, expected: torch.Tensor, tol: tuple[float, float]) -> None:
-    torch.testing.assert_close(actual.double(), expected.double(), atol=tol[0], rtol=tol[1])
-
-
-def cu_from_lens(lens: list[int]) -> torch.Tensor:
-    return torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
 
 
 CASES = [
@@ -75,7 +45,7 @@ def test_matches_float64(impl, dtype, convention, lens, pad_lens, tail, H, HV, K
     v = torch.randn(T, HV, V).to(dtype)
     state = torch.randn(num_slots, HV, K, V)
     before = state.clone()
-    out = torch.full((T, HV, V), float("nan"), dtype=dtype)
+    out = nan_like(v)
 
     got = linear_attn.recurrent(q, k, v, state, idx, cu, pad_slot_id=pad_slot_id, out=out, impl=impl)
     assert got is out
@@ -94,11 +64,7 @@ def test_matches_float64(impl, dtype, convention, lens, pad_lens, tail, H, HV, K
         assert torch.equal(out[t], torch.zeros_like(out[t])), f"token {t} of no live row is not zeros"
     state_tol = TOLERANCES[(impl, torch.float32)]  # the pool is float32 whatever the activations
     # A live row of length 0 still writes its (unchanged) state back: same values.
-    for s in range(num_slots):
-        if s in live_slots | dummy:
-            assert_close(state[s], state64[s], state_tol)
-        else:
-            assert torch.equal(state[s], before[s]), f"slot {s} changed but no live row owns it"
+    assert_pool(state, before, state64, live_slots | dummy, state_tol)
     if dummy and pad_lens[0] > 0:
         assert not torch.equal(state[0], before[0]), "the dummy slot 0 was not really processed"
 
@@ -170,22 +136,12 @@ def test_auto_is_reference_on_cpu():
     assert torch.equal(a, b) and torch.equal(s1, s2)
 
 
-class _OpLog(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("impl", ["reference", "triton"])
 def test_each_call_is_one_custom_op(impl):
     q, k, v = torch.randn(2, 1, 4), torch.randn(2, 1, 4), torch.randn(2, 2, 3)
     state, out = torch.randn(3, 2, 4, 3), torch.empty(2, 2, 3)
     idx, cu = torch.tensor([1, -1]), cu_from_lens([1, 1])
-    with _OpLog() as log:
+    with OpLog() as log:
         linear_attn.recurrent(q, k, v, state, idx, cu, out=out, impl=impl)
     assert log.ops == ["linattn.linear_attn_recurrent.default"]
 
@@ -194,9 +150,7 @@ def test_custom_op_schema_declares_the_mutations():
     q, k, v = torch.randn(3, 1, 4), torch.randn(3, 1, 4), torch.randn(3, 2, 3)
     state, out = torch.randn(3, 2, 4, 3), torch.zeros(3, 2, 3)
     args = (q, k, v, state, torch.tensor([1, 2]), cu_from_lens([2, 1]), 0.5, -1, out, "reference")
-    torch.library.opcheck(
-        torch.ops.linattn.linear_attn_recurrent.default, args, test_utils=("test_schema", "test_faketensor")
-    )
+    opcheck_mutations(torch.ops.linattn.linear_attn_recurrent.default, args)
 
 
 def _good():

@@ -5,47 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
+from _kernel_helpers import TOLERANCES, OpLog, assert_close, assert_pool, make_indices, nan_like, opcheck_mutations
 
 from kernels import mamba2
 from kernels._common import Cost
-
-# (atol, rtol) of each implementation and input dtype against the float64 reference run on the same
-# (already rounded) inputs; the state pool is float32 throughout. fp16/bf16 errors come from rounding
-# the output (the interpreter's bf16 store truncates: a full ulp).
-TOLERANCES = {
-    ("reference", torch.float32): (1e-5, 1e-5),
-    ("reference", torch.bfloat16): (2e-2, 2e-2),
-    ("triton", torch.float32): (1e-5, 1e-5),
-    ("triton", torch.float16): (2e-3, 2e-3),
-    ("triton", torch.bfloat16): (2e-2, 2e-2),
-}
-
-# Engine padding conventions: name -> (pad_slot_id, index of a padded row).
-CONVENTIONS = {
-    "sglang": (-1, -1),  # -1 rows skipped
-    "vllm": (0, 0),  # null slot 0, rows <= 0 skipped
-    "ascend": (None, 0),  # nothing skipped: padded rows really run on the dummy slot 0
-}
-
-
-def make_indices(convention: str, n_live: int, n_pad: int, num_slots: int, dtype=torch.int32):
-    """Live rows on distinct slots that include both edges of the usable pool, padded rows at the tail.
-
-    Returns (indices, pad_slot_id, slots written by live rows, slots written by padded rows).
-    """
-    pad_slot_id, sentinel = CONVENTIONS[convention]
-    first = 0 if convention == "sglang" else 1  # under vLLM/Ascend slot 0 is never a live slot
-    middle = [int(s) for s in torch.randperm(num_slots - first - 2) + first + 1]
-    live = ([first, num_slots - 1] + middle)[:n_live]
-    live = [live[i] for i in torch.randperm(n_live).tolist()]
-    idx = torch.tensor(live + [sentinel] * n_pad, dtype=dtype)
-    dummy = {0} if (pad_slot_id is None and n_pad) else set()
-    return idx, pad_slot_id, set(live), dummy
-
-
-def assert_close(actual: torch.Tensor, expected: torch.Tensor, tol: tuple[float, float]) -> None:
-    torch.testing.assert_close(actual.double(), expected.double(), atol=tol[0], rtol=tol[1])
 
 
 def make_inputs(N, nheads, headdim, dstate, ngroups, num_slots, dtype, *, tied=False, optional=True):
@@ -97,7 +60,7 @@ def test_matches_float64(
     N = n_live + n_pad
     inputs, state = make_inputs(N, nheads, headdim, dstate, ngroups, num_slots, dtype, tied=tied, optional=optional)
     before = state.clone()
-    out = torch.full((N, nheads, headdim), float("nan"), dtype=dtype)
+    out = nan_like(inputs["x"])
 
     got = mamba2.selective_state_update(
         state, **inputs, dt_softplus=softplus, state_batch_indices=idx, pad_slot_id=pad_slot_id, out=out, impl=impl
@@ -121,11 +84,7 @@ def test_matches_float64(
         else:
             assert torch.equal(out[n], torch.zeros_like(out[n])), f"padded row {n} output is not zeros"
     state_tol = TOLERANCES[(impl, torch.float32)]  # the pool is float32 whatever the activations
-    for s in range(num_slots):
-        if s in live_slots | dummy:
-            assert_close(state[s], state64[s], state_tol)
-        else:
-            assert torch.equal(state[s], before[s]), f"slot {s} changed but no live row owns it"
+    assert_pool(state, before, state64, live_slots | dummy, state_tol)
     if dummy:
         assert not torch.equal(state[0], before[0]), "the dummy slot 0 was not really processed"
 
@@ -192,21 +151,11 @@ def test_auto_is_reference_on_cpu():
     assert torch.equal(a, b) and torch.equal(s1, s2)
 
 
-class _OpLog(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("impl", ["reference", "triton"])
 def test_each_call_is_one_custom_op(impl):
     inputs, state = make_inputs(2, 2, 3, 4, 1, 3, torch.float32)
     out, idx = torch.empty_like(inputs["x"]), torch.tensor([1, -1])
-    with _OpLog() as log:
+    with OpLog() as log:
         mamba2.selective_state_update(state, **inputs, state_batch_indices=idx, out=out, impl=impl)
     assert log.ops == ["linattn.mamba2_selective_state_update.default"]
 
@@ -216,11 +165,7 @@ def test_custom_op_schema_declares_the_mutations():
     i = inputs
     out = torch.zeros_like(i["x"])
     args = (state, i["x"], i["dt"], i["A"], i["B"], i["C"], i["D"], i["z"], i["dt_bias"], True, torch.tensor([2, 0]))
-    torch.library.opcheck(
-        torch.ops.linattn.mamba2_selective_state_update.default,
-        (*args, -1, out, "reference"),
-        test_utils=("test_schema", "test_faketensor"),
-    )
+    opcheck_mutations(torch.ops.linattn.mamba2_selective_state_update.default, (*args, -1, out, "reference"))
 
 
 BAD = [

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from workbench.batch import Batch
 from workbench.errors import MetadataError
 from workbench.metadata import GRAPH_MODES, Metadata, MetadataBuffers, build_metadata
 from workbench.pool import StatePool
+
+BATCH_TENSORS = ("req_pool_indices", "seq_lens", "extend_lens", "prefix_lens", "num_accepted_tokens")
 
 
 class MetadataBackend:
@@ -17,6 +20,7 @@ class MetadataBackend:
         pool: the state pool (profile, mapping, device).
         buckets: captured batch sizes for each graph mode, or one list for both; default: the profile's.
         draft_tokens: D of target-verify graphs.
+        modes: the graph modes that get static buffers (those the runner captures).
     """
 
     device_type = "cpu"
@@ -26,27 +30,37 @@ class MetadataBackend:
         pool: StatePool,
         buckets: Sequence[int] | dict[str, Sequence[int]] | None = None,
         draft_tokens: int = 2,
+        modes: Sequence[str] = GRAPH_MODES,
     ) -> None:
         self.pool = pool
         self.draft_tokens = draft_tokens
         per_mode = buckets if isinstance(buckets, dict) else dict.fromkeys(GRAPH_MODES, buckets)
-        self.buffers = {
-            "decode": MetadataBuffers(pool, "decode", per_mode.get("decode")),
-            "target_verify": MetadataBuffers(pool, "target_verify", per_mode.get("target_verify"), draft_tokens),
-        }
+        self.buffers: dict[str, MetadataBuffers] = {}
+        for mode in modes:
+            if mode not in GRAPH_MODES:
+                raise MetadataError(f"modes: {mode!r} is not a graph mode; graphs exist for {GRAPH_MODES}")
+            d = draft_tokens if mode == "target_verify" else 1
+            self.buffers[mode] = MetadataBuffers(pool, mode, per_mode.get(mode), d)
         self.forward_metadata: Metadata | None = None
 
     def graph_mode_of(self, batch: Batch) -> str:
         """Which graph runs ``batch``: its own mode; an idle batch runs the decode graph."""
-        if batch.mode == "idle":
-            return "decode"
-        if batch.mode not in GRAPH_MODES:
-            raise MetadataError(f"forward_mode: {batch.mode!r} is not captured; graphs exist for {GRAPH_MODES}")
-        return batch.mode
+        mode = "decode" if batch.mode == "idle" else batch.mode
+        if mode not in self.buffers:
+            raise MetadataError(f"forward_mode: {batch.mode!r} is not captured; graphs exist for {tuple(self.buffers)}")
+        return mode
+
+    def to_pool_device(self, batch: Batch) -> Batch:
+        """``batch`` with its tensors on the pool's device (a host batch is copied once, here)."""
+        dev = self.pool.device
+        if batch.device == dev:
+            return batch
+        moved = {n: getattr(batch, n).to(dev) for n in BATCH_TENSORS if getattr(batch, n) is not None}
+        return replace(batch, **moved)
 
     def init_forward_metadata(self, batch: Batch) -> Metadata:
         """Eager step: build fresh, unpadded metadata."""
-        self.forward_metadata = build_metadata(batch, self.pool, bucket=None)
+        self.forward_metadata = build_metadata(self.to_pool_device(batch), self.pool, bucket=None)
         return self.forward_metadata
 
     def init_forward_metadata_out_graph(self, batch: Batch, in_capture: bool = False) -> Metadata:
@@ -59,7 +73,7 @@ class MetadataBackend:
         if in_capture:
             self.forward_metadata = bufs.reset_for_capture(batch.raw_batch_size)
         else:
-            self.forward_metadata = bufs.update(batch)
+            self.forward_metadata = bufs.update(self.to_pool_device(batch))
         return self.forward_metadata
 
     def init_forward_metadata_in_graph(self, batch: Batch) -> None:

@@ -1,33 +1,25 @@
-"""CUDA metadata backend: batch tensors move to the device without a host sync before the in-place write."""
+"""CUDA metadata backend."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from workbench.backends.base import MetadataBackend
+from workbench.backends.base import BATCH_TENSORS, MetadataBackend
 from workbench.batch import Batch
-from workbench.metadata import Metadata
 
 
 class CudaMetadataBackend(MetadataBackend):
-    """Metadata for CUDA graphs. A batch built on the host is copied to the device asynchronously
-    (``non_blocking``), so preparing a step never waits for the GPU."""
+    """Metadata for CUDA graphs. A host batch is staged through pinned memory and copied asynchronously,
+    so preparing a step never waits for the GPU to drain."""
 
     device_type = "cuda"
 
-    def _on_device(self, batch: Batch) -> Batch:
-        dev = self.pool.device
-        if batch.device == dev:
-            return batch
-        move = {
-            name: getattr(batch, name).to(dev, non_blocking=True)
-            for name in ("req_pool_indices", "seq_lens", "extend_lens", "prefix_lens", "num_accepted_tokens")
-            if getattr(batch, name) is not None
+    def to_pool_device(self, batch: Batch) -> Batch:
+        if batch.device == self.pool.device or batch.device.type != "cpu":
+            return super().to_pool_device(batch)
+        moved = {
+            n: getattr(batch, n).pin_memory().to(self.pool.device, non_blocking=True)
+            for n in BATCH_TENSORS
+            if getattr(batch, n) is not None
         }
-        return replace(batch, **move)
-
-    def init_forward_metadata(self, batch: Batch) -> Metadata:
-        return super().init_forward_metadata(self._on_device(batch))
-
-    def init_forward_metadata_out_graph(self, batch: Batch, in_capture: bool = False) -> Metadata:
-        return super().init_forward_metadata_out_graph(self._on_device(batch), in_capture=in_capture)
+        return replace(batch, **moved)

@@ -1,9 +1,10 @@
 """Ascend NPU metadata backend (sglang-ascend conventions). Imports nothing from torch_npu.
 
 Differences from CUDA that matter to the graph: padded rows point at the dummy slot and are processed
-(profile ``sglang-ascend``); the NPU graph runner pushes the step's sequence lengths to the captured
-graph from the host (``NPUGraph.update(cpu_update_input=...)``), so this backend keeps a host list of
-them; verify also carries a flat ``[bs * D]`` index of per-token intermediate slots.
+(profile ``sglang-ascend``); the NPU graph runner pushes the step's sequence lengths to the captured graph
+from the host (``NPUGraph.update(cpu_update_input=...)``), so this backend keeps a host list of them,
+``extras["seq_lens_cpu"]`` (None at capture, when there is no CPU copy); verify also carries a flat
+``[bs * D]`` index of per-token intermediate slots, ``extras["gdn_token_indices"]``.
 """
 
 from __future__ import annotations
@@ -21,14 +22,13 @@ class NpuMetadataBackend(MetadataBackend):
     device_type = "npu"
 
     def init_forward_metadata_out_graph(self, batch: Batch, in_capture: bool = False) -> Metadata:
+        # The scheduler built the batch on the host: read the lengths there, before any device copy.
+        host = None if in_capture or batch.device.type != "cpu" else batch.seq_lens.tolist()
         meta = super().init_forward_metadata_out_graph(batch, in_capture=in_capture)
-        # The host already knows the lengths (the scheduler built the batch there): no device read.
-        r, bs = batch.raw_batch_size, meta.batch_size
-        live = [] if in_capture else batch.seq_lens.cpu().tolist() if batch.device.type == "cpu" else None
-        if live is not None:
-            meta.extras["seq_lens_cpu"] = live + [self.pool.profile.seq_len_fill] * (bs - r)
+        fill = self.pool.profile.seq_len_fill
+        meta.extras["seq_lens_cpu"] = None if host is None else host + [fill] * (meta.batch_size - len(host))
         if meta.forward_mode == "target_verify" and "gdn_token_indices" not in meta.extras:
             meta.extras["gdn_token_indices"] = torch.arange(
-                bs * meta.draft_tokens, dtype=torch.int32, device=self.pool.device
+                meta.batch_size * meta.draft_tokens, dtype=torch.int32, device=self.pool.device
             )
         return meta

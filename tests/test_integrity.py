@@ -1,0 +1,68 @@
+"""measure.integrity: every kind of problem is reported (so a clean report means something)."""
+
+import torch
+
+from workbench.measure.integrity import changed_slots, check
+
+
+def _case():
+    before = {"ssm": torch.randn(6, 2, 3)}
+    after = {"ssm": before["ssm"].clone()}
+    ref = {"ssm": before["ssm"].double()}
+    out = torch.randn(4, 5)
+    return before, after, ref, out
+
+
+def test_clean_step_is_clean():
+    before, after, ref, out = _case()
+    rep = check(
+        before,
+        after,
+        allowed_slots=[0, 2],
+        live_slots=[2],
+        reference_state=ref,
+        live_outputs=out,
+        reference_outputs=out.double(),
+        padded_outputs=torch.zeros(2, 5),
+    )
+    assert rep.ok and "clean" in str(rep)
+
+
+def test_each_problem_is_reported():
+    before, after, ref, out = _case()
+    after["ssm"][4, 1, 2] += 1.0  # a foreign slot
+    after["ssm"][2, 0, 0] += 1.0  # a live slot off the reference
+    pad = torch.zeros(3, 5)
+    pad[1, 4] = float("nan")  # uninitialised memory reads as NaN
+    got_inter, ref_inter = torch.randn(2, 3), torch.randn(2, 3).double()
+    ref_out = out.double().clone()
+    ref_out[3] += 1e-2
+    rep = check(
+        before,
+        after,
+        allowed_slots=[0, 2],
+        live_slots=[2],
+        reference_state=ref,
+        live_outputs=out,
+        reference_outputs=ref_out,
+        padded_outputs=pad,
+        padded_offset=4,
+        extra_pairs={"intermediate.ssm": (got_inter, ref_inter)},
+    )
+    assert rep.changed_slots == [("ssm", 4)]
+    assert [(n, s) for n, s, _ in rep.state_mismatches] == [
+        ("ssm", 2),
+        ("intermediate.ssm", 0),
+        ("intermediate.ssm", 1),
+    ]
+    assert [t for t, _ in rep.output_mismatches] == [3]
+    assert rep.nonzero_padded_outputs == [5]
+    assert not rep.ok and "slot 4 of ssm changed" in str(rep)
+
+
+def test_changed_slots_is_bitwise():
+    a = {"s": torch.zeros(3, 2)}
+    b = {"s": a["s"].clone()}
+    b["s"][1, 0] = -0.0  # equal as a number, different bits: a write happened
+    b["s"][2, 1] = float("nan")
+    assert changed_slots(a, b) == [("s", 1), ("s", 2)]
