@@ -466,7 +466,9 @@ class MetadataBuffers:
     def update(self, batch: Batch, bucket: int | None = None) -> Metadata:
         """Write ``batch``'s metadata into its bucket's static tensors; return that bucket's Metadata.
 
-        The returned object and its tensors are the same on every call for the same bucket.
+        The returned object and its tensors are the same on every call for the same bucket. The slices of a
+        (bucket, raw_bs) pair are cached the first time that pair is seen (Python view objects over the
+        static storage; no tensor memory is allocated).
         """
         r = batch.raw_batch_size
         if batch.mode != "idle" and batch.mode != self.mode:
