@@ -212,3 +212,24 @@ def test_integrity_reports_a_wrong_live_output():
     assert [t for t, _ in cmp.integrity.output_mismatches] == [1]
     assert cmp.integrity.nonzero_padded_outputs == [3]
     assert not cmp.bitwise_equal and not cmp.ok
+
+
+def test_profile_argument_must_match_the_pool():
+    pool = StatePool(8, "sglang")
+    layer = GatedDeltaNetLayer(GDNConfig.small(), impl="reference")
+    assert GraphRunner(layer, pool, "sglang", buckets=[1], backend="cpu").pool is pool
+    with pytest.raises(ValueError, match="profile: 'vllm' given, but the pool follows 'sglang'"):
+        GraphRunner(layer, pool, "vllm", buckets=[1], backend="cpu")
+
+
+def test_triton_kernels_capture_and_replay_in_the_interpreter():
+    """The Triton path (interpreter on the CPU) through the recorder: each kernel is one recorded op."""
+    layer = GatedDeltaNetLayer(GDNConfig.small(), seed=5, impl="triton")
+    runner = make_runner("sglang", layer=layer, modes=["decode"])
+    runner.capture(progress=False)
+    names = [op.name for op in runner.graphs[("decode", 2)].ops]
+    assert names.count("linattn.gdn_fused_gating.default") == 1
+    assert names.count("linattn.causal_conv1d_update.default") == 1
+    rows = runner.pool.alloc(2)
+    cmp = runner.compare(Batch.decode(rows, [4, 5]), torch.randn(2, layer.config.hidden_size))
+    assert cmp.ok, (cmp.bitwise_equal, str(cmp.integrity))

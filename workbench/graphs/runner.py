@@ -23,6 +23,7 @@ from workbench.layers import Intermediate, LayerState, float64_reference
 from workbench.measure.integrity import IntegrityReport, check
 from workbench.metadata import Metadata, build_metadata, validate
 from workbench.pool import StatePool
+from workbench.profiles import get_profile
 
 
 @dataclass
@@ -80,6 +81,7 @@ class GraphRunner:
     Args:
         layer: a layer from ``workbench.layers`` (its ``forward(x, meta, state, intermediate)``).
         pool: the state pool; its profile decides padding.
+        profile: optional, for readability: must name the pool's profile.
         buckets: captured batch sizes (one list, or per mode); default: the profile's list for the pool.
         draft_tokens: D of the target-verify graphs.
         modes: graph modes to capture (default: those of decode/target_verify the layer supports).
@@ -95,6 +97,7 @@ class GraphRunner:
         self,
         layer: Any,
         pool: StatePool,
+        profile: str | None = None,
         *,
         buckets: Sequence[int] | dict[str, Sequence[int]] | None = None,
         draft_tokens: int = 2,
@@ -104,6 +107,8 @@ class GraphRunner:
         metadata_backend: type[MetadataBackend] | None = None,
         validate_metadata: bool = False,
     ) -> None:
+        if profile is not None and get_profile(profile).name != pool.profile.name:
+            raise MetadataError(f"profile: {profile!r} given, but the pool follows {pool.profile.name!r}")
         self.layer, self.pool, self.draft_tokens = layer, pool, draft_tokens
         self.validate_metadata = validate_metadata
         self.graph_backend = get_backend(backend, device=pool.device if backend == "auto" else None)
