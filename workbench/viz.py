@@ -28,6 +28,8 @@ def padded_batch(metas: Sequence[Metadata], titles: Sequence[str] | None = None)
     fig = make_subplots(rows=len(metas), cols=1, subplot_titles=titles, vertical_spacing=0.12)
     for k, meta in enumerate(metas, start=1):
         rows = meta.rows()
+        # zero-length rows get a sliver 3% of the axis wide, so they stay visible at any token count
+        sliver = max(0.15, 0.03 * max(r["qsl_end"] for r in rows)) if rows else 0.15
         for kind, color in (("live", LIVE), ("pad", PAD)):
             sel = [r for r in rows if r["kind"] == kind]
             if not sel:
@@ -35,7 +37,7 @@ def padded_batch(metas: Sequence[Metadata], titles: Sequence[str] | None = None)
             fig.add_trace(
                 go.Bar(
                     y=[f"row {r['row']}" for r in sel],
-                    x=[max(r["num_tokens"], 0.15) for r in sel],  # zero-length rows stay visible
+                    x=[r["num_tokens"] or sliver for r in sel],
                     base=[r["qsl_start"] for r in sel],
                     orientation="h",
                     marker_color=color,
