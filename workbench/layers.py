@@ -59,21 +59,64 @@ class LayerState:
         return {"conv": self.conv, "ssm": self.ssm}
 
 
-def _new_state(
-    conv: tuple[int, ...], ssm: tuple[int, ...], seed: int | None, dtype: torch.dtype, device: torch.device
-) -> LayerState:
-    if seed is None:
-        return LayerState(torch.zeros(conv, dtype=dtype, device=device), torch.zeros(ssm, dtype=dtype, device=device))
-    g = torch.Generator().manual_seed(seed)
-    return LayerState(*(0.5 * torch.randn(s, generator=g).to(dtype=dtype, device=device) for s in (conv, ssm)))
-
-
 @dataclass
 class Intermediate:
     """Per-step verify buffers indexed by batch row: conv windows ``[bs, D, conv_dim, W-1]``, SSM states."""
 
     conv: torch.Tensor
     ssm: torch.Tensor
+
+
+class _SeededLayer:
+    """What both layer steps share: seeded weights, dtype/impl copies, a state pool of their shapes.
+
+    Subclasses set ``config_class`` and ``supported_modes`` and define ``_draw_weights(config, gen)``
+    and ``_state_shapes(num_slots)``.
+    """
+
+    config_class: type
+    supported_modes: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        config: Any = None,
+        *,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+        impl: str = "auto",
+    ) -> None:
+        self.config = config or self.config_class()
+        self.seed, self.impl = seed, impl
+        w = self._draw_weights(self.config, torch.Generator().manual_seed(seed))
+        self.weights = {k: v.to(dtype=dtype, device=device) for k, v in w.items()}
+        self.dtype, self.device = dtype, torch.device(device)
+
+    @staticmethod
+    def _draw_weights(config: Any, gen: torch.Generator) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def _state_shapes(self, num_slots: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        raise NotImplementedError
+
+    def to(self, dtype: torch.dtype | None = None, impl: str | None = None) -> Any:
+        """A copy with other weight dtype and/or kernel implementation (same seed, same values)."""
+        other = type(self).__new__(type(self))
+        other.config, other.seed, other.impl = self.config, self.seed, impl or self.impl
+        other.dtype = dtype or self.dtype
+        other.device = self.device
+        other.weights = {k: v.to(other.dtype) for k, v in self.weights.items()}
+        return other
+
+    def new_state(self, num_slots: int, *, seed: int | None = None, dtype: torch.dtype = torch.float32) -> LayerState:
+        """A state pool for ``num_slots`` slots (conv windows, SSM states); random (never zeros) when ``seed``
+        is given, else zeros."""
+        conv, ssm = self._state_shapes(num_slots)
+        if seed is None:
+            zeros = (torch.zeros(s, dtype=dtype, device=self.device) for s in (conv, ssm))
+            return LayerState(*zeros)
+        g = torch.Generator().manual_seed(seed)
+        return LayerState(*(0.5 * torch.randn(s, generator=g).to(dtype=dtype, device=self.device) for s in (conv, ssm)))
 
 
 # -- Gated DeltaNet ------------------------------------------------------------------------------------
@@ -99,32 +142,23 @@ class GDNConfig:
         return 2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
 
 
-class GatedDeltaNetLayer:
+class GatedDeltaNetLayer(_SeededLayer):
     """Input projections -> short conv (update) -> fused gating + gated delta rule -> gated norm -> output.
 
     Args:
-        config: shapes.
+        config: shapes (default: ``GDNConfig()``, engine-like).
         seed: weights are drawn from this seed, so two layers with the same seed are identical.
         dtype, device: of the weights and activations (state pools are float32, or float64 for a reference).
         impl: kernel implementation, "auto" | "reference" | "triton".
     """
 
+    config_class = GDNConfig
     supported_modes = ("decode", "target_verify", "extend", "idle")
 
-    def __init__(
-        self,
-        config: GDNConfig | None = None,
-        *,
-        seed: int = 0,
-        dtype: torch.dtype = torch.float32,
-        device: str | torch.device = "cpu",
-        impl: str = "auto",
-    ) -> None:
-        c = self.config = config or GDNConfig()
-        self.seed, self.impl = seed, impl
-        g = torch.Generator().manual_seed(seed)
+    @staticmethod
+    def _draw_weights(c: GDNConfig, g: torch.Generator) -> dict[str, torch.Tensor]:
         vv = c.num_v_heads * c.head_v_dim
-        w = {
+        return {
             "w_qkvz": _weight(g, c.hidden_size, c.conv_dim + vv, fan_in=c.hidden_size),
             "w_ba": _weight(g, c.hidden_size, 2 * c.num_v_heads, fan_in=c.hidden_size),
             "conv_w": _weight(g, c.conv_dim, c.conv_kernel, fan_in=c.conv_kernel),
@@ -134,23 +168,10 @@ class GatedDeltaNetLayer:
             "norm_w": 1.0 + 0.1 * torch.randn(c.head_v_dim, generator=g),
             "w_out": _weight(g, vv, c.hidden_size, fan_in=vv),
         }
-        self.weights = {k: v.to(dtype=dtype, device=device) for k, v in w.items()}
-        self.dtype, self.device = dtype, torch.device(device)
 
-    def to(self, dtype: torch.dtype | None = None, impl: str | None = None) -> Any:
-        """A copy with other weight dtype and/or kernel implementation (same seed, same values)."""
-        other = type(self).__new__(type(self))
-        other.config, other.seed, other.impl = self.config, self.seed, impl or self.impl
-        other.dtype = dtype or self.dtype
-        other.device = self.device
-        other.weights = {k: v.to(other.dtype) for k, v in self.weights.items()}
-        return other
-
-    def new_state(self, num_slots: int, *, seed: int | None = None, dtype: torch.dtype = torch.float32) -> LayerState:
-        """A state pool for ``num_slots`` slots; random (never zeros) when ``seed`` is given, else zeros."""
+    def _state_shapes(self, num_slots: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         c = self.config
-        ssm = (num_slots, c.num_v_heads, c.head_k_dim, c.head_v_dim)
-        return _new_state((num_slots, c.conv_dim, c.conv_kernel - 1), ssm, seed, dtype, self.device)
+        return (num_slots, c.conv_dim, c.conv_kernel - 1), (num_slots, c.num_v_heads, c.head_k_dim, c.head_v_dim)
 
     def new_intermediate(self, max_bs: int, draft_tokens: int, dtype: torch.dtype = torch.float32) -> Intermediate:
         c = self.config
@@ -278,24 +299,15 @@ class Mamba2Config:
         return self.d_inner + 2 * self.n_groups * self.state_size
 
 
-class Mamba2Layer:
+class Mamba2Layer(_SeededLayer):
     """Input projection -> short conv (update) -> selective state update -> gated norm -> output (decode)."""
 
+    config_class = Mamba2Config
     supported_modes = ("decode", "idle")
 
-    def __init__(
-        self,
-        config: Mamba2Config | None = None,
-        *,
-        seed: int = 0,
-        dtype: torch.dtype = torch.float32,
-        device: str | torch.device = "cpu",
-        impl: str = "auto",
-    ) -> None:
-        c = self.config = config or Mamba2Config()
-        self.seed, self.impl = seed, impl
-        g = torch.Generator().manual_seed(seed)
-        w = {
+    @staticmethod
+    def _draw_weights(c: Mamba2Config, g: torch.Generator) -> dict[str, torch.Tensor]:
+        return {
             "w_in": _weight(g, c.hidden_size, c.d_inner + c.conv_dim + c.num_heads, fan_in=c.hidden_size),
             "conv_w": _weight(g, c.conv_dim, c.conv_kernel, fan_in=c.conv_kernel),
             "conv_b": 0.1 * torch.randn(c.conv_dim, generator=g),
@@ -305,16 +317,10 @@ class Mamba2Layer:
             "norm_w": 1.0 + 0.1 * torch.randn(c.d_inner, generator=g),
             "w_out": _weight(g, c.d_inner, c.hidden_size, fan_in=c.d_inner),
         }
-        self.weights = {k: v.to(dtype=dtype, device=device) for k, v in w.items()}
-        self.dtype, self.device = dtype, torch.device(device)
 
-    to = GatedDeltaNetLayer.to
-
-    def new_state(self, num_slots: int, *, seed: int | None = None, dtype: torch.dtype = torch.float32) -> LayerState:
-        """A state pool for ``num_slots`` slots; random (never zeros) when ``seed`` is given, else zeros."""
+    def _state_shapes(self, num_slots: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         c = self.config
-        ssm = (num_slots, c.num_heads, c.head_dim, c.state_size)
-        return _new_state((num_slots, c.conv_dim, c.conv_kernel - 1), ssm, seed, dtype, self.device)
+        return (num_slots, c.conv_dim, c.conv_kernel - 1), (num_slots, c.num_heads, c.head_dim, c.state_size)
 
     def forward(
         self, x: torch.Tensor, meta: Metadata, state: LayerState, intermediate: Intermediate | None = None
