@@ -71,8 +71,7 @@ def _check_rows(
     check.tensor("cu_seqlens", cu_seqlens, (N + 1,), INDEX_DTYPES, dev)
     if has_initial_state is not None:
         check.tensor("has_initial_state", has_initial_state, (N,), (torch.bool, *INDEX_DTYPES), dev)
-    if pad_slot_id is not None and not isinstance(pad_slot_id, int):
-        check.fail(f"pad_slot_id: expected an int or None, got {pad_slot_id!r}")
+    check.pad_slot_id(pad_slot_id)
     if not _value_checks(dev):
         return N
     cu = cu_seqlens.tolist()

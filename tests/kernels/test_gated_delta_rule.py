@@ -471,6 +471,9 @@ def test_bad_inputs_other_ops():
     a, b = x["g"], x["beta"]
     with pytest.raises(ValueError, match="A_log"):
         gdn.fused_gating(*args[:3], a, b, torch.zeros(2), torch.zeros(1), *args[5:])
+    for bad_pad in (True, "-1", 0.5):  # a bool is an int to Python; the padding rule needs a real slot id
+        with pytest.raises(ValueError, match="pad_slot_id must be an int or None"):
+            gdn.recurrent(*args, pad_slot_id=bad_pad)
     inter = torch.zeros(2, 3, 1, 4, 4)
     for bad, msg in (([0, 1], "row 0 has 0"), ([1, 4], "row 1 has 4")):
         with pytest.raises(ValueError, match=f"num_accepted: {msg}"):
