@@ -1,19 +1,76 @@
-"""Plotly figures: pure functions, data in, ``go.Figure`` out (plotly is in the ``lab`` extra)."""
+"""Figures of a step's metadata: padded rows, padding per profile, slots, query_start_loc, integrity.
+
+Pure functions, data in, ``go.Figure`` out (plotly is in the ``lab`` extra, imported inside each function).
+Each figure has a fixed set of traces named for what they show, so a widget can update one in place
+(``*_traces`` return the per-trace data the figure functions draw; traces with nothing to show are empty,
+never missing). Colours come from ``viz.palette`` (Okabe-Ito, colour-blind safe):
+
+- live rows: blue; padded rows the kernel skips (sglang ``-1``, vLLM's null slot ``0``): light grey, hatched;
+  padded rows really processed on the dummy slot (sglang on Ascend): vermillion, cross-hatched.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from workbench.viz.palette import BLUE, GREY, LIGHT_GREY, ORANGE, SKY, VERMILLION, YELLOW
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
     from workbench.metadata import Metadata
+    from workbench.pool import StatePool
 
-from workbench.viz.palette import BLUE as LIVE
-from workbench.viz.palette import LIGHT_GREY as PAD
+LIVE = BLUE
+PAD = LIGHT_GREY
+SKIPPED = LIGHT_GREY
+PROCESSED = VERMILLION
+
+# names of the padding-map traces (the legend): what the kernel does with each row
+LIVE_ROW = "live row"
+PAD_SKIPPED = "padded, skipped by the kernel (no read, no write)"
+PAD_PROCESSED = "padded, processed on the dummy slot (really computed, writes it)"
+PADDING_TRACES = (LIVE_ROW, PAD_SKIPPED, PAD_PROCESSED)
 
 
+def _as_list(metas: Metadata | Sequence[Metadata]) -> list[Metadata]:
+    from workbench.metadata import Metadata
+
+    return [metas] if isinstance(metas, Metadata) else list(metas)
+
+
+def panel_label(meta: Metadata) -> str:
+    """A short unique-enough label of one step: profile, mode, raw batch size and padded size."""
+    return f"{meta.profile.name} {meta.forward_mode} {meta.raw_batch_size}->{meta.batch_size}"
+
+
+def _unique_labels(metas: Sequence[Metadata]) -> list[str]:
+    labels: list[str] = []
+    for m in metas:
+        base = lab = panel_label(m)
+        k = 2
+        while lab in labels:
+            lab, k = f"{base} ({k})", k + 1
+        labels.append(lab)
+    return labels
+
+
+def row_fate(meta: Metadata, row: int) -> str:
+    """What the kernel does with batch row ``row``: "live", "skipped" or "processed" (on the dummy slot)."""
+    if row < meta.raw_batch_size:
+        return "live"
+    pad = meta.profile.kernel_pad_slot_id
+    idx = meta.state_indices[row]
+    first = int(idx.flatten()[0]) if idx.dim() else int(idx)
+    return "skipped" if pad is not None and first <= pad else "processed"
+
+
+def _fmt_idx(v: Any) -> str:
+    return str(v) if not isinstance(v, list) else "[" + ",".join(map(str, v)) + "]"
+
+
+# -- padded batch (tokens per row) -------------------------------------------------------------------------
 def padded_batch(metas: Sequence[Metadata], titles: Sequence[str] | None = None) -> go.Figure:
     """One panel per metadata: a bar per batch row spanning its ``query_start_loc`` tokens.
 
@@ -58,4 +115,389 @@ def padded_batch(metas: Sequence[Metadata], titles: Sequence[str] | None = None)
         fig.update_yaxes(autorange="reversed", row=k, col=1)
         fig.update_xaxes(title_text="token position (query_start_loc)", row=k, col=1)
     fig.update_layout(height=220 * len(metas) + 80, barmode="overlay", margin=dict(l=60, r=20, t=60, b=40))
+    return fig
+
+
+# -- padding map ----------------------------------------------------------------------------------------
+def padding_map_traces(metas: Metadata | Sequence[Metadata]) -> dict[str, dict[str, list]]:
+    """Per trace of :func:`padding_map` (by legend name): ``x`` (batch row), ``y`` (panel label),
+    ``text`` (state index) and ``customdata`` (profile, row, state index, request row, what happens)."""
+    metas = _as_list(metas)
+    out: dict[str, dict[str, list]] = {n: {"x": [], "y": [], "text": [], "customdata": []} for n in PADDING_TRACES}
+    names = {"live": LIVE_ROW, "skipped": PAD_SKIPPED, "processed": PAD_PROCESSED}
+    for meta, label in zip(metas, _unique_labels(metas), strict=True):
+        idx = meta.state_indices.tolist()
+        rpi = meta.req_pool_indices.tolist()
+        prof = meta.profile
+        for row in range(meta.batch_size):
+            fate = row_fate(meta, row)
+            what = {
+                "live": f"live: reads and writes slot {_fmt_idx(idx[row])}",
+                "skipped": f"skipped ({prof.guard}): no state read or write, zero output",
+                "processed": f"processed on dummy slot {prof.dummy_slot}: really computed, writes it",
+            }[fate]
+            t = out[names[fate]]
+            t["x"].append(row)
+            t["y"].append(label)
+            t["text"].append(_fmt_idx(idx[row]))
+            t["customdata"].append([prof.name, row, _fmt_idx(idx[row]), rpi[row], what])
+    return out
+
+
+def padding_map(metas: Metadata | Sequence[Metadata]) -> go.Figure:
+    """Rows x bucket, one line per step (e.g. one per profile): each cell a batch row, coloured by what the
+    kernel does with it.
+
+    Live rows blue; padded rows the kernel skips (sglang ``-1``, vLLM's null slot ``0``) light grey and
+    hatched; padded rows processed on the dummy slot (sglang on Ascend: really computed, writes slot 0)
+    vermillion and cross-hatched. Cell text: the row's state index. Hover: profile, row, request row, fate.
+    """
+    import plotly.graph_objects as go
+
+    metas = _as_list(metas)
+    data = padding_map_traces(metas)
+    style = {
+        LIVE_ROW: dict(color=LIVE, pattern=dict(shape="")),
+        PAD_SKIPPED: dict(color=SKIPPED, pattern=dict(shape="/", fgcolor=GREY)),
+        PAD_PROCESSED: dict(color=PROCESSED, pattern=dict(shape="x", fgcolor="white")),
+    }
+    fig = go.Figure()
+    for name in PADDING_TRACES:
+        d = data[name]
+        fig.add_trace(
+            go.Bar(
+                name=name,
+                orientation="h",
+                x=[1] * len(d["x"]),
+                base=[x - 0.5 for x in d["x"]],
+                y=d["y"],
+                text=d["text"],
+                customdata=d["customdata"],
+                textposition="inside",
+                insidetextanchor="middle",
+                marker=dict(line=dict(color="white", width=1), **style[name]),
+                hovertemplate="%{customdata[0]}, batch row %{customdata[1]}: state index %{customdata[2]}"
+                "<br>request row %{customdata[3]}<br>%{customdata[4]}<extra></extra>",
+            )
+        )
+    labels = _unique_labels(metas)
+    max_bs = max((m.batch_size for m in metas), default=1)
+    fig.update_layout(
+        title="Padding map: what the kernel does with each row of the bucket",
+        barmode="overlay",
+        bargap=0.25,
+        height=140 + 60 * max(len(metas), 1),
+        margin=dict(l=200, r=20, t=60, b=50),
+        legend=dict(orientation="h", y=-0.35 if len(metas) < 3 else -0.2),
+    )
+    fig.update_xaxes(title_text="batch row (bucket slot, rows)", range=[-0.6, max_bs - 0.4])
+    fig.update_yaxes(categoryorder="array", categoryarray=labels[::-1], title_text="step (profile mode raw->bs)")
+    return fig
+
+
+# -- slot map -------------------------------------------------------------------------------------------
+SLOT_LIVE = "live row -> its slot"
+SLOT_SKIPPED = "padded row -> sentinel (skipped)"
+SLOT_PROCESSED = "padded row -> dummy slot (processed)"
+POOL_DUMMY = "dummy slot (reserved)"
+POOL_BATCH = "slot of a row in this batch"
+POOL_OTHER = "slot of another request"
+POOL_FREE = "free slot"
+POOL_READ = "read by the step"
+POOL_WRITTEN = "written by the step"
+SLOT_TRACES = (SLOT_LIVE, SLOT_SKIPPED, SLOT_PROCESSED)
+POOL_TRACES = (POOL_DUMMY, POOL_BATCH, POOL_OTHER, POOL_FREE)
+MARK_TRACES = (POOL_READ, POOL_WRITTEN)
+
+
+def predicted_access(meta: Metadata) -> tuple[list[int], list[int]]:
+    """Slots the kernels read and write for ``meta`` (sorted): every processed row's slot(s), the dummy
+    slot included where padded rows are processed; nothing written to the pool in target_verify (the
+    per-step states go to the intermediate buffer until acceptance) and nothing read by a row without an
+    initial state."""
+    read: set[int] = set()
+    written: set[int] = set()
+    idx = meta.state_indices.tolist()
+    init = meta.has_initial_state.tolist()
+    for row in range(meta.batch_size):
+        if row_fate(meta, row) == "skipped":
+            continue
+        slots = idx[row] if isinstance(idx[row], list) else [idx[row]]
+        # padded rows processed on the dummy slot carry has_initial_state=False, but the kernel still
+        # reads slot 0 where the profile ignores that flag; count them as read
+        if init[row] or row >= meta.raw_batch_size:
+            read.update(slots)
+        if meta.forward_mode != "target_verify":
+            written.update(slots)
+    return sorted(read), sorted(written)
+
+
+def slot_map_traces(
+    meta: Metadata, pool: StatePool, *, read: Sequence[int] | None = None, written: Sequence[int] | None = None
+) -> dict[str, dict[str, list]]:
+    """Per trace of :func:`slot_map` (by legend name): ``x`` (slot; -1 is the sentinel column), ``y``
+    (batch row, or the pool strip "pool"), ``customdata`` (hover words)."""
+    out: dict[str, dict[str, list]] = {
+        n: {"x": [], "y": [], "customdata": []} for n in (*SLOT_TRACES, *POOL_TRACES, *MARK_TRACES)
+    }
+    prof = meta.profile
+    idx = meta.state_indices.tolist()
+    rpi = meta.req_pool_indices.tolist()
+    in_batch: dict[int, int] = {}
+    for row in range(meta.batch_size):
+        fate = row_fate(meta, row)
+        slots = idx[row] if isinstance(idx[row], list) else [idx[row]]
+        for j, s in enumerate(slots):
+            pos = f" (draft position {j})" if len(slots) > 1 else ""
+            if fate == "live":
+                name = SLOT_LIVE
+                in_batch.setdefault(s, row)
+                words = f"batch row {row} (request row {rpi[row]}) -> slot {s}{pos}"
+            elif fate == "skipped":
+                name = SLOT_SKIPPED
+                words = f"padded batch row {row} -> {s}: skipped ({prof.guard})"
+            else:
+                name = SLOT_PROCESSED
+                words = f"padded batch row {row} -> dummy slot {s}: processed, writes it"
+            t = out[name]
+            t["x"].append(s if s >= 0 else -1)
+            t["y"].append(row)
+            t["customdata"].append(words)
+    owner = {s: r for r in pool.live_rows for s in pool.slots_of(r)}
+    for s in range(pool.num_slots):
+        if s == prof.dummy_slot:
+            name, words = POOL_DUMMY, f"slot {s}: reserved dummy (capture and processed padding write it)"
+        elif s in in_batch:
+            name, words = POOL_BATCH, f"slot {s}: request row {owner.get(s)} at batch row {in_batch[s]}"
+        elif s in owner:
+            name, words = POOL_OTHER, f"slot {s}: request row {owner[s]}, not in this batch (must stay unchanged)"
+        else:
+            name, words = POOL_FREE, f"slot {s}: free"
+        out[name]["x"].append(s)
+        out[name]["y"].append("pool")
+        out[name]["customdata"].append(words)
+    if read is None or written is None:
+        p_read, p_written = predicted_access(meta)
+        read = p_read if read is None else read
+        written = p_written if written is None else written
+    for name, slots, what in ((POOL_READ, read, "read"), (POOL_WRITTEN, written, "written")):
+        for s in sorted(set(slots)):
+            out[name]["x"].append(s)
+            out[name]["y"].append(what)
+            out[name]["customdata"].append(f"slot {s} {what} by the step")
+    return out
+
+
+def slot_map(
+    meta: Metadata, pool: StatePool, *, read: Sequence[int] | None = None, written: Sequence[int] | None = None
+) -> go.Figure:
+    """Batch row -> state slot(s), and the pool beneath: dummy and sentinel visible, slots read and written.
+
+    Top panel: one marker per (batch row, slot) pair (vLLM verify rows have ``D`` slots); padded rows
+    point at the sentinel column (``-1``, left of the pool) or at the dummy slot, filled vermillion where
+    they are processed there, hollow grey where the kernel skips them. Bottom panel: every slot of the
+    pool by owner, and the slots the step reads and writes (default: what the profile's kernel rule
+    predicts, see :func:`predicted_access`; pass the slots a real step changed to show those).
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    data = slot_map_traces(meta, pool, read=read, written=written)
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.72, 0.28], vertical_spacing=0.06)
+    marker = {
+        SLOT_LIVE: dict(color=LIVE, symbol="circle", size=10),
+        SLOT_SKIPPED: dict(color=GREY, symbol="circle-open", size=10, line=dict(width=2)),
+        SLOT_PROCESSED: dict(color=PROCESSED, symbol="x", size=11),
+        POOL_DUMMY: dict(color=PROCESSED, symbol="square", size=12),
+        POOL_BATCH: dict(color=LIVE, symbol="square", size=12),
+        POOL_OTHER: dict(color=SKY, symbol="square", size=12),
+        POOL_FREE: dict(color=LIGHT_GREY, symbol="square", size=12),
+        POOL_READ: dict(color=ORANGE, symbol="triangle-down", size=10),
+        POOL_WRITTEN: dict(color=YELLOW, symbol="triangle-up", size=10, line=dict(color="black", width=1)),
+    }
+    for name in (*SLOT_TRACES, *POOL_TRACES, *MARK_TRACES):
+        d = data[name]
+        fig.add_trace(
+            go.Scatter(
+                name=name,
+                x=d["x"],
+                y=d["y"],
+                customdata=d["customdata"],
+                mode="markers",
+                marker=marker[name],
+                hovertemplate="%{customdata}<extra></extra>",
+            ),
+            row=1 if name in SLOT_TRACES else 2,
+            col=1,
+        )
+    ticks = [-1, *range(0, pool.num_slots, max(1, pool.num_slots // 16))]
+    fig.update_xaxes(
+        range=[-1.6, pool.num_slots - 0.4],
+        tickvals=ticks,
+        ticktext=["sentinel" if t == -1 else str(t) for t in ticks],
+        row=2,
+        col=1,
+        title_text="state slot (index into the pool; left: the sentinel column)",
+    )
+    fig.update_yaxes(autorange="reversed", title_text="batch row", row=1, col=1)
+    fig.update_yaxes(categoryorder="array", categoryarray=["written", "read", "pool"], row=2, col=1)
+    fig.update_layout(
+        title=f"Slot map: {panel_label(meta)} on a pool of {pool.num_slots} slots",
+        height=260 + 12 * meta.batch_size,
+        margin=dict(l=60, r=20, t=60, b=50),
+        legend=dict(orientation="h", y=-0.25),
+    )
+    fig.add_vrect(x0=-1.5, x1=-0.5, fillcolor=LIGHT_GREY, opacity=0.35, line_width=0, layer="below")
+    return fig
+
+
+# -- query_start_loc staircase ----------------------------------------------------------------------------
+def qsl_traces(metas: Metadata | Sequence[Metadata]) -> list[dict[str, Any]]:
+    """One entry per step: ``name``, ``x`` (entry i of query_start_loc), ``y`` (its value), ``symbol``
+    (filled for entries bounding a live row, open on padding) and ``customdata`` (hover words)."""
+    metas = _as_list(metas)
+    out: list[dict[str, Any]] = []
+    for meta, label in zip(metas, _unique_labels(metas), strict=True):
+        qsl = meta.query_start_loc.tolist()
+        r = meta.raw_batch_size
+        words = []
+        for i, v in enumerate(qsl):
+            if i == 0:
+                words.append("qsl[0] = 0: start of row 0")
+            elif i <= r:
+                words.append(f"qsl[{i}] = {v}: end of live row {i - 1} ({qsl[i] - qsl[i - 1]} tokens)")
+            else:
+                words.append(f"qsl[{i}] = {v}: end of padded row {i - 1} (zero-length)")
+        out.append(
+            {
+                "name": label,
+                "x": list(range(len(qsl))),
+                "y": qsl,
+                "symbol": ["circle" if i <= r else "circle-open" for i in range(len(qsl))],
+                "customdata": words,
+            }
+        )
+    return out
+
+
+def qsl_staircase(metas: Metadata | Sequence[Metadata]) -> go.Figure:
+    """``query_start_loc`` as a staircase, one line per step: decode climbs by 1 a row, verify by ``D``,
+    extend by each row's length; padded rows are the flat tail (open markers)."""
+    import plotly.graph_objects as go
+
+    from workbench.viz.palette import SEQUENCE
+
+    fig = go.Figure()
+    for k, t in enumerate(qsl_traces(metas)):
+        fig.add_trace(
+            go.Scatter(
+                name=t["name"],
+                x=t["x"],
+                y=t["y"],
+                customdata=t["customdata"],
+                mode="lines+markers",
+                line=dict(shape="hv", color=SEQUENCE[k % len(SEQUENCE)]),
+                marker=dict(symbol=t["symbol"], size=8),
+                hovertemplate="%{customdata}<extra>%{fullData.name}</extra>",
+            )
+        )
+    fig.update_layout(
+        title="query_start_loc: where each row's tokens start (flat tail = zero-length padded rows)",
+        height=360,
+        margin=dict(l=60, r=20, t=60, b=50),
+        legend=dict(orientation="h", y=-0.25),
+    )
+    fig.update_xaxes(title_text="entry i of query_start_loc (row i starts here)")
+    fig.update_yaxes(title_text="token offset (tokens)")
+    return fig
+
+
+# -- integrity heatmap ----------------------------------------------------------------------------------
+UNCHANGED, CHANGED_OK, CHANGED_DUMMY, CHANGED_BAD = 0, 1, 2, 3
+INTEGRITY_LABELS = {
+    UNCHANGED: "unchanged",
+    CHANGED_OK: "changed by its owner (expected)",
+    CHANGED_DUMMY: "dummy slot written (allowed)",
+    CHANGED_BAD: "changed but should not have (lost state)",
+}
+
+
+def integrity_codes(
+    changed: Sequence[Sequence[bool]],
+    allowed: Sequence[Sequence[bool]] | None = None,
+    dummy_slot: int | None = None,
+    slots: Sequence[int] | None = None,
+) -> list[list[int]]:
+    """Code each (step, slot) cell: 0 unchanged, 1 changed and allowed, 2 the dummy slot changed,
+    3 changed but not allowed. ``allowed`` None: every change but the dummy slot's is a violation."""
+    cols = list(range(len(changed[0]))) if (changed and slots is None) else list(slots or [])
+    codes = []
+    for i, row in enumerate(changed):
+        line = []
+        for j, c in enumerate(row):
+            if not c:
+                line.append(UNCHANGED)
+            elif dummy_slot is not None and cols[j] == dummy_slot:
+                line.append(CHANGED_DUMMY)
+            elif allowed is not None and allowed[i][j]:
+                line.append(CHANGED_OK)
+            else:
+                line.append(CHANGED_BAD)
+        codes.append(line)
+    return codes
+
+
+def integrity_heatmap(
+    changed: Sequence[Sequence[bool]] | Any,
+    *,
+    slots: Sequence[int],
+    steps: Sequence[str],
+    dummy_slot: int | None = None,
+    allowed: Sequence[Sequence[bool]] | Any | None = None,
+) -> go.Figure:
+    """Slots x steps: which state slots each step changed, changed-when-it-should-not in vermillion (red).
+
+    Args:
+        changed: bool ``[len(steps), len(slots)]`` (nested lists, numpy or torch): the slot's bytes differ
+            after the step.
+        slots: the slot number of each column. steps: a label per row (e.g. "capture", "replay bs=4").
+        dummy_slot: the profile's dummy slot (its changes are allowed, drawn in yellow).
+        allowed: bool, same shape: the step's live rows own the slot (a change there is expected, blue).
+            None: every change other than the dummy slot's counts as a violation.
+    """
+    import plotly.graph_objects as go
+
+    changed = changed.tolist() if hasattr(changed, "tolist") else [list(r) for r in changed]
+    if allowed is not None:
+        allowed = allowed.tolist() if hasattr(allowed, "tolist") else [list(r) for r in allowed]
+    codes = integrity_codes(changed, allowed, dummy_slot, slots)
+    words = [
+        [f"{steps[i]}, slot {slots[j]}: {INTEGRITY_LABELS[c]}" for j, c in enumerate(r)] for i, r in enumerate(codes)
+    ]
+    colours = ["#FFFFFF", BLUE, YELLOW, VERMILLION]
+    scale = []
+    for k, c in enumerate(colours):  # a discrete colour scale over codes 0..3
+        scale += [[k / 4, c], [(k + 1) / 4, c]]
+    fig = go.Figure(
+        go.Heatmap(
+            z=codes,
+            x=[str(s) for s in slots],
+            y=list(steps),
+            zmin=-0.5,
+            zmax=3.5,
+            colorscale=scale,
+            customdata=words,
+            hovertemplate="%{customdata}<extra></extra>",
+            xgap=1,
+            ygap=1,
+            colorbar=dict(tickvals=list(INTEGRITY_LABELS), ticktext=list(INTEGRITY_LABELS.values()), title="slot"),
+        )
+    )
+    fig.update_layout(
+        title="Integrity: slots changed by each step (red: changed but no live row owns it)",
+        height=160 + 28 * len(steps),
+        margin=dict(l=120, r=20, t=60, b=50),
+    )
+    fig.update_xaxes(title_text="state slot", type="category")
+    fig.update_yaxes(title_text="step", autorange="reversed", type="category")
     return fig

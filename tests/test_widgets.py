@@ -1,0 +1,107 @@
+"""The widget views, driven as a user would (set .value, .click()), without a browser: the figures are
+updated in place and show the model's data; bad input shows in words beside its control."""
+
+import pytest
+
+pytest.importorskip("ipywidgets")
+pytest.importorskip("plotly")
+
+from workbench.viz import metadata as vm  # noqa: E402
+from workbench.widgets import CaptureReplayLab, KernelPlayground, MetadataExplorer  # noqa: E402
+
+
+def _cells(fig, name):
+    t = next(t for t in fig.data if t.name == name)
+    return sorted((y, int(b + 0.5)) for y, b in zip(t.y, t.base, strict=True))
+
+
+def test_explorer_slider_updates_the_same_figure_in_place():
+    e = MetadataExplorer(profile="all", raw_batch_size=5, pool_size=64)
+    fig, traces = e.padding_fig, e.padding_fig.data
+    assert [t.name for t in traces] == list(vm.PADDING_TRACES)
+    assert len(_cells(fig, vm.LIVE_ROW)) == 15 and len(_cells(fig, vm.PAD_PROCESSED)) == 3
+    e.controls["raw_batch_size"].value = 9  # -> bucket 12: 3 padded rows per profile
+    assert e.padding_fig is fig and e.padding_fig.data[0] is traces[0]  # updated in place
+    assert len(_cells(fig, vm.LIVE_ROW)) == 27
+    processed = _cells(fig, vm.PAD_PROCESSED)
+    assert {y for y, _ in processed} == {"sglang-ascend decode 9->12"} and [r for _, r in processed] == [9, 10, 11]
+    skipped = _cells(fig, vm.PAD_SKIPPED)
+    assert {y for y, _ in skipped} == {"sglang decode 9->12", "vllm decode 9->16"}  # vLLM: its own bucket list
+    assert list(e.qsl_fig.data[0].y) == list(e.model.state.metas[0].query_start_loc.tolist())
+    assert "raw_bs=9" in e.table.value and "processed" in e.table.value
+
+
+def test_explorer_bad_typed_list_shows_beside_its_control_and_keeps_the_figure():
+    e = MetadataExplorer(profile="sglang", raw_batch_size=4)
+    before = list(e.padding_fig.data[0].base)
+    e.controls["seq_lens"].value = "3, four, 5"  # never raises
+    assert "item 1 is &#x27;four&#x27;" in e.errors["seq_lens"].value
+    assert all(not w.value for n, w in e.errors.items() if n != "seq_lens")
+    assert list(e.padding_fig.data[0].base) == before
+    e.controls["seq_lens"].value = "3, 4, 5"
+    assert e.errors["seq_lens"].value == "" and e.controls["raw_batch_size"].value == 3
+    e.controls["buckets"].value = "4, 0"
+    assert "buckets[1] must be a positive int" in e.errors["buckets"].value
+
+
+def test_explorer_slot_map_focus_follows_the_dropdown():
+    e = MetadataExplorer(profile="all", raw_batch_size=3)
+    e.focus.value = "sglang-ascend"
+    t = {tr.name: tr for tr in e.slot_fig.data}
+    assert list(t[vm.SLOT_PROCESSED].x) == [0] and len(t[vm.SLOT_SKIPPED].x) == 0
+    e.focus.value = "sglang"
+    t = {tr.name: tr for tr in e.slot_fig.data}
+    assert list(t[vm.SLOT_SKIPPED].x) == [-1] and len(t[vm.SLOT_PROCESSED].x) == 0
+
+
+def test_lab_capture_replay_accept_by_clicks():
+    lab = CaptureReplayLab(backend="cpu", buckets="1, 2, 4")
+    assert lab.replay_button.disabled
+    lab.capture_button.click()
+    assert lab.progress.value == lab.progress.max == 6 and not lab.replay_button.disabled
+    lab.batch_size.value = 3
+    lab.replay_button.click()
+    assert "data-ok='true'" in lab.result.value and "integrity: clean" in lab.result.value
+    assert "replay" in lab.timing.value and "<table" in lab.ops.value
+    z = lab.heatmap.data[0].z
+    assert len(z) == 2 and z[0][0] == vm.CHANGED_DUMMY and vm.CHANGED_BAD not in z[1]
+    lab.mode.value = "target_verify"
+    lab.replay_button.click()
+    assert not lab.accept_button.disabled
+    lab.accepted_text.value = "1, 2, 9"
+    lab.accept_button.click()
+    assert "num_accepted" in lab.error.value  # a bad typed list, in words
+    lab.accepted_text.value = ""
+    lab.accept_button.click()
+    assert "holds its accepted state: True" in lab.accept_result.value
+
+
+def test_lab_unavailable_backends_are_disabled_with_the_reason():
+    import html
+
+    from workbench.graphs import available_backends
+
+    lab = CaptureReplayLab()
+    for name, why in available_backends().items():
+        if why != "ok":
+            assert html.escape(why) in lab.backend_note.value
+            lab.backend.value = name
+            assert lab.capture_button.disabled and html.escape(why) in lab.error.value
+    lab.backend.value = "cpu"
+    assert not lab.capture_button.disabled
+
+
+def test_playground_runs_and_fills_one_heatmap_per_convention():
+    k = KernelPlayground(op="causal_conv1d.update", impl="reference")
+    k.run_button.click()
+    assert "data-ok='true'" in k.result.value
+    assert [len(t.y) for t in k.figure.data] == [5, 5, 5]  # 3 live + 2 padded rows, each convention
+
+    def broken(**kw):
+        out = kw.pop("out")
+        out.zero_()
+        return out
+
+    k.use_kernel(broken)
+    k.run_button.click()
+    assert "data-ok='false'" in k.result.value and "off the float64 reference" in k.result.value

@@ -1,0 +1,192 @@
+"""The widgets' models (plain Python): metadata, errors by control, capture/replay, kernel checks."""
+
+from functools import partial
+
+import pytest
+import torch
+
+import kernels.gated_delta_rule as gdn
+from workbench.widgets.explorer_model import ExplorerModel, control_of, parse_int_list
+from workbench.widgets.lab_model import LabModel
+from workbench.widgets.playground_model import Shapes, check_kernel
+
+
+def test_models_do_not_import_ipywidgets():
+    import subprocess
+    import sys
+
+    code = "import sys, workbench.widgets.models; print('ipywidgets' in sys.modules, 'plotly' in sys.modules)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.split() == ["False", "False"]
+
+
+# -- explorer ---------------------------------------------------------------------------------------
+def test_explorer_builds_one_step_per_profile_with_each_profiles_padding():
+    m = ExplorerModel(profile="all", mode="decode", raw_batch_size=5, seq_lens="7, 3, 9, 4, 12", pool_size=32)
+    st = m.state
+    assert st.ok and [x.profile.name for x in st.metas] == ["sglang", "sglang-ascend", "vllm"]
+    for meta in st.metas:
+        assert meta.raw_batch_size == 5 and meta.batch_size == 8  # bucket 8 of the engine list
+        assert meta.seq_lens[:5].tolist() == [7, 3, 9, 4, 12]
+    assert st.metas[0].state_indices[5:].tolist() == [-1, -1, -1]
+    assert st.metas[1].state_indices[5:].tolist() == [0, 0, 0]
+    # fragmentation: earlier requests left holes and some stayed live (slots outside this batch)
+    pool = st.pools[0]
+    assert set(pool.owned_slots()) - set(st.metas[0].state_indices[:5].tolist())
+
+
+def test_explorer_typed_list_decides_the_batch_and_random_lengths_follow_the_seed():
+    m = ExplorerModel(profile="sglang", raw_batch_size=9)
+    assert m.state.metas[0].raw_batch_size == 9
+    a = m.update(seed=3).metas[0].seq_lens.tolist()
+    assert m.update(seed=4).metas[0].seq_lens.tolist() != a
+    assert m.update(seed=3).metas[0].seq_lens.tolist() == a
+    st = m.update(seq_lens="5,6")
+    assert st.raw_batch_size == 2 and st.metas[0].seq_lens[:2].tolist() == [5, 6]
+
+
+@pytest.mark.parametrize(
+    "changes, control, words",
+    [
+        ({"seq_lens": "7, x, 9"}, "seq_lens", "item 1 is 'x'"),
+        ({"seq_lens": "7, 0"}, "seq_lens", "seq_lens"),
+        ({"buckets": "8, 4"}, "buckets", "strictly increasing"),
+        ({"buckets": "2, 4", "raw_batch_size": 2}, "general", None),  # fine: no error at all
+        ({"pool_size": 3, "raw_batch_size": 5}, "pool_size", "fewer than the 5 live requests"),
+        ({"fragmentation": 1.5}, "fragmentation", "not in [0, 1]"),
+        ({"mode": "prefill"}, "mode", "'prefill'"),
+    ],
+)
+def test_explorer_bad_input_comes_back_in_words_beside_its_control(changes, control, words):
+    m = ExplorerModel(profile="all")
+    st = m.update(**changes)  # never raises
+    if words is None:
+        assert st.ok
+        return
+    assert control in st.errors and words in st.errors[control], st.errors
+    assert not st.metas
+
+
+def test_explorer_modes_verify_extend_idle():
+    m = ExplorerModel(profile="vllm", raw_batch_size=3, draft_tokens=3, pool_size=40)
+    st = m.update(mode="target_verify")
+    assert st.ok and tuple(st.metas[0].state_indices.shape) == (st.metas[0].batch_size, 3)  # [bs, D]
+    st = m.update(mode="extend", profile="sglang", seq_lens="4, 2, 5")
+    assert st.ok and st.metas[0].query_start_loc.tolist() == [0, 4, 6, 11]
+    assert st.metas[0].has_initial_state.tolist() == [True, False, True]  # prefix, none, prefix
+    st = m.update(mode="idle")
+    assert st.ok and st.metas[0].raw_batch_size == 0
+
+
+def test_parse_int_list_and_control_of():
+    assert parse_int_list("x", " 1, 2;3 ,") == [1, 2, 3]
+    with pytest.raises(ValueError, match="item 0 is 'a'"):
+        parse_int_list("x", "a")
+    assert control_of("buckets[1] must be a positive int") == "buckets"
+    assert control_of("pool exhausted: asked for 3") == "pool_size"
+    assert control_of("something else") == "general"
+
+
+# -- capture / replay lab -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def lab():
+    m = LabModel(layer="gdn", preset="small", backend="cpu", buckets="1, 2, 4", draft_tokens=2)
+    seen = []
+    assert m.capture(progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (6, 6) and [d for d, _ in seen] == list(range(1, 7))  # 3 buckets x (decode, verify)
+    return m
+
+
+def test_lab_capture_writes_only_the_dummy_slot(lab):
+    assert lab.history[0].label == "capture" and lab.history[0].changed == [0]
+
+
+def test_lab_replay_is_clean_and_changes_only_live_slots(lab):
+    rep = lab.step(3, "decode", seed=1, time_it=False)
+    assert rep is not None and rep.clean and rep.comparison.bitwise_equal and rep.comparison.bucket == 4
+    assert rep.changed and set(rep.changed) <= set(rep.live_slots)
+    other = set(lab.runner.pool.owned_slots()) - set(rep.live_slots)
+    assert other and not (other & set(rep.changed))  # requests outside the batch untouched
+    changed, allowed, slots, steps = lab.heatmap_data()
+    assert len(changed) == len(steps) == len(lab.history) and len(slots) == lab.runner.pool.num_slots
+    assert lab.ops_rows() and all("op" in r for r in lab.ops_rows())
+
+
+def test_lab_verify_then_accept_writes_the_accepted_states(lab):
+    rep = lab.step(2, "target_verify", seed=2, time_it=False)
+    assert rep is not None and rep.clean and rep.changed == []  # verify leaves the pool alone
+    res = lab.accept([2, 1])
+    assert res is not None and res["foreign"] == [] and all(res["holds_accepted_state"])
+    assert set(res["changed"]) <= set(rep.live_slots)
+
+
+def test_lab_timing_restores_the_state(lab):
+    before = lab.runner.state.ssm.clone()
+    rep = lab.step(1, "decode", seed=5, time_it=True)
+    after_step = lab.runner.state.ssm.clone()
+    assert rep.eager_us > 0 and rep.replay_us > 0
+    assert not torch.equal(before, after_step)
+    assert torch.equal(lab.runner.state.ssm, after_step)  # timing runs did not advance it further
+
+
+def test_lab_errors_in_words():
+    m = LabModel(backend="cpu", buckets="1, x")
+    assert not m.capture() and "item 1 is 'x'" in m.error
+    m = LabModel(backend="cpu")
+    assert m.step(2) is None and "Capture first" in m.error
+    m = LabModel(backend="cuda")
+    if not torch.cuda.is_available():
+        assert not m.capture() and "cuda" in m.error
+
+
+# -- kernel playground ------------------------------------------------------------------------------
+def test_check_kernel_passes_a_correct_kernel_under_every_convention():
+    res = check_kernel(partial(gdn.recurrent, impl="reference"), shapes=Shapes(rows=3, padded=2, tokens=2))
+    assert res.ok, res.summary()
+    assert [c.convention for c in res.conventions] == ["sglang", "vllm", "sglang-ascend"]
+    c = res.conventions[0]
+    assert len(c.err) == 3 + 2 + 1 and len(c.err[0]) == 4  # rows, padded rows, padding tokens x value heads
+    assert res.capture is not None and res.capture.ok and res.capture.num_ops == 1
+
+
+def test_check_kernel_catches_unwritten_outputs_and_stray_writes():
+    def leaves_a_token(**kw):
+        out = kw.pop("out")
+        full = gdn.recurrent(**kw, impl="reference")
+        out[1:] = full[1:]  # token 0 never written: stays NaN
+        return out
+
+    res = check_kernel(leaves_a_token, capture=False)
+    assert not res.ok and all(c.unwritten > 0 for c in res.conventions)
+
+    def writes_a_foreign_slot(**kw):
+        out = gdn.recurrent(**kw, impl="reference")
+        kw["state"][-1] += 1.0  # slot 11: foreign, or off the reference if a live row drew it
+        return out
+
+    res = check_kernel(writes_a_foreign_slot, shapes=Shapes(rows=2, num_slots=12), capture=False)
+    assert all(c.foreign_changed == [11] or 11 in [*c.bad_state_slots] for c in res.conventions)
+    assert not res.ok
+
+
+def test_check_kernel_catches_a_kernel_that_ignores_the_padding_guard():
+    import kernels.mamba2 as m2
+
+    def no_guard(**kw):
+        kw["pad_slot_id"] = None  # processes padded rows: vLLM's null slot 0 gets written
+        return m2.selective_state_update(**kw, impl="reference")
+
+    res = check_kernel(no_guard, "mamba2.selective_state_update", capture=False)
+    by = {c.convention: c for c in res.conventions}
+    assert by["vllm"].foreign_changed == [0] and by["vllm"].padded_nonzero
+    assert by["sglang"].error is not None  # -1 is out of the pool once nothing is skipped
+    assert by["sglang-ascend"].ok  # Ascend processes padded rows on purpose
+
+
+def test_check_kernel_reports_a_capture_that_syncs():
+    def syncs(**kw):
+        int(kw["cu_seqlens"][-1])  # a host read: a device graph cannot hold it
+        return gdn.recurrent(**kw, impl="reference")
+
+    res = check_kernel(syncs, conventions=("sglang",))
+    assert res.conventions[0].ok and not res.capture.ok and "capture refused" in res.capture.detail

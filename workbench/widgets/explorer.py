@@ -1,0 +1,205 @@
+"""``MetadataExplorer``: a thin ipywidgets view over :class:`ExplorerModel` with plotly ``FigureWidget``s
+updated in place (``batch_update``) on every control change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ipywidgets as W
+import plotly.graph_objects as go
+
+from workbench.viz import metadata as vm
+from workbench.widgets.explorer_model import PROFILE_CHOICES, PROFILE_NAMES, ExplorerModel, ExplorerState
+from workbench.widgets.html import error_html, metadata_html
+
+
+def update_padding_map(fig: go.FigureWidget, metas: list) -> None:
+    """Write :func:`viz.metadata.padding_map_traces` of ``metas`` into ``fig`` in place."""
+    data = vm.padding_map_traces(metas)
+    labels = vm._unique_labels(metas)
+    max_bs = max((m.batch_size for m in metas), default=1)
+    with fig.batch_update():
+        for tr in fig.data:
+            d = data[tr.name]
+            tr.x = [1] * len(d["x"])
+            tr.base = [x - 0.5 for x in d["x"]]
+            tr.y = d["y"]
+            tr.text = d["text"] if max_bs <= 48 else [""] * len(d["x"])  # cell text unreadable past that
+            tr.customdata = d["customdata"]
+        fig.layout.yaxis.categoryarray = labels[::-1]
+        fig.layout.xaxis.range = [-0.6, max_bs - 0.4]
+        fig.layout.height = 140 + 60 * max(len(metas), 1)
+
+
+def update_slot_map(fig: go.FigureWidget, meta: Any, pool: Any) -> None:
+    """Write :func:`viz.metadata.slot_map_traces` into ``fig`` in place."""
+    data = vm.slot_map_traces(meta, pool)
+    ticks = [-1, *range(0, pool.num_slots, max(1, pool.num_slots // 16))]
+    with fig.batch_update():
+        for tr in fig.data:
+            d = data[tr.name]
+            tr.x, tr.y, tr.customdata = d["x"], d["y"], d["customdata"]
+        fig.layout.xaxis2.range = [-1.6, pool.num_slots - 0.4]
+        fig.layout.xaxis2.tickvals = ticks
+        fig.layout.xaxis2.ticktext = ["sentinel" if t == -1 else str(t) for t in ticks]
+        fig.layout.title.text = f"Slot map: {vm.panel_label(meta)} on a pool of {pool.num_slots} slots"
+        fig.layout.height = 260 + 12 * meta.batch_size
+
+
+def update_qsl(fig: go.FigureWidget, metas: list) -> None:
+    """Write :func:`viz.metadata.qsl_traces` into ``fig`` in place (spare traces emptied and hidden)."""
+    data = vm.qsl_traces(metas)
+    while len(fig.data) < len(data):  # grows only; never re-created
+        fig.add_trace(go.Scatter(mode="lines+markers", line=dict(shape="hv")))
+    with fig.batch_update():
+        for k, tr in enumerate(fig.data):
+            if k < len(data):
+                t = data[k]
+                tr.update(name=t["name"], x=t["x"], y=t["y"], customdata=t["customdata"], visible=True)
+                tr.marker.symbol = t["symbol"]
+            else:
+                tr.update(x=[], y=[], customdata=[], visible=False)
+
+
+class MetadataExplorer(W.VBox):
+    """Build state-index / query_start_loc metadata interactively and see padding, slots and qsl.
+
+    Controls: profile (or all three), mode, raw batch size, seq lens (typed or random), draft tokens,
+    bucket list (engine default or typed), pool size, fragmentation. Bad typed input shows the error
+    beside the control that caused it; nothing raises into the notebook.
+
+    Attributes: ``model`` (the :class:`ExplorerModel`), ``controls`` (name -> widget), ``errors`` (name ->
+    HTML widget beside it), ``padding_fig``, ``slot_fig``, ``qsl_fig`` (FigureWidgets), ``table`` (HTML).
+    """
+
+    def __init__(self, **params: Any) -> None:
+        self.model = ExplorerModel(**params)
+        p = self.model.params
+        style = {"description_width": "150px"}
+        lay = W.Layout(width="420px")
+        self.controls: dict[str, W.Widget] = {
+            "profile": W.Dropdown(options=PROFILE_CHOICES, value=p.profile, description="profile", style=style),
+            "mode": W.Dropdown(
+                options=("decode", "target_verify", "extend", "idle"), value=p.mode, description="mode", style=style
+            ),
+            "raw_batch_size": W.IntSlider(
+                value=p.raw_batch_size,
+                min=0,
+                max=256,
+                description="raw batch size",
+                style=style,
+                layout=lay,
+                continuous_update=False,
+            ),
+            "seq_lens": W.Text(
+                value=p.seq_lens,
+                description="seq lens",
+                placeholder="empty: random; or 7, 3, 9",
+                style=style,
+                layout=lay,
+                continuous_update=False,
+            ),
+            "draft_tokens": W.IntSlider(
+                value=p.draft_tokens,
+                min=1,
+                max=8,
+                description="draft tokens D",
+                style=style,
+                layout=lay,
+                continuous_update=False,
+            ),
+            "buckets": W.Text(
+                value=p.buckets,
+                description="buckets",
+                placeholder="empty: engine default",
+                style=style,
+                layout=lay,
+                continuous_update=False,
+            ),
+            "pool_size": W.IntSlider(
+                value=p.pool_size,
+                min=2,
+                max=1024,
+                description="pool slots",
+                style=style,
+                layout=lay,
+                continuous_update=False,
+            ),
+            "fragmentation": W.FloatSlider(
+                value=p.fragmentation,
+                min=0.0,
+                max=1.0,
+                step=0.05,
+                description="fragmentation",
+                style=style,
+                layout=lay,
+                continuous_update=False,
+            ),
+        }
+        self.focus = W.Dropdown(options=PROFILE_NAMES, value=PROFILE_NAMES[0], description="slot map of", style=style)
+        self.errors = {name: W.HTML() for name in (*self.controls, "general")}
+        st = self.model.state
+        metas = st.metas or self._placeholder()
+        self.padding_fig = go.FigureWidget(vm.padding_map(metas))
+        self.qsl_fig = go.FigureWidget(vm.qsl_staircase(metas))
+        self.slot_fig = go.FigureWidget(vm.slot_map(metas[0], (st.pools or [self._placeholder_pool()])[0]))
+        self.table = W.HTML()
+        self._syncing = False
+        for name, w in self.controls.items():
+            w.observe(self._on_change, names="value")
+            w._wb_name = name  # which parameter the control sets
+        self.focus.observe(lambda _: self._render(self.model.state), names="value")
+        rows = [W.HBox([w, self.errors[n]]) for n, w in self.controls.items()]
+        super().__init__(
+            [
+                W.HTML("<b>Metadata explorer</b>: change a control, the figures follow."),
+                *rows,
+                self.errors["general"],
+                self.padding_fig,
+                W.HBox([self.focus]),
+                self.slot_fig,
+                self.qsl_fig,
+                W.HTML("<b>Metadata table</b> (grey: skipped by the kernel; vermillion: processed on the dummy slot)"),
+                self.table,
+            ]
+        )
+        self._render(st)
+
+    # the first figure needs some steps to lay out; a failing start (bad params) draws a minimal one
+    @staticmethod
+    def _placeholder() -> list:
+        return ExplorerModel(profile="sglang", raw_batch_size=1).state.metas
+
+    @staticmethod
+    def _placeholder_pool():
+        return ExplorerModel(profile="sglang", raw_batch_size=1).state.pools[0]
+
+    def _on_change(self, change: dict) -> None:
+        if self._syncing:
+            return
+        self.set(**{change["owner"]._wb_name: change["new"]})
+
+    def set(self, **changes: Any) -> ExplorerState:
+        """Apply parameter changes (as the controls do) and update everything in place."""
+        st = self.model.update(**changes)
+        self._render(st)
+        return st
+
+    def _render(self, st: ExplorerState) -> None:
+        for name, w in self.errors.items():
+            w.value = error_html(st.errors.get(name))
+        if st.params.seq_lens.strip() and st.raw_batch_size != self.controls["raw_batch_size"].value:
+            self._syncing = True  # the typed list decides the batch size: show it on the slider
+            try:
+                self.controls["raw_batch_size"].value = st.raw_batch_size
+            finally:
+                self._syncing = False
+        if not st.metas:
+            return  # keep the last good figures; the error says what to fix
+        shown = [m.profile.name for m in st.metas]
+        self.focus.disabled = len(shown) == 1
+        k = shown.index(self.focus.value) if self.focus.value in shown else 0
+        update_padding_map(self.padding_fig, st.metas)
+        update_slot_map(self.slot_fig, st.metas[k], st.pools[k])
+        update_qsl(self.qsl_fig, st.metas)
+        self.table.value = "".join(metadata_html(m) for m in st.metas)
