@@ -44,7 +44,7 @@ def test_padding_map_puts_each_profiles_padded_rows_in_the_trace_the_legend_name
         t = traces[name]
         return sorted(int(b + 0.5) for b, y in zip(t.base, t.y, strict=True) if y == label)
 
-    for meta, label in zip(metas, labels, strict=True):
+    for label in labels:
         assert cells(vm.LIVE_ROW, label) == [0, 1, 2, 3, 4]
     # sglang (-1) and vLLM (null slot 0) skip rows 5..7; Ascend processes them on dummy slot 0
     assert cells(vm.PAD_SKIPPED, labels[0]) == [5, 6, 7]
