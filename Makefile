@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup lab test lint format demo bench doctor clean
+.PHONY: setup lab app test lint format demo bench doctor clean
 
 setup: $(STAMP)
 
@@ -20,6 +20,10 @@ $(STAMP): pyproject.toml
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+# the MetadataExplorer as a standalone page (Voila), on http://localhost:8866
+app: $(STAMP)
+	$(BIN)/voila app/metadata_explorer.ipynb --port=8866 --no-browser
 
 test: lint
 	$(BIN)/python -m pytest -q

@@ -179,7 +179,7 @@ class ExplorerModel:
             )
         # earlier requests, some freed again: the batch lands in the holes, as in a busy server
         earlier = min(pool.capacity - r, 2 * max(r, 1))
-        rng = random.Random(p.seed + 1)
+        rng = random.Random(p.seed * 7919 + 17)  # independent of the lengths drawn from seed
         scratch = pool.alloc(earlier).tolist()
         freed = rng.sample(scratch, round(p.fragmentation * earlier)) if earlier else []
         pool.free(freed)
