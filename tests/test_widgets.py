@@ -105,3 +105,17 @@ def test_playground_runs_and_fills_one_heatmap_per_convention():
     k.use_kernel(broken)
     k.run_button.click()
     assert "data-ok='false'" in k.result.value and "off the float64 reference" in k.result.value
+
+
+def test_bench_widgets_quick_writes_json(tmp_path, capsys):
+    import json
+
+    from workbench.cli import main
+
+    path = tmp_path / "widgets.json"
+    assert main(["bench", "widgets", "--quick", "--json", str(path)]) == 0
+    data = json.loads(path.read_text())
+    assert data["benchmark"] == "widgets" and "environment" in data
+    rows = {(r["interaction"], r["raw_batch_size"]) for r in data["results"]}
+    assert ("raw batch size +-1", 64) in rows and all(r["median_ms"] > 0 for r in data["results"])
+    assert "worst median at bs 64" in capsys.readouterr().out

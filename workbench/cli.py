@@ -71,6 +71,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from workbench.bench import metadata as bench
     elif args.what == "kernels":
         from kernels import bench  # type: ignore[no-redef]
+    elif args.what == "widgets":
+        from workbench.bench import widgets as bench  # type: ignore[no-redef]
     else:
         from workbench.bench import replay as bench  # type: ignore[no-redef]
     bench.run(quick=args.quick, json_path=json_path)
@@ -111,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(fn=_cmd_doctor)
 
     b = sub.add_parser("bench", help="benchmarks: print figures and write JSON")
-    b.add_argument("what", choices=["metadata", "kernels", "replay"])
+    b.add_argument("what", choices=["metadata", "kernels", "replay", "widgets"])
     b.add_argument("--quick", action="store_true", help="fewer sizes, shorter runs")
     b.add_argument("--json", default=None, help="output path (default benchmarks/results/<what>_cpu.json)")
     b.set_defaults(fn=_cmd_bench)

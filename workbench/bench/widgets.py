@@ -1,0 +1,81 @@
+"""`workbench bench widgets`: how fast the MetadataExplorer answers a control change.
+
+One interaction = set a control's ``.value`` (as the browser does through the comm), which rebuilds the
+metadata of every profile shown and updates the padding map, slot map, qsl staircase and table in place
+(``batch_update``). Timed on the Python side, without a browser: the goal is under 100 ms median at a
+raw batch size of 64 with the three profiles side by side. Each timed change alternates between two values
+so that every call really rebuilds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from workbench.measure.timing import write_json
+
+GOAL_MS = 100.0
+
+
+def _time_changes(change: Callable[[int], None], n: int) -> dict[str, float]:
+    change(0)  # warm-up
+    times = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        change(i)
+        times.append((time.perf_counter() - t0) * 1e3)
+    q = statistics.quantiles(times, n=4)
+    return {"median_ms": statistics.median(times), "iqr_ms": q[2] - q[0], "max_ms": max(times), "n": n}
+
+
+def run(quick: bool = False, json_path: str | None = None, device: str = "cpu") -> dict[str, Any]:
+    """Time control changes of the MetadataExplorer; print a table; write JSON when ``json_path`` is given."""
+    from workbench.widgets import MetadataExplorer
+
+    n = 10 if quick else 40
+    sizes = (8, 64) if quick else (8, 64, 256)
+    # (interaction, raw batch size, profiles shown, control, its value at step i)
+    cases: list[tuple[str, int, str, str, Callable[[int, int], Any]]] = []
+    for bs in sizes:
+        cases += [
+            ("raw batch size +-1", bs, "all", "raw_batch_size", lambda i, bs: bs - i % 2),
+            ("mode decode/verify", bs, "all", "mode", lambda i, bs: ("decode", "target_verify")[i % 2]),
+            ("fragmentation", bs, "all", "fragmentation", lambda i, bs: (0.25, 0.75)[i % 2]),
+            (
+                "typed seq lens",
+                bs,
+                "sglang",
+                "seq_lens",
+                lambda i, bs: ", ".join(str(7 + (j + i) % 5) for j in range(bs)),
+            ),
+        ]
+    results: list[dict[str, Any]] = []
+    print(f"{'interaction':22} {'profiles':8} {'bs':>4} {'median ms':>10} {'IQR ms':>8} {'max ms':>8}")
+    for what, bs, profile, control, value in cases:
+        e = MetadataExplorer(profile=profile, raw_batch_size=bs, pool_size=max(64, 4 * bs))
+        widget = e.controls[control]
+
+        def change(i: int, widget: Any = widget, value: Callable[[int, int], Any] = value, bs: int = bs) -> None:
+            widget.value = value(i, bs)
+
+        stats = _time_changes(change, n)
+        assert not any(w.value for w in e.errors.values()), f"{what}: the explorer reported an error"
+        results.append({"interaction": what, "profiles": profile, "raw_batch_size": bs, **stats})
+        print(f"{what:22} {profile:8} {bs:4d} {stats['median_ms']:10.1f} {stats['iqr_ms']:8.1f} {stats['max_ms']:8.1f}")
+    at64 = [r["median_ms"] for r in results if r["raw_batch_size"] == 64]
+    worst = max(at64) if at64 else float("nan")
+    verdict = "meets" if worst < GOAL_MS else "MISSES"
+    print(f"worst median at bs 64: {worst:.1f} ms ({verdict} the {GOAL_MS:.0f} ms goal)")
+    payload = {
+        "benchmark": "widgets",
+        "device": device,
+        "goal_ms": GOAL_MS,
+        "worst_median_ms_at_bs64": worst,
+        "results": results,
+    }
+    if json_path:
+        write_json(json_path, payload)
+        print(f"wrote {json_path}")
+    return payload
