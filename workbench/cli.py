@@ -83,6 +83,12 @@ def _cmd_check_contracts(args: argparse.Namespace) -> int:
     return contracts_main(args.rest)
 
 
+def _cmd_zoo(args: argparse.Namespace) -> int:
+    from workbench.zoo.cli import run_cli
+
+    return run_cli(args.names, list_only=args.list, as_json=args.json, backend=args.backend)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from workbench.demo import run_demo
 
@@ -119,6 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check-contracts", help="check metadata-backend subclasses against the base signatures")
     c.add_argument("rest", nargs=argparse.REMAINDER, help="module or path, and --base pkg.mod:Class")
     c.set_defaults(fn=_cmd_check_contracts)
+
+    z = sub.add_parser("zoo", help="run known production bugs unfixed and fixed, one line each")
+    z.add_argument("names", nargs="*", metavar="NAME", help="cases to run (default: all)")
+    z.add_argument("--list", action="store_true", help="list the cases without running them")
+    z.add_argument("--json", action="store_true", help="print JSON instead of lines")
+    z.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda", "npu"], help="graph backend")
+    z.set_defaults(fn=_cmd_zoo)
 
     e = sub.add_parser("demo", help="headless tour: run the main job and write the report")
     e.add_argument("--out", default=None, help="report path")

@@ -142,7 +142,9 @@ def capture_failure(exc: BaseException, runner: GraphRunner) -> RaisedError:
     loc = _frame_locals(exc.__traceback__, "capture", ("mode", "bs"))
     where = "GraphRunner.capture"
     if loc:
-        where += f", bucket ({loc['mode']!r}, {loc['bs']}), {len(runner.captured)} graph(s) captured before"
+        n = len(runner.captured)
+        before = "the first bucket" if n == 0 else f"after {n} graph(s)"
+        where += f" at {loc['mode']} bucket {loc['bs']}, {before}"
     return RaisedError.of(exc, where)
 
 

@@ -107,7 +107,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
 CASE = Case(
     name="contract_drift",
     title="the base passes a second keyword to the same hook: the one-keyword fix breaks again",
-    issue="sglang PR 29598 (later base: mamba_track_indices)",
+    issue="sglang PR 29598, later base",
     profile="sglang-ascend",
     explanation=EXPLANATION,
     run_fn=_run,

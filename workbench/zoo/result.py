@@ -37,14 +37,15 @@ class RaisedError:
         return True  # only ever made from a caught exception
 
     def summary(self) -> str:
-        at = f" at {self.where}" if self.where else ""
-        return f"{self.type}: {self.message}{at}"
+        at = f" ({self.where})" if self.where else ""
+        return f"{self.type}: {_LOCALS.sub('', self.message)}{at}"
 
     @classmethod
     def of(cls, exc: BaseException, where: str = "") -> RaisedError:
         return cls(type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "", where)
 
 
+_LOCALS = re.compile(r"[\w.]*<locals>\.")  # qualname prefixes of classes made inside functions
 _RECORDER_AT = re.compile(r"At (?P<file>[^:\s]+):(?P<line>\d+) in (?P<func>\w+)(?:: `(?P<code>.*)`)?\.?\s*$")
 _RECORDER_OP = re.compile(r"(aten\.[\w.]+)")
 
@@ -65,7 +66,7 @@ class RecorderError:
         return True  # only ever made from a caught CaptureError
 
     def summary(self) -> str:
-        return f"recorder refused {self.op} at {self.file}:{self.line} (`{self.code}`)"
+        return f"recorder refused {self.op} at {self.file}:{self.line} in {self.function}"
 
     @classmethod
     def parse(cls, exc: BaseException) -> RecorderError | None:
