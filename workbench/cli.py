@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("names", nargs="*", metavar="NAME", help="cases to run (default: all)")
     z.add_argument("--list", action="store_true", help="list the cases without running them")
     z.add_argument("--json", action="store_true", help="print JSON instead of lines")
-    z.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda", "npu"], help="graph backend")
+    z.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda", "npu"], help="auto: the CPU recorder")
     z.set_defaults(fn=_cmd_zoo)
 
     e = sub.add_parser("demo", help="headless tour: run the main job and write the report")

@@ -30,8 +30,8 @@ class Case:
     def run(self, fixed: bool, *, backend: str = "auto") -> ZooResult:
         """Run the unfixed (``fixed=False``) or the fixed variant and return what it produced.
 
-        ``backend``: "auto" (a device graph when one is usable here, else the CPU recorder), "cpu",
-        "cuda" or "npu".
+        ``backend``: "auto" or "cpu" (the CPU recorder), "cuda" or "npu" (that device's graphs; not run on
+        a device in this repository's tests).
         """
         if not isinstance(fixed, bool):
             raise ZooError(f"fixed: expected a bool, got {fixed!r}")

@@ -3,6 +3,8 @@ keeps reading the tensors it captured (sglang issue 26019)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from workbench.backends import MetadataBackend
 from workbench.batch import Batch
 from workbench.metadata import Metadata, build_metadata
@@ -24,34 +26,40 @@ EXPLANATION = (
 )
 
 
-def _backend(in_place: bool) -> type[MetadataBackend]:
-    class RebuildingBackend(MetadataBackend):
-        """Remembers the address each bucket's graph recorded; unfixed, rebuilds the metadata every step."""
+class RebuildingBackend(MetadataBackend):
+    """Remembers the ``state_indices`` address each bucket's graph recorded and the one each step wrote;
+    with ``in_place = False`` it rebuilds the metadata every step (the bug)."""
 
-        recorded: dict[int, int]
-        written: dict[int, int]
+    in_place = False
 
-        def init_forward_metadata_out_graph(self, batch: Batch, in_capture: bool = False) -> Metadata:
-            if in_capture or in_place:
-                meta = super().init_forward_metadata_out_graph(batch, in_capture=in_capture)
-            else:
-                bufs = self.buffers[self.graph_mode_of(batch)]
-                bs = bufs.bucket_for(batch.raw_batch_size)
-                assert bs is not None
-                meta = build_metadata(self.to_pool_device(batch), self.pool, bucket=bs, buckets=bufs.buckets)
-                bufs.static[bs] = meta  # new tensors under the old name
-                self.forward_metadata = meta
-            side = self.__dict__.setdefault("recorded" if in_capture else "written", {})
-            side[meta.batch_size] = meta.state_indices.data_ptr()
-            return meta
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.recorded: dict[int, int] = {}
+        self.written: dict[int, int] = {}
 
-    return RebuildingBackend
+    def init_forward_metadata_out_graph(self, batch: Batch, in_capture: bool = False) -> Metadata:
+        if in_capture or self.in_place:
+            meta = super().init_forward_metadata_out_graph(batch, in_capture=in_capture)
+        else:
+            bufs = self.buffers[self.graph_mode_of(batch)]
+            bs = bufs.bucket_for(batch.raw_batch_size)
+            assert bs is not None
+            meta = build_metadata(self.to_pool_device(batch), self.pool, bucket=bs, buckets=bufs.buckets)
+            bufs.static[bs] = meta  # new tensors under the old name
+            self.forward_metadata = meta
+        (self.recorded if in_capture else self.written)[meta.batch_size] = meta.state_indices.data_ptr()
+        return meta
+
+
+class InPlaceBackend(RebuildingBackend):
+    in_place = True
 
 
 def _run(fixed: bool, backend: str) -> list[Evidence]:
     name, device = h.resolve_backend(backend)
     pool = StatePool(16, "sglang", device=device)
-    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=_backend(in_place=fixed))
+    cls = InPlaceBackend if fixed else RebuildingBackend
+    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=cls)
     runner.capture(progress=False)
     rows = pool.alloc(3)
     batch = Batch.decode(rows, [5, 6, 7], device=device)
@@ -59,8 +67,9 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
         runner, batch, h.inputs_for(runner, batch, 0), what="decode replay", may_write=[pool.profile.dummy_slot]
     )
     be = runner.meta_backend
-    bs = runner.last_metadata.batch_size if runner.last_metadata is not None else 0
-    address = AddressMismatch("state_indices", be.__dict__["recorded"][bs], be.__dict__["written"][bs])
+    assert isinstance(be, RebuildingBackend) and runner.last_metadata is not None
+    bs = runner.last_metadata.batch_size
+    address = AddressMismatch("state_indices", be.recorded[bs], be.written[bs])
     return [address, step]
 
 

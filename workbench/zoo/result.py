@@ -297,5 +297,6 @@ class ZooResult:
             f"<div><b>{esc(self.case)}</b> ({esc(self.issue)}), {self.variant}: "
             f"<b style='color:{colour}'>{state}</b>"
             f"<table><tr><th>evidence</th><th>state</th><th>what</th></tr>{rows}</table>"
-            f"<p style='max-width:60em'>{esc(self.explanation)}</p></div>"
+            f"<details><summary>mechanism and fix</summary><p style='max-width:60em'>{esc(self.explanation)}</p>"
+            "</details></div>"
         )

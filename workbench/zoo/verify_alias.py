@@ -9,7 +9,7 @@ import torch
 
 from workbench.backends import MetadataBackend, NpuMetadataBackend
 from workbench.batch import Batch
-from workbench.layers import GatedDeltaNetLayer, Intermediate, LayerState, float64_reference
+from workbench.layers import GatedDeltaNetLayer, GDNConfig, Intermediate, LayerState, float64_reference
 from workbench.measure.integrity import check, snapshot
 from workbench.metadata import Metadata, build_metadata
 from workbench.pool import StatePool
@@ -102,7 +102,7 @@ def verify_and_accept(
 def _run(fixed: bool, backend: str) -> list[Evidence]:
     name, device = h.resolve_backend(backend)
     pool = StatePool(16, "sglang-ascend", device=device)
-    layer = ScratchRoutedGDN(h.gdn_layer(device).config, seed=0, device=device)
+    layer = ScratchRoutedGDN(GDNConfig.small(), seed=0, device=device)
     runner = h.make_runner(
         layer, pool, name, buckets=(2, 4), modes=("target_verify",), metadata_backend=_backend(own_rows=fixed)
     )
