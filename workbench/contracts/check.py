@@ -202,12 +202,12 @@ def _check_class(ref: Ref, mro: list[Ref], at: int, contract: _Contract, report:
     unknown = [r.name for r in mro[:at] if r.node is None and r.module != "builtins"]
     if unknown:
         report.notes.append(f"{ref.name}: cannot read {', '.join(unknown)}; methods defined there not checked")
-    for name, base_method in contract.methods.items():
+    for name, signature in contract.methods.items():
         owner, found = _first_definition(mro[:at], name)
         if isinstance(found, str):
             report.notes.append(found)
         elif found is not None:
-            findings += signature_findings(ref.name, name, base_method, found, label)
+            findings += signature_findings(ref.name, name, signature, found, label)
     for site in contract.sites:
         search = mro[at + 1 :] if site.via == "super" else mro
         owner, found = _first_definition(search, site.name)
@@ -221,7 +221,9 @@ def _check_class(ref: Ref, mro: list[Ref], at: int, contract: _Contract, report:
         elif found is not None:
             base_method = contract.site_methods[(site.name, site.via)]
             findings += call_site_findings(ref.name, site, found, base_method, label)
-    return findings
+    # a signature finding that a call the base makes already shows (same method, same error) says less
+    shown = {(f.method, f.message) for f in findings if f.site_file}
+    return [f for f in findings if f.site_file or (f.method, f.message) not in shown]
 
 
 def _discover(
@@ -291,13 +293,14 @@ def check(
     and a base with no subclass in the targets.
     """
     start = time.perf_counter()
-    targets = list(target) if isinstance(target, (list, tuple)) else [target]
+    targets: list[Target] = list(target) if isinstance(target, (list, tuple)) else [target]  # type: ignore[list-item]
     roots = [Path(p).resolve() for p in search_path]
     for root in roots:
         if not root.is_dir():
             raise ContractError(f"--search-path {display_path(str(root))} is not a folder")
     index = SourceIndex(roots)
     files = list(dict.fromkeys(path for t in targets for path in _expand(t, index)))
+    index.add_roots([dotted_name(p)[1] for p in files])  # a base named pkg.mod resolves as the targets import
     modules = [index.module(path) for path in files]
     broken = [f"{display_path(str(p))} ({index.errors[p]})" for p, m in zip(files, modules, strict=True) if m is None]
     if broken:
@@ -321,7 +324,7 @@ def check(
     report = Report(label)
     report.files = [str(p) for p in files]
     report.notes += discovery_notes if base is None else []
-    seen: set[tuple[object, ...]] = set()
+    seen: set[tuple[str | int | None, ...]] = set()
     for module in parsed:
         for node in module.classes:
             ref = Ref(node.name, module.dotted, module.path, node)
@@ -332,8 +335,8 @@ def check(
                     continue
                 contract.subclasses.append(ref.name)
                 for finding in _check_class(ref, mro, at, contract, report):
-                    key = (finding.file, finding.cls, finding.method, finding.site_file, finding.site_line)
-                    key += (finding.kind, finding.param, finding.message, finding.call)
+                    key: tuple[str | int | None, ...] = (finding.file, finding.cls, finding.method)
+                    key += (finding.site_file, finding.site_line, finding.kind, finding.param, finding.message)
                     if key not in seen:
                         seen.add(key)
                         report.findings.append(finding)

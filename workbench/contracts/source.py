@@ -220,8 +220,8 @@ def call_sites(ref: Ref) -> list[CallSite]:
         if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         decorators = {decorator_name(d) for d in statement.decorator_list}
-        first = ([*statement.args.posonlyargs, *statement.args.args] or [None])[0]
-        first_name = first.arg if first is not None else None
+        positional = [*statement.args.posonlyargs, *statement.args.args]
+        first_name = positional[0].arg if positional else None
         self_name = None if decorators & {"staticmethod", "classmethod"} else first_name
         cls_name = first_name if "classmethod" in decorators else None
         for node in _walk_body(statement):
@@ -278,14 +278,19 @@ class SourceIndex:
         self._found: dict[tuple[str, int, Path | None], Path | None] = {}
         self._mros: dict[Ref, list[Ref]] = {}
 
+    def add_roots(self, roots: list[Path]) -> None:
+        """Search these folders too (after the current roots); forgets what was not found."""
+        self.roots += [r for r in dict.fromkeys(roots) if r not in self.roots]
+        self._found = {key: path for key, path in self._found.items() if path is not None}
+
     def module(self, path: Path) -> SourceModule | None:
         """The parsed module, or None (the reason is in ``errors``)."""
-        found = self._modules.get(path, False)
-        if found is False:
-            resolved = path.resolve()
-            if resolved not in self._modules:
-                self._modules[resolved] = self._parse(resolved)
-            found = self._modules[path] = self._modules[resolved]
+        if path in self._modules:
+            return self._modules[path]
+        resolved = path.resolve()
+        if resolved not in self._modules:
+            self._modules[resolved] = self._parse(resolved)
+        found = self._modules[path] = self._modules[resolved]
         return found
 
     def _parse(self, path: Path) -> SourceModule | None:

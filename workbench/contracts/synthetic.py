@@ -108,7 +108,7 @@ def bench(files: int = 2000, root: Path | None = None) -> dict[str, Any]:
         start = time.perf_counter()
         report = check(where / "synth_engine")
         seconds = time.perf_counter() - start
-    result = {
+    result: dict[str, Any] = {
         "files": len(report.files),
         "subclasses": len(report.checked),
         "planted": broken,
