@@ -133,3 +133,24 @@ def test_bench_mode_prints_files_per_second(capsys: pytest.CaptureFixture) -> No
     data = json.loads(capsys.readouterr().out)
     assert data["files"] == 60 and data["findings"] == data["planted"] == 2
     assert data["files_per_second"] > 0 and data["text"].endswith("files/s")
+
+
+def test_hook_mode_allows_changed_files_without_subclasses(capsys: pytest.CaptureFixture) -> None:
+    """pre-commit passes the changed files: one with no subclass is nothing to check, not an error."""
+    target = "eng/layers/attention/base_attn_backend.py"
+    assert main([target]) == 2
+    capsys.readouterr()
+    assert main([target, "--allow-nothing"]) == 0
+    assert capsys.readouterr().out.startswith("check-contracts: nothing to check: no class in the targets derives")
+    assert main(["eng/hardware/npu/variants.py", "--allow-nothing"]) == 1  # findings still fail the hook
+
+
+def test_pre_commit_hook_entries_run_this_command() -> None:
+    import yaml
+
+    hooks = yaml.safe_load((Path(__file__).parents[1] / ".pre-commit-hooks.yaml").read_text())
+    assert [hook["id"] for hook in hooks] == ["check-contracts", "check-contracts-system"]
+    for hook in hooks:
+        assert hook["entry"] == "workbench check-contracts --allow-nothing" and hook["types"] == ["python"]
+        argv = hook["entry"].split()[2:] + ["eng/hardware/npu/ascend_backend.py"]
+        assert main(argv) == 1

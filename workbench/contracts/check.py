@@ -51,6 +51,10 @@ class ContractError(WorkbenchError, ValueError):
     """A target or base class could not be found or read, or no subclass of the base was found."""
 
 
+class NothingToCheck(ContractError):
+    """The targets hold no subclass of the base (or, without a base, of any class they can reach)."""
+
+
 # ----------------------------------------------------------------------------------------- the targets
 
 
@@ -312,7 +316,7 @@ def check(
         bases, elsewhere, discovery_notes = _discover(parsed, index, roots)
         if not bases:
             hint = f"; found elsewhere or not at all: {', '.join(dict.fromkeys(elsewhere))}" if elsewhere else ""
-            raise ContractError(
+            raise NothingToCheck(
                 "no class in the targets derives from a class defined in the targets or on the search path"
                 f"{hint}; pass the base's root with --search-path DIR, or --base pkg.mod:Class"
             )
@@ -342,7 +346,7 @@ def check(
                         report.findings.append(finding)
     if base is not None and not contracts[0].subclasses:
         where = ", ".join(display_path(str(t)) if not isinstance(t, ModuleType) else t.__name__ for t in targets)
-        raise ContractError(f"no subclass of {contracts[0].label} found in {where}")
+        raise NothingToCheck(f"no subclass of {contracts[0].label} found in {where}")
     report.notes = list(dict.fromkeys(report.notes))
     report.contracts = [
         Contract(

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from workbench.contracts.check import DEFAULT_BASE, DEFAULT_TARGETS, ContractError, check
+from workbench.contracts.check import DEFAULT_BASE, DEFAULT_TARGETS, ContractError, NothingToCheck, check
 from workbench.contracts.results import Report, display_path
 
 FORMATS = ("text", "json", "github")
@@ -44,6 +44,11 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="a root for resolving imports in the targets (repeatable), e.g. the engine's python/ folder",
     )
     parser.add_argument("--method", action="append", dest="methods", help="check only this method (repeatable)")
+    parser.add_argument(
+        "--allow-nothing",
+        action="store_true",
+        help="exit 0, not 2, when the targets hold no subclass to check (a hook run on changed files)",
+    )
     parser.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
     parser.add_argument(
         "--bench",
@@ -110,6 +115,11 @@ def run(args: argparse.Namespace) -> int:
     base = args.base if args.base or args.targets else DEFAULT_BASE
     try:
         report = check(targets, base, args.methods, search_path=args.search_path)
+    except NothingToCheck as exc:
+        if not args.allow_nothing:
+            return _error(str(exc), args.format)
+        print(f"check-contracts: nothing to check: {exc}")
+        return 0
     except ContractError as exc:
         return _error(str(exc), args.format)
     if args.format == "json":
