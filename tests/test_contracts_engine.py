@@ -316,3 +316,41 @@ def test_synthetic_two_thousand_file_tree() -> None:
     assert result["files"] == 2000
     assert result["planted"] == (2000 - 4 - 20) // BROKEN_EVERY  # 4 package files, 20 group __init__.py
     assert result["findings"] == result["planted"]
+
+
+def test_an_override_that_calls_up_keeps_the_base_call_alive(tmp_path: Path) -> None:
+    """The base's call runs when the subclass's replacement calls up (super() or Base.method(self, ...))."""
+    (tmp_path / "up.py").write_text(
+        "class Base:\n"
+        "    def step(self, batch):\n"
+        "        return self._hook(batch, in_capture=True)\n"
+        "\n"
+        "    def _hook(self, batch, in_capture=False):\n"
+        "        return batch\n"
+        "\n\n"
+        "class ViaSuper(Base):\n"
+        "    def step(self, batch):\n"
+        "        return super().step(batch)\n"
+        "\n"
+        "    def _hook(self, batch):\n"
+        "        return batch\n"
+        "\n\n"
+        "class ViaBase(Base):\n"
+        "    def step(self, batch):\n"
+        "        return Base.step(self, batch)\n"
+        "\n"
+        "    def _hook(self, batch):\n"
+        "        return batch\n"
+        "\n\n"
+        "class Replaced(Base):\n"
+        "    def step(self, batch):\n"
+        "        return self.helper.step(batch)\n"
+        "\n"
+        "    def _hook(self, batch):\n"
+        "        return batch\n"
+    )
+    report = check(tmp_path / "up.py", "up:Base", search_path=[tmp_path])
+    assert [(f.cls, f.site_line, f.message) for f in report.findings] == [
+        ("ViaSuper", 3, unexpected("ViaSuper", "_hook", "in_capture")),
+        ("ViaBase", 3, unexpected("ViaBase", "_hook", "in_capture")),
+    ]

@@ -165,12 +165,15 @@ def source_method(owner: Ref, name: str) -> Method | str | None:
 
 def calls_up(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
     """Whether a method body calls ``super().name(...)`` or ``SomeClass.name(self, ...)``: the base's runs."""
+    positional = [*function.args.posonlyargs, *function.args.args]
+    self_name = positional[0].arg if positional else None
     for node in ast.walk(function):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == name:
             value = node.func.value
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super":
                 return True
-            if isinstance(value, (ast.Name, ast.Attribute)) and node.args:
+            first = node.args[0] if node.args else None
+            if isinstance(value, (ast.Name, ast.Attribute)) and isinstance(first, ast.Name) and first.id == self_name:
                 return True
     return False
 
