@@ -16,7 +16,7 @@ Modules: :mod:`~workbench.contracts.results` (findings and reports), :mod:`~work
 :mod:`~workbench.contracts.check` (finding the subclasses), :mod:`~workbench.contracts.cli`.
 """
 
-from workbench.contracts.check import DEFAULT_BASE, DEFAULT_TARGETS, ContractError, Target, check
+from workbench.contracts.check import DEFAULT_BASE, DEFAULT_TARGETS, ContractError, NothingToCheck, Target, check
 from workbench.contracts.cli import add_parser, main
 from workbench.contracts.results import (
     CHANGED_DEFAULT,
@@ -50,6 +50,7 @@ __all__ = [
     "Contract",
     "ContractError",
     "Finding",
+    "NothingToCheck",
     "Report",
     "Target",
     "add_parser",

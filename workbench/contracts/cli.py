@@ -139,7 +139,3 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or a usage error argparse already printed
         return exc.code if isinstance(exc.code, int) else 2
     return run(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
