@@ -16,9 +16,9 @@ import sys
 import torch
 
 from workbench import Batch, StatePool
-from workbench.graphs.runner import GraphRunner
 from workbench.layers import GatedDeltaNetLayer, GDNConfig
 from workbench.measure.timing import write_json
+from workbench.runner import GraphRunner
 
 
 def cuda_median_us(fn, iters: int = 50, warmup: int = 5) -> float:

@@ -68,12 +68,12 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     json_path = args.json or f"benchmarks/results/{args.what}_cpu.json"
     if args.what == "metadata":
-        from workbench.bench.metadata import run
+        from workbench.bench import metadata as bench
     elif args.what == "kernels":
-        from kernels.bench import run
+        from kernels import bench  # type: ignore[no-redef]
     else:
-        from workbench.bench.replay import run
-    run(quick=args.quick, json_path=json_path)
+        from workbench.bench import replay as bench  # type: ignore[no-redef]
+    bench.run(quick=args.quick, json_path=json_path)
     return 0
 
 
