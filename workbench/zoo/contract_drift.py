@@ -25,9 +25,10 @@ EXPLANATION = (
     "kept, `(..., in_capture=False, *args, **kwargs)`, takes whatever the base adds. Here a later base passes "
     "both keywords: the one-keyword override captures fine under the earlier base and dies under the later "
     "one; the `**kwargs` override captures under both. The durable fix is `**kwargs` (forwarded to the "
-    "base), and the durable guard is a contract check in CI: `workbench check-contracts --method "
-    "_replay_metadata` reads the override's signature from source, even though a checker of public methods "
-    "alone would miss a private hook."
+    "base), and the durable guard is a contract check in CI: `workbench check-contracts FILE --base "
+    "pkg.mod:LaterBase` reads the override from source and also checks the calls the base makes on itself, "
+    "so it reports `self._replay_metadata(..., mamba_track_indices=...)` with the TypeError it would raise; "
+    "a checker of public methods alone would miss the private hook."
 )
 
 
