@@ -14,6 +14,7 @@ EXPECTED = {
         "same buffer address as at capture: True",
     ],
 }
+pytestmark = pytest.mark.notebook
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 

@@ -1,0 +1,14 @@
+"""Root conftest: loaded before any test module or doctest of workbench/ and kernels/ is imported.
+
+The Triton interpreter flag must be set before a kernel module is imported, and torch_npu (if someone
+installed it by hand) must not break ``import torch`` for the suite.
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+
+# Never imported by doctest collection: a module that runs the CLI when imported, and the contract checker's
+# fixtures (sources it reads; some import packages that do not exist on purpose).
+collect_ignore = ["workbench/__main__.py", "tests/fixtures"]
