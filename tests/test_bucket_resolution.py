@@ -4,7 +4,7 @@ a request needs; graph buffers are aliased by design, and ``clone()`` keeps a st
 import pytest
 import torch
 
-from workbench import Batch, MetadataBuffers, MetadataError, StatePool, build_metadata, get_profile
+from workbench import Batch, MetadataBuffers, MetadataError, StatePool, WorkbenchError, build_metadata, get_profile
 from workbench.buckets import above_largest, choose_bucket, resolve_bucket
 from workbench.layers import GatedDeltaNetLayer, GDNConfig
 from workbench.runner import GraphRunner
@@ -89,3 +89,16 @@ def test_buffers_update_aliases_the_returned_metadata_and_clone_keeps_a_step():
     assert kept.seq_lens.tolist() == [5, 6, 1, 1]
     for name, t in kept.tensors().items():
         assert t.data_ptr() != getattr(first, name).data_ptr(), name
+
+
+def test_runner_graph_lookup_names_what_is_captured():
+    pool = StatePool(12, "sglang")
+    layer = GatedDeltaNetLayer(GDNConfig.small(), impl="reference")
+    runner = GraphRunner(layer, pool, buckets=[2, 4], modes=["decode"], backend="cpu")
+    with pytest.raises(WorkbenchError, match=r"bucket 4 of 'decode' is not captured: call capture\(\) first"):
+        runner.graph("decode", 4)
+    runner.capture(progress=False)
+    assert runner.captured == [("decode", 2), ("decode", 4)]
+    assert runner.graph("decode", 4) is not runner.graph("decode", 2)
+    with pytest.raises(WorkbenchError, match=r"bucket 3 of 'decode' is not captured; captured: \[\('decode', 2\)"):
+        runner.graph("decode", 3)

@@ -97,7 +97,7 @@ def test_nbstripout_hook_leaves_what_the_check_accepts(tmp_path):
     check = _checker()
     dirty = _notebook(tmp_path / "dirty.ipynb", outputs=True)
     assert check.stale_cells(dirty) == [0]
-    subprocess.run([sys.executable, "-m", "nbstripout", str(dirty)], check=True)  # what the hook runs
+    subprocess.run([sys.executable, "-m", "nbstripout", "--keep-id", str(dirty)], check=True)  # what the hook runs
     assert check.stale_cells(dirty) == [] and check.main([str(dirty)]) == 0
 
 

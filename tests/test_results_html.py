@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 import pytest
 import torch
 
-from workbench import Batch, StatePool, build_metadata, get_profile, html
+from workbench import Batch, MetadataBuffers, StatePool, build_metadata, get_profile, html
 from workbench.layers import GatedDeltaNetLayer, GDNConfig
 from workbench.measure.compare import Comparison
 from workbench.measure.integrity import IntegrityReport, check
@@ -88,6 +88,13 @@ def test_metadata_repr_is_one_short_line():
     assert "\n" not in text and len(text) < 300
     assert text.startswith("Metadata(sglang decode, raw_bs=300 -> bs=304 (bucket)")
     assert "299, 300, -1, -1, -1, -1]" in text  # the padded tail stays visible
+
+
+def test_metadata_on_the_meta_device_still_shows_itself():
+    pool = StatePool(8, "sglang", device="meta")
+    meta = MetadataBuffers(pool, "decode", buckets=[4]).static[4]
+    assert repr(meta) == "Metadata(sglang decode, raw_bs=4 -> bs=4 (bucket), on the meta device)"
+    assert "shapes only" in meta._repr_html_()
 
 
 def _failing_report() -> IntegrityReport:

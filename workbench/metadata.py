@@ -171,6 +171,8 @@ class Metadata:
             head += f" D={self.draft_tokens}"
         size = f"raw_bs={self.raw_batch_size}"
         size += f" -> bs={self.batch_size} (bucket)" if self.bucket is not None else f", bs={self.batch_size}"
+        if self.state_indices.is_meta:  # shapes only: a "meta" tensor holds no values
+            return f"Metadata({head}, {size}, on the meta device)"
         idx = html.short_list(self.state_indices.tolist())
         qsl = html.short_list(self.query_start_loc.tolist())
         return f"Metadata({head}, {size}, state_indices={idx}, query_start_loc={qsl})"
@@ -192,10 +194,12 @@ class Metadata:
         cols = ["row", "kind", "req_pool_index", "state_index", "seq_len", "qsl_start", "qsl_end", "num_tokens"]
         if self.num_accepted_tokens is not None:
             cols.append("num_accepted_tokens")
-        rows = self.rows()
         parts = [html.facts(head)]
         if self.eager_reason:
             parts.append(html.note(f"note: {self.eager_reason}"))
+        if self.state_indices.is_meta:
+            return html.block(*parts, html.note("on the meta device: shapes only, no values"), title="Metadata")
+        rows = self.rows()
         parts.append(
             html.table(cols, [[r[c] for c in cols] for r in rows], row_kinds=[r["kind"] for r in rows], max_rows=40)
         )
