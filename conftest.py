@@ -9,6 +9,8 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
-# Never imported by doctest collection: a module that runs the CLI when imported, and the contract checker's
-# fixtures (sources it reads; some import packages that do not exist on purpose).
-collect_ignore = ["workbench/__main__.py", "tests/fixtures"]
+# Never imported by doctest collection: modules that run a command line when imported (any __main__.py;
+# fnmatch's * crosses folders), and the contract checker's fixtures (sources it reads; some import packages
+# that do not exist, on purpose).
+collect_ignore = ["tests/fixtures"]
+collect_ignore_glob = ["workbench/*__main__.py", "kernels/*__main__.py"]

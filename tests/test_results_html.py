@@ -214,3 +214,42 @@ def test_html_colours_are_the_palette_colours():
     assert html.PAD == palette.LIGHT_GREY
     assert html.FAIL == palette.VERMILLION
     assert html.OK == palette.GREEN
+
+
+NOTEBOOK_CELLS = [
+    """import torch
+from workbench import Batch, StatePool, build_metadata
+from workbench.layers import GatedDeltaNetLayer, GDNConfig
+from workbench.runner import GraphRunner
+pool = StatePool(12, "sglang")
+runner = GraphRunner(GatedDeltaNetLayer(GDNConfig.small(), seed=1, impl="reference"), pool, buckets=[4],
+                     modes=["decode"], backend="cpu", state_seed=2)
+runner.capture(progress=False)
+batch = Batch.decode(pool.alloc(3), [4, 5, 6])""",
+    "build_metadata(batch, pool)",
+    "cmp = runner.compare(batch, torch.randn(3, 32))\ncmp",
+    "cmp.integrity",
+    "runner.replay(batch, torch.randn(3, 32))",
+    "batch",
+    "pool",
+]
+
+
+@pytest.mark.notebook
+def test_a_cell_ending_in_a_result_displays_its_html_in_a_real_kernel(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in NOTEBOOK_CELLS])
+    nbclient.NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    errors = [o for c in nb.cells for o in c.outputs if o.output_type == "error"]
+    assert not errors, errors[0].get("evalue")
+    shown = [c.outputs[-1]["data"] for c in nb.cells[1:]]
+    assert all("text/html" in d and "text/plain" in d for d in shown)
+    titles = ["Metadata", "Comparison", "IntegrityReport", "StepResult", "Batch", "StatePool"]
+    for data, title in zip(shown, titles, strict=True):
+        assert f">{title}" in data["text/html"], title
+    meta_rows = _body(_Rows(shown[0]["text/html"]))
+    assert [cls for cls, _, _ in meta_rows] == ["wb-live"] * 3 + ["wb-pad"]
+    assert shown[1]["text/plain"].startswith("Comparison(ok: decode raw_bs=3, replayed bucket 4")
