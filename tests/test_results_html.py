@@ -241,7 +241,7 @@ def test_a_cell_ending_in_a_result_displays_its_html_in_a_real_kernel(tmp_path):
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in NOTEBOOK_CELLS])
     nbclient.NotebookClient(
-        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     ).execute()
     errors = [o for c in nb.cells for o in c.outputs if o.output_type == "error"]
     assert not errors, errors[0].get("evalue")
