@@ -78,12 +78,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_check_contracts(args: argparse.Namespace) -> int:
-    from workbench.contracts import main as contracts_main
-
-    return contracts_main(args.rest)
-
-
 def _cmd_demo(args: argparse.Namespace) -> int:
     from workbench.demo import run_demo
 
@@ -117,9 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", default=None, help="output path (default benchmarks/results/<what>_cpu.json)")
     b.set_defaults(fn=_cmd_bench)
 
-    c = sub.add_parser("check-contracts", help="check metadata-backend subclasses against the base signatures")
-    c.add_argument("rest", nargs=argparse.REMAINDER, help="module or path, and --base pkg.mod:Class")
-    c.set_defaults(fn=_cmd_check_contracts)
+    from workbench.contracts.cli import add_parser as add_check_contracts  # stdlib-only: no torch import
+
+    add_check_contracts(sub)
 
     e = sub.add_parser("demo", help="headless tour: run the main job and write the report")
     e.add_argument("--out", default=None, help="report path")
