@@ -51,6 +51,7 @@ def test_metadata_errors_are_clear(capsys):
     assert "larger than bucket 2" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a fresh interpreter (subprocess)
 def test_console_entry_point_runs():
     res = subprocess.run(
         [sys.executable, "-m", "workbench", "metadata", "--seq-lens", "5,6", "--profile", "vllm"],

@@ -15,6 +15,7 @@ EXPECTED = {
     ],
     "03_bug_zoo.ipynb": ["every unfixed run broke: True", "every fixed run clean: True"],
 }
+pytestmark = pytest.mark.notebook
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from workbench import html
 from workbench.errors import MetadataError
 
 MODES = ("decode", "target_verify", "extend", "idle")
@@ -183,3 +184,16 @@ class Batch:
     def __repr__(self) -> str:
         extra = f", D={self.draft_tokens}" if self.mode == "target_verify" else ""
         return f"Batch.{self.mode}(raw_bs={self.raw_batch_size}{extra})"
+
+    def _repr_html_(self) -> str:
+        cols = {"req_pool_index": self.req_pool_indices, "seq_len": self.seq_lens}
+        for name in ("extend_lens", "prefix_lens", "num_accepted_tokens"):
+            t = getattr(self, name)
+            if t is not None:
+                cols[name] = t
+        values = {name: t.tolist() for name, t in cols.items()}
+        rows = [[i, *(values[c][i] for c in cols)] for i in range(self.raw_batch_size)]
+        head = {"mode": self.mode, "raw_bs": self.raw_batch_size, "tokens": self.num_tokens}
+        if self.mode == "target_verify":
+            head["D"] = self.draft_tokens
+        return html.block(html.facts(head), html.table(["row", *cols], rows, max_rows=40), title="Batch")

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from workbench.errors import WorkbenchError
+from workbench.profiles import PROFILES
 
 
 def _int_list(text: str) -> list[int]:
@@ -30,10 +31,10 @@ def _bucket(text: str) -> int | str | None:
 
 def metadata_for_cli(args: argparse.Namespace):
     """Build the metadata the `metadata` subcommand prints (a fresh pool, requests allocated in order)."""
-    from workbench import Batch, StatePool, build_metadata
+    from workbench import Batch, StatePool, build_metadata, get_profile
 
     d = args.draft_tokens
-    spr = d if (args.profile == "vllm" and args.mode == "target_verify") else 1
+    spr = get_profile(args.profile).slots_per_request(d if args.mode == "target_verify" else 1)
     lens = args.extend_lens if args.mode == "extend" else args.seq_lens
     n = 0 if args.mode == "idle" else len(lens or [])
     if args.mode != "idle" and not lens:
@@ -94,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     m = sub.add_parser("metadata", help="print the padded metadata of a batch as a table (or JSON)")
-    m.add_argument("--profile", default="sglang", choices=["sglang", "sglang-ascend", "vllm"])
+    m.add_argument("--profile", default="sglang", choices=list(PROFILES))
     m.add_argument("--mode", default="decode", choices=["decode", "target_verify", "extend", "idle"])
     m.add_argument("--seq-lens", type=_int_list, help="comma-separated, one per request (decode, verify)")
     m.add_argument("--extend-lens", type=_int_list, help="comma-separated new tokens per request (extend)")

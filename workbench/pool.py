@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 import torch
 
+from workbench import html
 from workbench.errors import MetadataError
 from workbench.profiles import Profile, get_profile
 
@@ -141,3 +142,15 @@ class StatePool:
             f"StatePool(num_slots={self.num_slots}, profile={self.profile.name!r}, live={len(self._slots_of)}, "
             f"free={self.num_free}, slots_per_request={self.slots_per_request})"
         )
+
+    def _repr_html_(self) -> str:
+        head = {
+            "profile": self.profile.name,
+            "num_slots": self.num_slots,
+            "live": len(self._slots_of),
+            "free": self.num_free,
+            "dummy_slot": self.profile.dummy_slot,
+        }
+        rows = [[row, ", ".join(map(str, self._slots_of[row]))] for row in self.live_rows]
+        table = html.table(["request row", "slots"], rows, max_rows=40) if rows else html.note("no live request")
+        return html.block(html.facts(head), table, title="StatePool")

@@ -262,12 +262,14 @@ def _check_call(node: ast.AST, use: Use) -> list[str]:
     return errors
 
 
+@pytest.mark.network  # downloads the torch_npu wheel (skipped, saying so, when offline)
 def test_wheel_registers_torch_npu_as_torch_npu_module(wheel: zipfile.ZipFile) -> None:
     pattern = re.compile(r"_register_device_module\(\s*[\"']npu[\"']\s*,\s*torch_npu\.npu\s*\)")
     hits = [n for n in wheel.namelist() if n.endswith(".py") and pattern.search(wheel.read(n).decode(errors="replace"))]
     assert hits, "torch_npu no longer registers torch_npu.npu as torch.npu"
 
 
+@pytest.mark.network  # downloads the torch_npu wheel (skipped, saying so, when offline)
 def test_every_torch_npu_name_we_use_exists_with_a_compatible_signature(wheel: zipfile.ZipFile) -> None:
     src = WheelSource(wheel)
     problems = []
@@ -281,6 +283,7 @@ def test_every_torch_npu_name_we_use_exists_with_a_compatible_signature(wheel: z
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.network  # downloads the torch_npu wheel (skipped, saying so, when offline)
 def test_every_method_we_call_exists(wheel: zipfile.ZipFile) -> None:
     src = WheelSource(wheel)
     method_calls = _npu_uses().method_calls
@@ -300,6 +303,7 @@ def test_every_method_we_call_exists(wheel: zipfile.ZipFile) -> None:
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.network  # downloads the torch_npu wheel (skipped, saying so, when offline)
 def test_wheel_version_matches_torch(wheel: zipfile.ZipFile) -> None:
     exact, minor = _torch_release()
     version = Path(wheel.filename).name.split("-")[1]
