@@ -41,9 +41,8 @@ class EarlierBase(NpuMetadataBackend):
     def _replay_metadata(
         self, batch: Batch, in_capture: bool = False, mamba_track_indices: torch.Tensor | None = None
     ) -> Metadata:
-        meta = super().init_forward_metadata_out_graph(batch, in_capture=in_capture)
-        meta.extras["mamba_track_indices"] = mamba_track_indices
-        return meta
+        self.mamba_track_indices = mamba_track_indices  # kept by the hook, as the engine's metadata keeps it
+        return super().init_forward_metadata_out_graph(batch, in_capture=in_capture)
 
 
 class LaterBase(EarlierBase):
