@@ -70,7 +70,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.what == "metadata":
         from workbench.bench.metadata import run
     elif args.what == "kernels":
-        from kernels.bench import run
+        from workbench.bench.kernels import run
     else:
         from workbench.bench.replay import run
     run(quick=args.quick, json_path=json_path)

@@ -221,9 +221,10 @@ class GatedDeltaNetLayer(_SeededLayer):
                 disable_state_update=verify, pad_slot_id=pad, impl=self.impl,
             ).reshape(T, c.conv_dim)  # fmt: skip
         q, k, v = xc.split([H * K, H * K, HV * V], dim=-1)
-        o = gdn.fused_gating(
-            q.reshape(T, H, K), k.reshape(T, H, K), v.reshape(T, HV, V), a.contiguous(), b.contiguous(),
-            w["A_log"], w["dt_bias"], state.ssm, idx, qsl, use_qk_l2norm=True,
+        o = gdn.recurrent(
+            q.reshape(T, H, K), k.reshape(T, H, K), v.reshape(T, HV, V), a=a.contiguous(), b=b.contiguous(),
+            A_log=w["A_log"], dt_bias=w["dt_bias"], state=state.ssm, state_indices=idx, cu_seqlens=qsl,
+            use_qk_l2norm=True,
             has_initial_state=meta.has_initial_state if mode == "extend" else None,
             intermediate_states=inter_ssm, disable_state_update=verify, pad_slot_id=pad, impl=self.impl,
         )  # fmt: skip

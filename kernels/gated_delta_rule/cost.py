@@ -1,4 +1,4 @@
-"""Bytes moved and FLOPs of the gated-delta-rule ops, for the roofline (kernels._common.Cost).
+"""Bytes moved and FLOPs of the gated-delta-rule ops, for the roofline (kernels.cost.Cost).
 
 Bytes count what an ideal kernel must move once: inputs read, output written, every touched state slot
 read and written once (plus intermediate states written). FLOPs count multiply and add separately.
@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from kernels._common import Cost
+from kernels.cost import Cost
 
 
 def _size(dtype: torch.dtype) -> int:

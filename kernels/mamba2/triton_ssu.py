@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton_helpers import sigmoid
+from kernels._triton_helpers import named_strides, sigmoid
 
 
 @triton.jit
@@ -136,6 +136,7 @@ def _selective_state_update_kernel(
 
 
 def selective_state_update_triton(
+    *,
     state: torch.Tensor,
     x: torch.Tensor,
     dt: torch.Tensor,
@@ -158,34 +159,32 @@ def selective_state_update_triton(
     block_s = triton.next_power_of_2(dstate)
     # At most 4096 state elements per program: the tile, A and the decay all live in registers.
     block_p = max(1, min(triton.next_power_of_2(headdim), 4096 // block_s))
-    grid = (triton.cdiv(headdim, block_p), N, nheads)
-    unused = (0, 0)
-    _selective_state_update_kernel[grid](
-        state,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        D if D is not None else x,
-        z if z is not None else x,
-        dt_bias if dt_bias is not None else x,
-        state_batch_indices,
-        out,
-        headdim,
-        dstate,
-        nheads // ngroups,
-        pad_slot_id if pad_slot_id is not None else 0,
-        *state.stride(),
-        *x.stride(),
-        *dt.stride(),
-        *A.stride(),
-        *B.stride(),
-        *C.stride(),
-        *(D.stride() if D is not None else unused),
-        *(z.stride() if z is not None else (0, 0, 0)),
-        *(dt_bias.stride() if dt_bias is not None else unused),
-        *out.stride(),
+    _selective_state_update_kernel[(triton.cdiv(headdim, block_p), N, nheads)](
+        state_ptr=state,
+        x_ptr=x,
+        dt_ptr=dt,
+        A_ptr=A,
+        B_ptr=B,
+        C_ptr=C,
+        D_ptr=D if D is not None else x,  # optional inputs: unread without their HAS_* flag
+        z_ptr=z if z is not None else x,
+        dt_bias_ptr=dt_bias if dt_bias is not None else x,
+        indices_ptr=state_batch_indices,
+        out_ptr=out,
+        headdim=headdim,
+        dstate=dstate,
+        heads_per_group=nheads // ngroups,
+        pad_slot_id=pad_slot_id if pad_slot_id is not None else 0,
+        **named_strides("s", state, "nhps"),
+        **named_strides("x", x, "nhp"),
+        **named_strides("dt", dt, "nhp"),
+        **named_strides("A", A, "hps"),
+        **named_strides("B", B, "ngs"),
+        **named_strides("C", C, "ngs"),
+        **named_strides("D", D, "hp"),
+        **named_strides("z", z, "nhp"),
+        **named_strides("db", dt_bias, "hp"),
+        **named_strides("o", out, "nhp"),
         BLOCK_P=block_p,
         BLOCK_S=block_s,
         HAS_D=D is not None,
