@@ -234,7 +234,7 @@ def test_triton_v_blocks_split_across_programs(kernel: str):
     exp_out, exp_state, _ = naive(*args, x["state"], x["state_indices"], x["cu_seqlens"], scale=0.3, l2norm=True)
     state, out = x["state"].clone(), nan_like(x["v"])
     kw = dict(scale=0.3, use_qk_l2norm=True, has_initial_state=None, disable_state_update=False, pad_slot_id=-1)
-    kw.update(zip(("q", "k", "v", "g", "beta"), args), state=state, out=out, block_v=16)
+    kw.update(zip(("q", "k", "v", "g", "beta"), args, strict=True), state=state, out=out, block_v=16)
     kw.update(state_indices=x["state_indices"], cu_seqlens=x["cu_seqlens"])
     if kernel == "recurrent":
         launch_recurrent(intermediate_states=None, **kw)
