@@ -21,6 +21,7 @@ import torch.nn.functional as F
 import kernels.causal_conv1d as conv1d
 import kernels.gated_delta_rule as gdn
 import kernels.mamba2 as mamba2
+from workbench.devices import canonical_device
 from workbench.errors import MetadataError
 from workbench.metadata import Metadata
 
@@ -89,8 +90,8 @@ class _SeededLayer:
         self.config = config or self.config_class()
         self.seed, self.impl = seed, impl
         w = self._draw_weights(self.config, torch.Generator().manual_seed(seed))
-        self.weights = {k: v.to(dtype=dtype, device=device) for k, v in w.items()}
-        self.dtype, self.device = dtype, torch.device(device)
+        self.dtype, self.device = dtype, canonical_device(device)
+        self.weights = {k: v.to(dtype=dtype, device=self.device) for k, v in w.items()}
 
     @staticmethod
     def _draw_weights(config: Any, gen: torch.Generator) -> dict[str, torch.Tensor]:

@@ -12,6 +12,12 @@ barrier between reading and writing, and it works for any constexpr width ``W``.
 Computation is float32 whatever the storage dtype (bf16 arithmetic is wrong in Triton's interpreter).
 Only masked ``tl.load``/``tl.store``, ``tl.exp`` and plain control flow are used, so that triton-ascend
 could compile it; that has not been tried without Ascend hardware.
+
+Ascend convention (``pad_slot_id=None``): every padded row points at the dummy slot 0 and is really
+processed, so several programs read and write slot 0 at once, with no ordering between them. The race is
+benign (nobody reads slot 0 as a request's state), but slot 0's contents after such a step depend on
+scheduling. Never compare slot 0 on a device (benchmarks/gpu_kernels.py leaves it out); the interpreter runs
+programs in order, last padded row last, which is why the CPU tests may compare it with the reference.
 """
 
 from __future__ import annotations
