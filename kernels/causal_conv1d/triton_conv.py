@@ -165,14 +165,17 @@ def update_triton(
     activation: str | None,
     disable_state_update: bool,
     pad_slot_id: int | None,
-) -> None:
-    """Launch for decode/verify; same arguments and shapes as ``reference.update_reference``."""
+) -> object:
+    """Launch for decode/verify; same arguments and shapes as ``reference.update_reference``.
+
+    Returns the launch's compiled kernel (None in the interpreter), for its ``n_regs`` / ``n_spills``.
+    """
     N, L, dim = x.shape
     if N == 0:
-        return
+        return None
     inter = intermediate_conv_windows
     block_d = _block_d(dim)
-    _causal_conv1d_kernel[(N, triton.cdiv(dim, block_d))](
+    return _causal_conv1d_kernel[(N, triton.cdiv(dim, block_d))](
         x_ptr=x,
         weight_ptr=weight,
         bias_ptr=bias if bias is not None else x,  # unread without HAS_BIAS
@@ -215,13 +218,13 @@ def varlen_triton(
     out: torch.Tensor,
     activation: str | None,
     pad_slot_id: int | None,
-) -> None:
+) -> object:
     """Launch for varlen prefill; same arguments and shapes as ``reference.varlen_reference``."""
     T, dim = x.shape
     N = cache_indices.shape[0]
     block_d = _block_d(dim)
     grid = (N + 1, triton.cdiv(dim, block_d))  # +1: the program that zeroes tokens after cu_seqlens[N]
-    _causal_conv1d_kernel[grid](
+    return _causal_conv1d_kernel[grid](
         x_ptr=x,
         weight_ptr=weight,
         bias_ptr=bias if bias is not None else x,

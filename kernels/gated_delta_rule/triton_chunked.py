@@ -181,17 +181,19 @@ def launch_chunked(
     chunk_size: int,
     block_v: int | None = None,
     num_warps: int | None = None,
-) -> None:
+) -> object:
     """Launch on validated tensors (ops.py). chunk_size: power of two >= 16. ``block_v`` / ``num_warps``
-    override the defaults (``default_block_v``, ``DEFAULT_NUM_WARPS``)."""
+    override the defaults (``default_block_v``, ``DEFAULT_NUM_WARPS``).
+    Returns the launch's compiled kernel (None in the interpreter), for its ``n_regs`` / ``n_spills``.
+    """
     N = state_indices.shape[0]
     H, K = q.shape[1], q.shape[2]
     HV, V = v.shape[1], v.shape[2]
     if N == 0:
         out.zero_()  # no row owns any token
-        return
+        return None
     BV = block_v or default_block_v(V)
-    _gdn_chunked_kernel[(N, HV, triton.cdiv(V, BV))](
+    return _gdn_chunked_kernel[(N, HV, triton.cdiv(V, BV))](
         q_ptr=q,
         k_ptr=k,
         v_ptr=v,

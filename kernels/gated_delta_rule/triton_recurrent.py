@@ -183,24 +183,25 @@ def launch_recurrent(
     softplus_threshold: float = 20.0,
     block_v: int | None = None,
     num_warps: int | None = None,
-) -> None:
+) -> object:
     """Launch the kernel on validated tensors (see ops.py). Last dims of q, k, v, out must be contiguous.
 
     With ``A_log`` given, the gates are computed in the kernel from the logits ``a``, ``b`` and ``A_log``,
     ``dt_bias`` (``g`` and ``beta`` are then None); otherwise ``g`` and ``beta`` are read as they are.
     ``block_v`` / ``num_warps`` override the defaults (the GPU benchmark sweeps them).
+    Returns the launch's compiled kernel (None in the interpreter), for its ``n_regs`` / ``n_spills``.
     """
     N = state_indices.shape[0]
     H, K = q.shape[1], q.shape[2]
     HV, V = v.shape[1], v.shape[2]
     if N == 0:
         out.zero_()  # no row owns any token
-        return
+        return None
     fused = A_log is not None
     gate, gate_b = (a, b) if fused else (g, beta)
     inter = intermediate_states
     grid = (N, HV, triton.cdiv(V, _block_v(V, block_v)))
-    _gdn_recurrent_kernel[grid](
+    return _gdn_recurrent_kernel[grid](
         q_ptr=q,
         k_ptr=k,
         v_ptr=v,
@@ -278,16 +279,16 @@ def launch_scatter_accepted(
     num_accepted: torch.Tensor,
     pad_slot_id: int | None,
     block: int = 1024,
-) -> None:
+) -> object:
     """Copy intermediate_states[n, num_accepted[n]-1] to state[state_indices[n]] for live rows, sync-free.
 
     The last two dims (K, V) of both tensors must be contiguous (checked by ops.py)."""
     N, D, HV, K, V = intermediate_states.shape
     if N == 0:
-        return
+        return None
     KV = K * V
     BLOCK = min(block, triton.next_power_of_2(KV))
-    _scatter_accepted_kernel[(N, HV, triton.cdiv(KV, BLOCK))](
+    return _scatter_accepted_kernel[(N, HV, triton.cdiv(KV, BLOCK))](
         state_ptr=state,
         inter_ptr=intermediate_states,
         idx_ptr=state_indices,

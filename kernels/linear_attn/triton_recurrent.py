@@ -102,15 +102,18 @@ def recurrent_triton(
     scale: float,
     pad_slot_id: int | None,
     out: torch.Tensor,
-) -> None:
-    """Launch; same arguments and shapes as ``reference.recurrent_reference``."""
+) -> object:
+    """Launch; same arguments and shapes as ``reference.recurrent_reference``.
+
+    Returns the launch's compiled kernel (None in the interpreter), for its ``n_regs`` / ``n_spills``.
+    """
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = state_indices.shape[0]
     block_k = triton.next_power_of_2(K)
     # The state tile lives in registers: keep it at most 8192 elements.
     block_v = max(1, min(triton.next_power_of_2(V), 8192 // block_k, 64))
-    _linear_attn_recurrent_kernel[(N + 1, HV, triton.cdiv(V, block_v))](
+    return _linear_attn_recurrent_kernel[(N + 1, HV, triton.cdiv(V, block_v))](
         q_ptr=q,
         k_ptr=k,
         v_ptr=v,

@@ -156,16 +156,19 @@ def selective_state_update_triton(
     state_batch_indices: torch.Tensor,
     pad_slot_id: int | None,
     out: torch.Tensor,
-) -> None:
-    """Launch; same arguments and shapes as ``reference.selective_state_update_reference``."""
+) -> object:
+    """Launch; same arguments and shapes as ``reference.selective_state_update_reference``.
+
+    Returns the launch's compiled kernel (None in the interpreter), for its ``n_regs`` / ``n_spills``.
+    """
     N, nheads, headdim = x.shape
     ngroups, dstate = B.shape[1], B.shape[2]
     if N == 0:
-        return
+        return None
     block_s = triton.next_power_of_2(dstate)
     # At most 4096 state elements per program: the tile, A and the decay all live in registers.
     block_p = max(1, min(triton.next_power_of_2(headdim), 4096 // block_s))
-    _selective_state_update_kernel[(triton.cdiv(headdim, block_p), N, nheads)](
+    return _selective_state_update_kernel[(triton.cdiv(headdim, block_p), N, nheads)](
         state_ptr=state,
         x_ptr=x,
         dt_ptr=dt,

@@ -513,4 +513,10 @@ def test_cost_models():
     cc = gdn.chunked_cost(4096, 1, H, HV, K, V, chunk_size=64)
     assert cc.flops > 0 and cc.intensity > 10 * c.intensity  # prefill is compute-heavy
     assert gdn.scatter_accepted_cost(N, HV, K, V).bytes == state_bytes + 3 * N * 4
+    # verify (D=4) with disable_state_update: the slots are read once and never written
+    D = 4
+    verify = gdn.recurrent_cost(N * D, N, H, HV, K, V, num_intermediate=N * D, state_update=False)
+    written = gdn.recurrent_cost(N * D, N, H, HV, K, V, num_intermediate=N * D)
+    assert written.bytes - verify.bytes == N * HV * K * V * 4
+    assert verify.bytes < (D + 1) * N * HV * K * V * 4 * 1.05
     assert math.isclose((c + c).bytes, 2 * c.bytes)
