@@ -36,15 +36,16 @@ from kernels.gated_delta_rule.triton_common import (
     zero_tail_tokens,
 )
 
-# Defaults chosen so that the kernel does not spill registers on sm_90 (ptxas -v on the compiled kernel,
-# benchmarks/kernel_resources.py): at C=64, K=V=128, BV=64 and 8 warps it spilled about 43 KB per program;
-# at C=16 (ops.DEFAULT_CHUNK_SIZE) with BV <= 32 it does not.
-DEFAULT_NUM_WARPS = 4
+# Defaults chosen from the kernel's register report for sm_90a (Triton's own ptxas -v, offline:
+# benchmarks/kernel_resources.py; K=V=128, bf16 inputs): the old default C=64, BV=64, 8 warps spilled about
+# 41 KB per thread (stores); C=16 (ops.DEFAULT_CHUNK_SIZE), BV=16, 8 warps spills least of the configurations
+# tried (372 B), none was spill-free. The GPU benchmark's --sweep measures the alternatives.
+DEFAULT_NUM_WARPS = 8
 
 
 def default_block_v(V: int) -> int:
-    """Value columns per program: 16 or 32 (tl.dot needs >= 16; more than 32 spills at K=128)."""
-    return max(16, min(triton.next_power_of_2(V), 32))
+    """Value columns per program: 16 (tl.dot needs >= 16; wider blocks spill more at K=128)."""
+    return 16
 
 
 @triton.jit
