@@ -35,6 +35,13 @@ def test_canonical_device_is_what_tensors_report():
             canonical_device("cuda")
 
 
+def test_graph_backend_on_cpu0():
+    from workbench.graphs import get_backend
+
+    assert get_backend("cpu", device=DEV).device == torch.device("cpu")
+    assert get_backend("auto", device=DEV).name == "cpu"
+
+
 def test_pool_batch_and_layer_keep_the_canonical_device():
     pool = StatePool(8, "sglang", device=DEV)
     assert pool.device == torch.device("cpu") and pool.mapping.device == pool.device
@@ -60,7 +67,7 @@ def test_whole_runner_on_cpu0(profile: str):
     layer = GatedDeltaNetLayer(GDNConfig.small(), seed=2, device=DEV, impl="reference")
     state = layer.new_state(16, seed=3)  # random, never zeros
     runner = GraphRunner(layer, pool, buckets=[1, 2, 4], draft_tokens=D, backend="auto", state=state)
-    assert runner.graph_backend.name == "cpu"
+    assert runner.graph_backend.name == "cpu" and runner.graph_backend.device == torch.device("cpu")
     runner.capture(progress=False)
     rows = pool.alloc(3)
     hidden = layer.config.hidden_size
