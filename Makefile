@@ -21,14 +21,15 @@ $(STAMP): pyproject.toml
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-test: $(STAMP)
-	$(BIN)/ruff format --check .
-	$(BIN)/ruff check .
+test: lint
 	$(BIN)/python -m pytest -q
 
+# ruff, the one-way import layers (import-linter, contracts in pyproject.toml), the type checker
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 format: $(STAMP)
 	$(BIN)/ruff format .

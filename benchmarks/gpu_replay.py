@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from workbench import Batch, StatePool
-    from workbench.graphs.runner import GraphRunner
+    from workbench.runner import GraphRunner
     from workbench.layers import GatedDeltaNetLayer, GDNConfig
 
     if not args.dry_run and not torch.cuda.is_available():

@@ -8,8 +8,8 @@ import torch
 
 from workbench import Batch, StatePool, contracts
 from workbench.backends import BACKENDS, CpuMetadataBackend, MetadataBackend, NpuMetadataBackend
-from workbench.graphs.runner import GraphRunner
 from workbench.layers import GatedDeltaNetLayer, GDNConfig
+from workbench.runner import GraphRunner
 
 BASE = "workbench.backends:MetadataBackend"
 BROKEN = textwrap.dedent(

@@ -17,7 +17,7 @@ from workbench import Batch, StatePool
 from workbench.cli import main
 from workbench.devices import canonical_device
 from workbench.errors import DeviceUnavailable
-from workbench.graphs.runner import GraphRunner
+from workbench.runner import GraphRunner
 from workbench.layers import GatedDeltaNetLayer, GDNConfig, Mamba2Config, Mamba2Layer
 from workbench.measure.integrity import changed_slots, snapshot
 

@@ -74,7 +74,7 @@ def test_gpu_replay_dry_run(tmp_path):
 
 
 def test_gpu_replay_exits_non_zero_when_integrity_fails(tmp_path, monkeypatch):
-    from workbench.graphs.runner import GraphRunner
+    from workbench.runner import GraphRunner
 
     real = GraphRunner.compare
 

@@ -14,7 +14,7 @@ MODES = ("decode", "target_verify", "extend", "idle")
 IntsLike = Sequence[int] | torch.Tensor
 
 
-def _ints(name: str, values: IntsLike, dtype: torch.dtype, device: torch.device | None) -> torch.Tensor:
+def _ints(name: str, values: IntsLike, dtype: torch.dtype, device: torch.device | str | None) -> torch.Tensor:
     """Lists become tensors; tensors must hold integers and be 1-D. Values are checked by the caller."""
     if isinstance(values, torch.Tensor):
         if values.dtype.is_floating_point or values.dtype.is_complex or values.dtype == torch.bool:
@@ -65,7 +65,9 @@ class Batch:
 
     # -- constructors ---------------------------------------------------------------------------------
     @classmethod
-    def decode(cls, req_pool_indices: IntsLike, seq_lens: IntsLike, *, device: str | None = None) -> Batch:
+    def decode(
+        cls, req_pool_indices: IntsLike, seq_lens: IntsLike, *, device: torch.device | str | None = None
+    ) -> Batch:
         """One new token per request; ``seq_lens`` count it."""
         rpi, sl = cls._common(req_pool_indices, seq_lens, device)
         return cls("decode", rpi, sl, draft_tokens=1)
@@ -78,7 +80,7 @@ class Batch:
         draft_tokens: int,
         *,
         num_accepted_tokens: IntsLike | None = None,
-        device: str | None = None,
+        device: torch.device | str | None = None,
     ) -> Batch:
         """Speculative verify: ``draft_tokens`` (D) tokens per request."""
         if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or draft_tokens < 1:
@@ -102,7 +104,7 @@ class Batch:
         extend_lens: IntsLike,
         prefix_lens: IntsLike | None = None,
         *,
-        device: str | None = None,
+        device: torch.device | str | None = None,
     ) -> Batch:
         """Prefill / extend: ``extend_lens`` new tokens after ``prefix_lens`` cached ones (0: no initial state)."""
         rpi = _ints("req_pool_indices", req_pool_indices, torch.int64, device)
@@ -119,13 +121,15 @@ class Batch:
         return cls("extend", rpi, pre + ext, draft_tokens=0, extend_lens=ext, prefix_lens=pre)
 
     @classmethod
-    def idle(cls, *, device: str | None = None) -> Batch:
+    def idle(cls, *, device: torch.device | str | None = None) -> Batch:
         """No live request (a data-parallel rank with nothing to do still runs the captured graph)."""
         empty = torch.zeros(0, dtype=torch.int64, device=device)
         return cls("idle", empty, empty.to(torch.int32), draft_tokens=0)
 
     @classmethod
-    def for_capture(cls, mode: str, batch_size: int, draft_tokens: int = 1, *, device: str | None = None) -> Batch:
+    def for_capture(
+        cls, mode: str, batch_size: int, draft_tokens: int = 1, *, device: torch.device | str | None = None
+    ) -> Batch:
         """The batch a graph is captured with: ``batch_size`` rows, every one request row 0.
 
         Rows repeat on purpose (no duplicate check): as in sglang, the capture inputs are all zeros, so
@@ -139,7 +143,7 @@ class Batch:
 
     @classmethod
     def _common(
-        cls, req_pool_indices: IntsLike, seq_lens: IntsLike, device: str | None
+        cls, req_pool_indices: IntsLike, seq_lens: IntsLike, device: torch.device | str | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         rpi = _ints("req_pool_indices", req_pool_indices, torch.int64, device)
         sl = _ints("seq_lens", seq_lens, torch.int32, rpi.device)
@@ -173,7 +177,7 @@ class Batch:
     @property
     def num_tokens(self) -> int:
         """Live tokens of the step (host arithmetic; extend reads ``extend_lens``)."""
-        if self.mode == "extend":
+        if self.mode == "extend" and self.extend_lens is not None:
             return int(self.extend_lens.sum())
         return self.raw_batch_size * self.draft_tokens
 

@@ -1,4 +1,4 @@
-"""Capture bucket lists and the bucket choice at replay time.
+"""The bucket choice at replay time (the bucket lists themselves belong to the profiles).
 
 An engine captures one graph per batch size in a fixed list; at run time a batch of ``raw_bs`` requests is
 padded up to the smallest captured size that holds it (bisect-left). A batch larger than the largest bucket
@@ -11,36 +11,7 @@ import bisect
 from collections.abc import Sequence
 
 from workbench.errors import MetadataError
-
-
-def _clip(sizes: list[int], max_bs: int) -> list[int]:
-    kept = sorted({bs for bs in sizes if 1 <= bs <= max_bs})
-    if not kept or kept[-1] != max_bs:
-        kept.append(max_bs)  # engines always capture max_bs itself
-    return kept
-
-
-def sglang_buckets(max_bs: int, speculative: bool = False) -> list[int]:
-    """sglang's default capture list, clipped to ``max_bs`` with ``max_bs`` appended."""
-    if speculative:
-        sizes = (
-            list(range(1, 9))
-            + list(range(10, 33, 2))
-            + list(range(40, 65, 4))
-            + list(range(72, 257, 8))
-            + list(range(272, max_bs + 1, 16))
-        )
-    else:
-        sizes = (
-            [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, max_bs + 1, 32))
-        )
-    return _clip(sizes, max_bs)
-
-
-def vllm_buckets(max_bs: int, speculative: bool = False) -> list[int]:
-    """vLLM's default cudagraph capture sizes (1, 2, 4, then every 8 to 256, then every 16), clipped."""
-    sizes = [1, 2, 4] + list(range(8, 257, 8)) + list(range(272, max_bs + 1, 16))
-    return _clip(sizes, max_bs)
+from workbench.profiles import get_profile
 
 
 def capture_buckets(max_bs: int, speculative: bool = False, profile: str | None = None) -> list[int]:
@@ -51,11 +22,7 @@ def capture_buckets(max_bs: int, speculative: bool = False, profile: str | None 
     """
     if isinstance(max_bs, bool) or not isinstance(max_bs, int) or max_bs < 1:
         raise MetadataError(f"max_bs must be a positive int, got {max_bs!r}")
-    if profile is None:
-        return sglang_buckets(max_bs, speculative)
-    from workbench.profiles import get_profile
-
-    return get_profile(profile).buckets(max_bs, speculative)
+    return get_profile(profile or "sglang").buckets(max_bs, speculative)
 
 
 def choose_bucket(raw_bs: int, buckets: Sequence[int]) -> int | None:

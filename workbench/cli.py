@@ -74,22 +74,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         if device.type != "cpu":
             print("error: bench kernels times the CPU references; use benchmarks/gpu_kernels.py on a GPU")
             return 2
-        from workbench.bench.kernels import run
+        from workbench.bench import kernels as kernels_bench
 
-        run(quick=args.quick, json_path=json_path)
+        kernels_bench.run(quick=args.quick, json_path=json_path)
         return 0
     if args.what == "metadata":
-        from workbench.bench.metadata import run
+        from workbench.bench import metadata as bench
     else:
-        from workbench.bench.replay import run
-    run(quick=args.quick, json_path=json_path, device=str(device))
+        from workbench.bench import replay as bench  # type: ignore[no-redef]
+    bench.run(quick=args.quick, json_path=json_path, device=str(device))
     return 0
-
-
-def _cmd_check_contracts(args: argparse.Namespace) -> int:
-    from workbench.contracts import main as contracts_main
-
-    return contracts_main(args.rest)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -126,9 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", default=None, help="output path (default benchmarks/results/<what>_<device type>.json)")
     b.set_defaults(fn=_cmd_bench)
 
-    c = sub.add_parser("check-contracts", help="check metadata-backend subclasses against the base signatures")
-    c.add_argument("rest", nargs=argparse.REMAINDER, help="module or path, and --base pkg.mod:Class")
-    c.set_defaults(fn=_cmd_check_contracts)
+    from workbench.contracts.cli import add_parser as add_check_contracts  # stdlib-only: no torch import
+
+    add_check_contracts(sub)
 
     e = sub.add_parser("demo", help="headless tour: run the main job and write the report")
     e.add_argument("--out", default=None, help="report path")

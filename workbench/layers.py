@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -154,7 +154,7 @@ class GatedDeltaNetLayer(_SeededLayer):
     """
 
     config_class = GDNConfig
-    supported_modes = ("decode", "target_verify", "extend", "idle")
+    supported_modes: tuple[str, ...] = ("decode", "target_verify", "extend", "idle")
 
     @staticmethod
     def _draw_weights(c: GDNConfig, g: torch.Generator) -> dict[str, torch.Tensor]:
@@ -204,11 +204,14 @@ class GatedDeltaNetLayer(_SeededLayer):
         idx, qsl = meta.state_indices, meta.query_start_loc
         per_slot = verify and idx.dim() == 2  # vLLM spec decode: one slot per draft position
         if per_slot:
+            assert meta.num_accepted_tokens is not None  # validate() guarantees it for [bs, D] indices
             # read the state the previous step accepted: slot indices[n, num_accepted[n] - 1]
             pick = (meta.num_accepted_tokens.long() - 1).clamp(min=0).unsqueeze(1)
             idx = meta.state_indices.gather(1, pick).squeeze(1)
-        inter_conv = intermediate.conv[:N] if verify else None
-        inter_ssm = intermediate.ssm[:N] if verify else None
+        if verify and intermediate is None:
+            raise MetadataError("intermediate: a target_verify step needs the verify intermediate buffers")
+        inter_conv = intermediate.conv[:N] if intermediate is not None and verify else None
+        inter_ssm = intermediate.ssm[:N] if intermediate is not None and verify else None
         if mode == "extend":
             xc = conv1d.varlen(
                 mixed, w["conv_w"], w["conv_b"], conv_state=state.conv, cache_indices=idx,
@@ -229,7 +232,7 @@ class GatedDeltaNetLayer(_SeededLayer):
             has_initial_state=meta.has_initial_state if mode == "extend" else None,
             intermediate_states=inter_ssm, disable_state_update=verify, pad_slot_id=pad, impl=self.impl,
         )  # fmt: skip
-        if per_slot:
+        if per_slot and inter_conv is not None and inter_ssm is not None:
             self._write_steps_to_slots(state, inter_conv, inter_ssm, meta.state_indices, pad, meta.profile.dummy_slot)
         o = _gated_rmsnorm(o, z.reshape(T, HV, V), w["norm_w"], c.rms_eps)
         return _live_tokens(o.reshape(T, HV * V) @ w["w_out"], meta)
@@ -305,7 +308,7 @@ class Mamba2Layer(_SeededLayer):
     """Input projection -> short conv (update) -> selective state update -> gated norm -> output (decode)."""
 
     config_class = Mamba2Config
-    supported_modes = ("decode", "idle")
+    supported_modes: tuple[str, ...] = ("decode", "idle")
 
     @staticmethod
     def _draw_weights(c: Mamba2Config, g: torch.Generator) -> dict[str, torch.Tensor]:
@@ -353,7 +356,10 @@ class Mamba2Layer(_SeededLayer):
         return _live_tokens(y @ w["w_out"], meta)
 
 
-def float64_reference(layer: GatedDeltaNetLayer | Mamba2Layer) -> GatedDeltaNetLayer | Mamba2Layer:
+_L = TypeVar("_L", bound=_SeededLayer)
+
+
+def float64_reference(layer: _L) -> _L:
     """The same layer in float64 with the torch reference kernels: the ground truth of integrity checks."""
     return layer.to(torch.float64, impl="reference")
 

@@ -23,6 +23,7 @@ from workbench.buckets import capture_buckets, check_buckets, choose_bucket
 from workbench.errors import MetadataError
 from workbench.pool import StatePool
 from workbench.profiles import Profile
+from workbench.tables import format_table
 
 GRAPH_MODES = ("decode", "target_verify")
 
@@ -122,13 +123,29 @@ class Metadata:
         }
 
     def table(self) -> str:
-        """A readable text table: a header line, then one line per row."""
-        from workbench.tables import format_metadata
-
-        return format_metadata(self)
+        """A readable text table: a header with the batch facts, then one line per row (padded rows ``pad``)."""
+        prof = self.profile
+        head = (
+            f"profile={prof.name}  mode={self.forward_mode}  raw_bs={self.raw_batch_size}  bs={self.batch_size}  "
+            f"padding={self.num_padding}  bucket={self.bucket}  sentinel={prof.sentinel}  guard: {prof.guard}"
+        )
+        if self.forward_mode == "target_verify":
+            head += f"  D={self.draft_tokens}"
+        if self.eager_reason:
+            head += f"\nnote: {self.eager_reason}"
+        cols = ["row", "kind", "req_pool_index", "state_index", "seq_len", "qsl_start", "qsl_end", "num_tokens"]
+        if self.num_accepted_tokens is not None:
+            cols.append("num_accepted_tokens")
+        qsl = "query_start_loc = " + str(self.query_start_loc.tolist())
+        return f"{head}\n{format_table(self.rows(), cols)}\n{qsl}"
 
     def __str__(self) -> str:
         return self.table()
+
+
+def tokens_per_row(mode: str, draft_tokens: int) -> int:
+    """Tokens each batch row carries in a graph mode (``draft_tokens`` in target_verify, else 1)."""
+    return draft_tokens if mode == "target_verify" else 1
 
 
 # -- eager build ----------------------------------------------------------------------------------------
@@ -209,7 +226,7 @@ def build_metadata(
     state_indices[:r] = table[batch.req_pool_indices]
 
     lens = torch.zeros(bs, dtype=torch.int32, device=dev)
-    if mode == "extend":
+    if mode == "extend" and batch.extend_lens is not None:
         lens[:r] = batch.extend_lens
     else:
         lens[:r] = d if mode != "idle" else 0
@@ -221,7 +238,7 @@ def build_metadata(
     rpi = torch.full((bs,), prof.reserved_request_row, dtype=torch.int64, device=dev)
     rpi[:r] = batch.req_pool_indices
     init = torch.zeros(bs, dtype=torch.bool, device=dev)
-    init[:r] = batch.prefix_lens > 0 if mode == "extend" else True
+    init[:r] = batch.prefix_lens > 0 if (mode == "extend" and batch.prefix_lens is not None) else True
 
     meta = Metadata(
         profile=prof,
@@ -372,7 +389,7 @@ def _validate_verify_extras(meta: Metadata, prof: Profile) -> None:
 def _expected_lens(meta: Metadata) -> list[int]:
     r, bs = meta.raw_batch_size, meta.batch_size
     if meta.forward_mode == "extend":
-        live = meta.extend_lens.tolist()[:r] if meta.extend_lens is not None else [None] * r
+        live: list[int] = meta.extend_lens.tolist()[:r] if meta.extend_lens is not None else [0] * r
     elif meta.forward_mode == "idle":
         live = []
     else:
@@ -500,12 +517,13 @@ class MetadataBuffers:
         v.rpi_live.copy_(batch.req_pool_indices)
         v.rpi_pad.fill_(prof.reserved_request_row)
         torch.lt(v.rows, r, out=m.has_initial_state)
-        if m.num_accepted_tokens is not None:
+        if m.num_accepted_tokens is not None and v.acc_live is not None and v.acc_pad is not None:
+            fill = prof.num_accepted_fill if prof.num_accepted_fill is not None else 1
             if batch.num_accepted_tokens is not None:
                 v.acc_live.copy_(batch.num_accepted_tokens)
             else:
-                v.acc_live.fill_(prof.num_accepted_fill)
-            v.acc_pad.fill_(prof.num_accepted_fill)
+                v.acc_live.fill_(fill)
+            v.acc_pad.fill_(fill)
         m.raw_batch_size = r
         m.forward_mode = batch.mode
         m.draft_tokens = self.draft_tokens if batch.mode != "idle" else 0
@@ -540,7 +558,7 @@ class MetadataBuffers:
         m.seq_lens.fill_(prof.seq_len_fill)
         m.req_pool_indices.fill_(prof.reserved_request_row)
         m.has_initial_state.fill_(True)
-        if m.num_accepted_tokens is not None:
+        if m.num_accepted_tokens is not None and prof.num_accepted_fill is not None:
             m.num_accepted_tokens.fill_(prof.num_accepted_fill)
         m.raw_batch_size = bucket
         m.forward_mode = self.mode

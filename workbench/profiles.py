@@ -9,8 +9,37 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from workbench.buckets import sglang_buckets, vllm_buckets
 from workbench.errors import MetadataError
+
+
+def _clip(sizes: list[int], max_bs: int) -> list[int]:
+    kept = sorted({bs for bs in sizes if 1 <= bs <= max_bs})
+    if not kept or kept[-1] != max_bs:
+        kept.append(max_bs)  # engines always capture max_bs itself
+    return kept
+
+
+def sglang_buckets(max_bs: int, speculative: bool = False) -> list[int]:
+    """sglang's default capture list, clipped to ``max_bs`` with ``max_bs`` appended."""
+    if speculative:
+        sizes = (
+            list(range(1, 9))
+            + list(range(10, 33, 2))
+            + list(range(40, 65, 4))
+            + list(range(72, 257, 8))
+            + list(range(272, max_bs + 1, 16))
+        )
+    else:
+        sizes = (
+            [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, max_bs + 1, 32))
+        )
+    return _clip(sizes, max_bs)
+
+
+def vllm_buckets(max_bs: int, speculative: bool = False) -> list[int]:
+    """vLLM's default cudagraph capture sizes (1, 2, 4, then every 8 to 256, then every 16), clipped."""
+    sizes = [1, 2, 4] + list(range(8, 257, 8)) + list(range(272, max_bs + 1, 16))
+    return _clip(sizes, max_bs)
 
 
 @dataclass(frozen=True)

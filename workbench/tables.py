@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from workbench.metadata import Metadata
+from typing import Any
 
 
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
@@ -32,22 +29,3 @@ def _fmt(v: Any) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     return str(v)
-
-
-def format_metadata(meta: Metadata) -> str:
-    """Header with the batch facts, then one line per row (live rows first, padded rows marked ``pad``)."""
-    prof = meta.profile
-    head = (
-        f"profile={prof.name}  mode={meta.forward_mode}  raw_bs={meta.raw_batch_size}  bs={meta.batch_size}  "
-        f"padding={meta.num_padding}  bucket={meta.bucket}  sentinel={prof.sentinel}  guard: {prof.guard}"
-    )
-    if meta.forward_mode == "target_verify":
-        head += f"  D={meta.draft_tokens}"
-    if meta.eager_reason:
-        head += f"\nnote: {meta.eager_reason}"
-    rows = meta.rows()
-    cols = ["row", "kind", "req_pool_index", "state_index", "seq_len", "qsl_start", "qsl_end", "num_tokens"]
-    if meta.num_accepted_tokens is not None:
-        cols.append("num_accepted_tokens")
-    qsl = "query_start_loc = " + str(meta.query_start_loc.tolist())
-    return f"{head}\n{format_table(rows, cols)}\n{qsl}"

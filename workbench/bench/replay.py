@@ -9,15 +9,16 @@ difference is launch overhead (see benchmarks/gpu_replay.py).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
 
 from workbench.batch import Batch
-from workbench.graphs.runner import GraphRunner
 from workbench.layers import GatedDeltaNetLayer, GDNConfig
 from workbench.measure.timing import time_callable, write_json
 from workbench.pool import StatePool
+from workbench.runner import GraphRunner
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -50,8 +51,8 @@ def run(
     for bs in buckets:
         batch = Batch.decode(rows[:bs], [100] * bs, device=device)
         x = torch.randn(bs, config.hidden_size, device=device)
-        t_eager = time_callable(lambda b=batch, x=x: runner.eager(b, x), f"eager bs={bs}", min_time)
-        t_replay = time_callable(lambda b=batch, x=x: runner.replay(b, x), f"replay bs={bs}", min_time)
+        t_eager = time_callable(partial(runner.eager, batch, x), f"eager bs={bs}", min_time)
+        t_replay = time_callable(partial(runner.replay, batch, x), f"replay bs={bs}", min_time)
         speedup = t_eager.median_us / t_replay.median_us
         results.append({"bs": bs, "eager": t_eager.to_dict(), "replay": t_replay.to_dict(), "speedup": speedup})
         print(f"{bs:4d} {t_eager.median_us:10.1f} {t_replay.median_us:10.1f} {speedup:7.2f}x")

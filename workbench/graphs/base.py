@@ -106,6 +106,10 @@ class GraphBackend(ABC):
     name: ClassVar[str]
     device: torch.device
 
+    @abstractmethod
+    def __init__(self, device: torch.device | str | int | None = None) -> None:
+        """Bind the backend to ``device`` (default: the current device of its type)."""
+
     @classmethod
     @abstractmethod
     def is_available(cls) -> tuple[bool, str]:

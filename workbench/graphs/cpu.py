@@ -359,7 +359,7 @@ def _out_run(
     if is_list:
         out_kw = {names[0]: list(out)}
     else:
-        outs = [out] if isinstance(out, torch.Tensor) else list(out)
+        outs: list[Any] = [out] if isinstance(out, torch.Tensor) else list(out)
         out_kw = dict(zip(names, outs, strict=True))
     kw = {**kwargs, **out_kw}
     return lambda: op(*args, **kw)
@@ -421,7 +421,7 @@ class CpuBackend(GraphBackend):
 
     name: ClassVar[str] = "cpu"
 
-    def __init__(self, device: torch.device | str | None = None) -> None:
+    def __init__(self, device: torch.device | str | int | None = None) -> None:
         dev = torch.device("cpu" if device is None else device)
         if dev.type != "cpu":
             raise ValueError(f"the cpu graph backend runs on the cpu, got device={dev}")

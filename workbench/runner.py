@@ -10,8 +10,8 @@ input buffer, replays, and returns the live rows of the static output.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 
@@ -19,11 +19,34 @@ from workbench.backends import MetadataBackend, metadata_backend_for
 from workbench.batch import Batch
 from workbench.errors import MetadataError, WorkbenchError
 from workbench.graphs import Graph, get_backend
-from workbench.layers import Intermediate, LayerState, float64_reference
-from workbench.measure.integrity import IntegrityReport, check
-from workbench.metadata import Metadata, build_metadata, validate
+from workbench.layers import Intermediate, LayerState
+from workbench.measure.compare import Comparison, compare_replay
+from workbench.metadata import Metadata, tokens_per_row, validate
 from workbench.pool import StatePool
 from workbench.profiles import get_profile
+
+__all__ = ["Comparison", "GraphRunner", "Layer", "StepResult"]
+
+
+class Layer(Protocol):
+    """What the runner needs of a layer (``workbench.layers.GatedDeltaNetLayer`` and ``Mamba2Layer`` are ones).
+
+    ``forward(x, meta, state, intermediate)`` takes ``x`` ``[tokens, hidden]`` of ``dtype`` and returns the
+    same shape; it reads and writes ``state`` at ``meta.state_indices`` only.
+    """
+
+    config: Any
+    dtype: torch.dtype
+    supported_modes: tuple[str, ...]
+
+    def forward(
+        self, x: torch.Tensor, meta: Metadata, state: LayerState, intermediate: Intermediate | None = None
+    ) -> torch.Tensor: ...
+    def new_state(self, num_slots: int, *, seed: int | None = None, dtype: torch.dtype = ...) -> LayerState: ...
+    def new_intermediate(self, max_bs: int, draft_tokens: int, dtype: torch.dtype = ...) -> Intermediate: ...
+    def accept(
+        self, state: LayerState, intermediate: Intermediate, meta: Metadata, num_accepted: torch.Tensor
+    ) -> None: ...
 
 
 @dataclass
@@ -38,43 +61,6 @@ class StepResult:
     reason: str | None = None
 
 
-@dataclass
-class Comparison:
-    """Replay vs eager on the same batch and inputs, and the integrity report of the replay."""
-
-    bucket: int | None
-    replayed: bool
-    bitwise_equal: bool
-    max_output_diff: float
-    max_state_diff: float
-    integrity: IntegrityReport
-    expect_bitwise: bool = True
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        """Integrity clean, and replay bitwise equal to eager where that is expected (the CPU recorder runs
-        the very same kernels; a device graph may pick other kernels than eager)."""
-        return self.integrity.ok and (self.bitwise_equal or not self.expect_bitwise)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "bucket": self.bucket,
-            "replayed": self.replayed,
-            "bitwise_equal": self.bitwise_equal,
-            "max_output_diff": self.max_output_diff,
-            "max_state_diff": self.max_state_diff,
-            "ok": self.ok,
-            "integrity": self.integrity.to_dict(),
-            **self.details,
-        }
-
-
-def tokens_per_row(mode: str, draft_tokens: int) -> int:
-    """Tokens each batch row carries in a graph mode."""
-    return draft_tokens if mode == "target_verify" else 1
-
-
 class GraphRunner:
     """Captured graphs of one layer step for every bucket of decode and target-verify.
 
@@ -86,7 +72,9 @@ class GraphRunner:
         draft_tokens: D of the target-verify graphs.
         modes: graph modes to capture (default: those of decode/target_verify the layer supports).
         backend: graph backend, "auto" | "cuda" | "npu" | "cpu" ("auto" follows the pool's device).
-        state: the layer's state pool tensors (default: zeros).
+        state: the layer's state pool tensors (default: a new pool of ``pool.num_slots`` slots, drawn from
+            ``state_seed`` when given, else zeros).
+        state_seed: seed of the default state (ignored when ``state`` is given).
         metadata_backend: a ``MetadataBackend`` subclass to prototype (default: the graph backend's family).
         validate_metadata: after each in-place update, run ``validate`` on the bucket's metadata (host reads:
             a debugging aid that catches e.g. a request that is not allocated, which would point at the
@@ -95,7 +83,7 @@ class GraphRunner:
 
     def __init__(
         self,
-        layer: Any,
+        layer: Layer,
         pool: StatePool,
         profile: str | None = None,
         *,
@@ -104,6 +92,7 @@ class GraphRunner:
         modes: Sequence[str] | None = None,
         backend: str = "auto",
         state: LayerState | None = None,
+        state_seed: int | None = None,
         metadata_backend: type[MetadataBackend] | None = None,
         validate_metadata: bool = False,
     ) -> None:
@@ -118,7 +107,7 @@ class GraphRunner:
             raise MetadataError(f"modes: {tuple(wanted)} none supported by {type(layer).__name__}")
         cls = metadata_backend or metadata_backend_for(self.graph_backend.name)
         self.meta_backend = cls(pool, buckets, draft_tokens, modes=self.modes)
-        self.state = state if state is not None else layer.new_state(pool.num_slots)
+        self.state = state if state is not None else layer.new_state(pool.num_slots, seed=state_seed)
         hidden = layer.config.hidden_size
         self.static_x = {
             m: torch.zeros(
@@ -131,11 +120,33 @@ class GraphRunner:
             self.intermediate = layer.new_intermediate(self.buckets("target_verify")[-1], draft_tokens)
         self._eager_intermediate: Intermediate | None = None
         self._last_intermediate: Intermediate | None = None
-        self.graphs: dict[tuple[str, int], Graph] = {}
+        self._graphs: dict[tuple[str, int], Graph] = {}
         self.last_metadata: Metadata | None = None
 
     def buckets(self, mode: str) -> list[int]:
+        """The captured batch sizes of ``mode``."""
         return self.meta_backend.buffers[mode].buckets
+
+    def graph(self, mode: str, bs: int | None) -> Graph:
+        """The captured graph of ``mode`` at bucket ``bs`` (raises when it is not captured)."""
+        g = self._graphs.get((mode, bs)) if bs is not None else None
+        if g is None:
+            raise WorkbenchError(
+                f"bucket {bs} of {mode!r} is not captured"
+                + ("" if self._graphs else ": call capture() first")
+                + f"; captured: {sorted(self._graphs)}"
+            )
+        return g
+
+    @property
+    def captured(self) -> list[tuple[str, int]]:
+        """``(mode, bucket)`` of every captured graph."""
+        return sorted(self._graphs)
+
+    @property
+    def last_intermediate(self) -> Intermediate | None:
+        """The verify intermediate buffer the last step wrote (None after a decode step)."""
+        return self._last_intermediate
 
     # -- capture ---------------------------------------------------------------------------------------
     def capture(self, *, warmup: int = 2, progress: bool = True) -> None:
@@ -154,10 +165,12 @@ class GraphRunner:
                 self.meta_backend.init_forward_metadata_in_graph(batch)
                 return self.layer.forward(x, meta, self.state, inter)
 
-            self.graphs[(mode, bs)] = self.graph_backend.capture(step, pool=mem_pool, warmup=warmup)
+            self._graphs[(mode, bs)] = self.graph_backend.capture(step, pool=mem_pool, warmup=warmup)
 
     # -- run -------------------------------------------------------------------------------------------
-    def _check_inputs(self, batch: Batch, inputs: torch.Tensor, mode: str) -> int:
+    def check_inputs(self, batch: Batch, inputs: torch.Tensor, mode: str) -> int:
+        """Raise unless ``inputs`` is ``[live tokens, hidden]`` of the layer's dtype on the pool's device;
+        returns the number of live tokens."""
         n = batch.raw_batch_size * (0 if batch.mode == "idle" else tokens_per_row(mode, self.draft_tokens))
         hidden = self.layer.config.hidden_size
         if tuple(inputs.shape) != (n, hidden):
@@ -174,7 +187,7 @@ class GraphRunner:
         The returned output is a view of the graph's static output: the next replay overwrites it.
         """
         mode = self.meta_backend.graph_mode_of(batch)
-        n = self._check_inputs(batch, inputs, mode)
+        n = self.check_inputs(batch, inputs, mode)
         bs = self.meta_backend.buffers[mode].bucket_for(batch.raw_batch_size)
         if bs is None:
             res = self.eager(batch, inputs)
@@ -182,9 +195,7 @@ class GraphRunner:
                 f"raw batch {batch.raw_batch_size} is above the largest captured bucket {self.buckets(mode)[-1]}"
             )
             return res
-        graph = self.graphs.get((mode, bs))
-        if graph is None:
-            raise WorkbenchError(f"bucket {bs} of {mode!r} is not captured yet: call capture() first")
+        graph = self.graph(mode, bs)
         self.last_metadata = self.meta_backend.init_forward_metadata_out_graph(batch)
         if self.validate_metadata:
             validate(self.last_metadata, self.pool)
@@ -217,86 +228,14 @@ class GraphRunner:
         if meta is None or meta.forward_mode != "target_verify":
             raise MetadataError("accept: the last step was not a target_verify step")
         acc = torch.as_tensor(num_accepted, dtype=torch.int32, device=self.pool.device)
+        if self._last_intermediate is None:
+            raise MetadataError("accept: the last verify step left no intermediate states")
         self.layer.accept(self.state, self._last_intermediate, meta, acc)
 
     # -- compare ---------------------------------------------------------------------------------------
     def compare(
         self, batch: Batch, inputs: torch.Tensor, *, atol: float | None = None, rtol: float | None = None
     ) -> Comparison:
-        """Replay ``batch``; also run it eagerly on a copy of the state, padded the same way, and unpadded
-        in float64.
-
-        ``bitwise_equal``: replay and the padded eager step agree bit for bit on the live outputs and on
-        every slot but the dummy (they run the same ops on the same shapes, so on the CPU any difference is
-        a graph bug: stale metadata, a wrong address, a step that ran at capture only). The integrity report
-        compares the replay with the float64 reference: foreign slots changed, live rows off, padded outputs
-        not zero. The runner's state advances by the replay.
-        """
-        before = self.state.clone()
-        verify = batch.mode == "target_verify"
-        mode = self.meta_backend.graph_mode_of(batch)
-        n = self._check_inputs(batch, inputs, mode)
-        r, L = batch.raw_batch_size, tokens_per_row(mode, self.draft_tokens)
-        bucket = self.meta_backend.buffers[mode].bucket_for(r)
-        # eager, padded like the replay (the padded input rows hold what the static buffer holds)
-        if bucket is None:
-            meta_e, x_e = build_metadata(batch, self.pool, bucket=None), inputs
-        else:
-            meta_e = build_metadata(batch, self.pool, bucket=bucket, buckets=self.buckets(mode))
-            x_e = torch.cat([inputs, self.static_x[mode][n : bucket * L]])
-        st_e = before.clone()
-        inter_e = self.layer.new_intermediate(meta_e.batch_size, self.draft_tokens) if verify else None
-        out_e = self.layer.forward(x_e, meta_e, st_e, inter_e)[:n]
-        # float64 reference, unpadded: the truth padding must not change
-        meta_r = build_metadata(batch, self.pool, bucket=None)
-        ref = float64_reference(self.layer)
-        st_r = before.to(torch.float64)
-        inter_r = ref.new_intermediate(r, self.draft_tokens, torch.float64) if verify else None
-        out_r = ref.forward(inputs.double(), meta_r, st_r, inter_r)
-        # replay
-        res = self.replay(batch, inputs)
-        out_g = res.output.clone()
-        after = self.state.tensors()
-        dummy = self.pool.profile.dummy_slot
-        live_slots = sorted({int(s) for s in meta_r.state_indices.flatten().tolist()})
-        extra, same_inter = {}, True
-        if verify and meta_r.state_indices.dim() == 1:
-            got = self._last_intermediate
-            extra = {
-                "intermediate.ssm": (got.ssm[:r], inter_r.ssm[:r]),
-                "intermediate.conv": (got.conv[:r], inter_r.conv[:r]),
-            }
-            same_inter = torch.equal(got.ssm[:r], inter_e.ssm[:r]) and torch.equal(got.conv[:r], inter_e.conv[:r])
-        padded = self.graphs[(mode, res.bucket)].outputs[n:] if res.replayed else None
-        report = check(
-            before.tensors(),
-            after,
-            allowed_slots=set(live_slots) | {dummy},
-            live_slots=live_slots,
-            reference_state=st_r.tensors(),
-            live_outputs=out_g,
-            reference_outputs=out_r,
-            padded_outputs=padded,
-            padded_offset=n,
-            extra_pairs=extra,
-            atol=atol,
-            rtol=rtol,
-        )
-        keep = [s for s in range(self.pool.num_slots) if s != dummy]
-        eager_state = st_e.tensors()
-        state_diff = max(float((after[k][keep] - eager_state[k][keep]).abs().max()) for k in after)
-        bitwise = (
-            torch.equal(out_g, out_e)
-            and same_inter
-            and all(torch.equal(after[k][keep], eager_state[k][keep]) for k in after)
-        )
-        return Comparison(
-            bucket=res.bucket,
-            replayed=res.replayed,
-            bitwise_equal=bitwise,
-            max_output_diff=float((out_g - out_e).abs().max()) if n else 0.0,
-            max_state_diff=state_diff,
-            integrity=report,
-            expect_bitwise=self.graph_backend.name == "cpu",
-            details={"raw_batch_size": r, "mode": batch.mode, "reason": res.reason},
-        )
+        """Replay ``batch`` and compare it with the same padded step run eagerly and with the float64
+        reference (see :func:`workbench.measure.compare.compare_replay`). The runner's state advances."""
+        return compare_replay(self, batch, inputs, atol=atol, rtol=rtol)

@@ -10,7 +10,8 @@ if TYPE_CHECKING:
 
     from workbench.metadata import Metadata
 
-LIVE, PAD, TOKEN = "#2a6fdb", "#d9d9d9", "#f28e2b"
+from workbench.viz.palette import BLUE as LIVE
+from workbench.viz.palette import LIGHT_GREY as PAD
 
 
 def padded_batch(metas: Sequence[Metadata], titles: Sequence[str] | None = None) -> go.Figure:
