@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from workbench import Batch, StatePool
-    from workbench.runner import GraphRunner
     from workbench.layers import GatedDeltaNetLayer, GDNConfig
+    from workbench.runner import GraphRunner
 
     if not args.dry_run and not torch.cuda.is_available():
         print("no CUDA device: this script is for a lent GPU (use --dry-run for the CPU run)", file=sys.stderr)

@@ -17,9 +17,9 @@ from workbench import Batch, StatePool
 from workbench.cli import main
 from workbench.devices import canonical_device
 from workbench.errors import DeviceUnavailable
-from workbench.runner import GraphRunner
 from workbench.layers import GatedDeltaNetLayer, GDNConfig, Mamba2Config, Mamba2Layer
 from workbench.measure.integrity import changed_slots, snapshot
+from workbench.runner import GraphRunner
 
 DEV = "cpu:0"
 assert torch.device(DEV) != torch.device("cpu")  # the premise of this file
