@@ -229,7 +229,7 @@ def test_triton_kernels_capture_and_replay_in_the_interpreter():
     runner = make_runner("sglang", layer=layer, modes=["decode"])
     runner.capture(progress=False)
     names = [op.name for op in runner.graph("decode", 2).ops]
-    assert names.count("linattn.gdn_fused_gating.default") == 1
+    assert names.count("linattn.gdn_recurrent.default") == 1
     assert names.count("linattn.causal_conv1d_update.default") == 1
     rows = runner.pool.alloc(2)
     cmp = runner.compare(Batch.decode(rows, [4, 5]), torch.randn(2, layer.config.hidden_size))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from workbench import html
+from workbench.devices import canonical_device
 from workbench.errors import MetadataError
 
 MODES = ("decode", "target_verify", "extend", "idle")
@@ -21,7 +22,7 @@ def _ints(name: str, values: IntsLike, dtype: torch.dtype, device: torch.device 
             raise MetadataError(f"{name}: expected an integer tensor, got dtype {values.dtype}")
         if values.dim() != 1:
             raise MetadataError(f"{name}: expected a 1-D tensor, got shape {tuple(values.shape)}")
-        if device is not None and values.device != torch.device(device):
+        if device is not None and values.device != canonical_device(device):
             raise MetadataError(f"{name}: on device {values.device}, expected {device}")
         return values.to(dtype)
     values = list(values)

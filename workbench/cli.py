@@ -67,14 +67,23 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    json_path = args.json or f"benchmarks/results/{args.what}_cpu.json"
+    from workbench.devices import canonical_device
+
+    device = canonical_device(args.device)  # "cpu:0" -> cpu, "cuda" -> cuda:0: results named by device type
+    json_path = args.json or f"benchmarks/results/{args.what}_{device.type}.json"
+    if args.what == "kernels":
+        if device.type != "cpu":
+            print("error: bench kernels times the CPU references; use benchmarks/gpu_kernels.py on a GPU")
+            return 2
+        from workbench.bench import kernels as kernels_bench
+
+        kernels_bench.run(quick=args.quick, json_path=json_path)
+        return 0
     if args.what == "metadata":
         from workbench.bench import metadata as bench
-    elif args.what == "kernels":
-        from kernels import bench  # type: ignore[no-redef]
     else:
         from workbench.bench import replay as bench  # type: ignore[no-redef]
-    bench.run(quick=args.quick, json_path=json_path)
+    bench.run(quick=args.quick, json_path=json_path, device=str(device))
     return 0
 
 
@@ -114,7 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmarks: print figures and write JSON")
     b.add_argument("what", choices=["metadata", "kernels", "replay"])
     b.add_argument("--quick", action="store_true", help="fewer sizes, shorter runs")
-    b.add_argument("--json", default=None, help="output path (default benchmarks/results/<what>_cpu.json)")
+    b.add_argument("--device", default="cpu", help="cpu, cpu:0, cuda, cuda:1, npu ... (metadata, replay)")
+    b.add_argument("--json", default=None, help="output path (default benchmarks/results/<what>_<device type>.json)")
     b.set_defaults(fn=_cmd_bench)
 
     from workbench.contracts.cli import add_parser as add_check_contracts  # stdlib-only: no torch import

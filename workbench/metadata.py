@@ -37,10 +37,9 @@ class Metadata:
     ``bucket`` is the captured batch size used, or None when the step is not padded for a graph;
     ``eager_reason`` says why a step that asked for a bucket runs eagerly.
 
-    Ascend's graph runner also needs (``NpuMetadataBackend`` fills them; None elsewhere):
-    ``seq_lens_cpu``, a host list of the padded ``seq_lens`` that ``NPUGraph.update`` pushes to the graph
-    (None at capture, when there is no CPU copy), and ``intermediate_token_indices``, int32 ``[bs * D]``,
-    each verify token's row in the intermediate buffer (sglang-ascend's ``gdn_token_indices``).
+    Ascend's verify also carries (``NpuMetadataBackend`` fills it; None elsewhere)
+    ``intermediate_token_indices``, int32 ``[bs * D]``, each verify token's row in the intermediate buffer
+    (sglang-ascend's ``gdn_token_indices``).
 
     A Metadata returned by ``MetadataBuffers.update`` is the bucket's static buffer: the next update of
     that bucket rewrites it in place. :meth:`clone` keeps a copy.
@@ -60,7 +59,6 @@ class Metadata:
     intermediate_state_indices: torch.Tensor | None = None
     bucket: int | None = None
     eager_reason: str | None = None
-    seq_lens_cpu: list[int] | None = None
     intermediate_token_indices: torch.Tensor | None = None
 
     @property
@@ -98,8 +96,7 @@ class Metadata:
             for f in fields(self)
             if isinstance(getattr(self, f.name), torch.Tensor)
         }
-        host = None if self.seq_lens_cpu is None else list(self.seq_lens_cpu)
-        return replace(self, seq_lens_cpu=host, **copies)
+        return replace(self, **copies)
 
     def rows(self) -> list[dict[str, Any]]:
         """One dict per batch row (host copies), for tables and figures."""
@@ -141,7 +138,6 @@ class Metadata:
             "sentinel": self.profile.sentinel,
             "kernel_guard": self.profile.guard,
             **{name: t.tolist() for name, t in self.tensors().items()},
-            **({"seq_lens_cpu": self.seq_lens_cpu} if self.seq_lens_cpu is not None else {}),
         }
 
     def table(self) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 import torch
 
 from workbench import html
+from workbench.devices import canonical_device
 from workbench.errors import MetadataError
 from workbench.profiles import Profile, get_profile
 
@@ -59,7 +60,7 @@ class StatePool:
                 f"beside the reserved dummy slot {self.profile.dummy_slot}"
             )
         self.max_requests = usable if max_requests is None else _as_int("max_requests", max_requests, 1)
-        self.device = torch.device(device)
+        self.device = canonical_device(device)
         num_rows = self.max_requests + 1  # + the reserved row
         self.mapping = torch.full(
             (num_rows, self.slots_per_request), self.profile.dummy_slot, dtype=torch.int32, device=self.device

@@ -49,7 +49,7 @@ class Profile:
     Attributes:
         name: profile name.
         sentinel: value written to ``state_indices`` of padded rows.
-        kernel_pad_slot_id: the kernels' skip rule (``kernels._common``): rows with index ``<=`` this are
+        kernel_pad_slot_id: the kernels' skip rule (``kernels.padding``): rows with index ``<=`` this are
             skipped; None means padded rows are really processed (on the dummy slot).
         dummy_slot: state slot never handed to a request (capture and padded rows may write it).
         reserved_request_row: request-pool row never handed out; padded rows and capture point at it, and

@@ -308,3 +308,28 @@ def test_wheel_version_matches_torch(wheel: zipfile.ZipFile) -> None:
     exact, minor = _torch_release()
     version = Path(wheel.filename).name.split("-")[1]
     assert version.startswith(minor), f"torch {torch.__version__} but torch_npu {version}"
+
+
+def test_host_input_update_needs_auto_dispatch_capture(wheel: zipfile.ZipFile) -> None:
+    """What workbench/graphs/npu.py and backends/npu.py say they do not use exists as they describe it:
+    ``NPUGraph.update(cpu_update_input)`` works only for a capture with ``graph(auto_dispatch_capture=True)``
+    (and refuses otherwise). If torch_npu changes this, those docstrings must change too."""
+    src = WheelSource(wheel)
+    graph_cls = src.resolve("torch_npu.npu", "NPUGraph")
+    ctx_cls = src.resolve("torch_npu.npu", "graph")
+    assert graph_cls and isinstance(graph_cls[1], ast.ClassDef) and ctx_cls and isinstance(ctx_cls[1], ast.ClassDef)
+    update = _method(graph_cls[1], "update")
+    assert update is not None and _accepts(update, 1, (), bound=True) is None
+    assert [a.arg for a in update.args.args][1:] == ["cpu_update_input"]
+    refuses = [
+        n
+        for n in ast.walk(update)
+        if isinstance(n, ast.If) and "auto_dispatch_capture" in ast.unparse(n.test) and "not" in ast.unparse(n.test)
+    ]
+    assert refuses, "NPUGraph.update no longer checks auto_dispatch_capture"
+    init = _method(ctx_cls[1], "__init__")
+    assert init is not None and _accepts(init, 1, ("auto_dispatch_capture",), bound=True) is None
+    # and npu.py indeed captures without it, and never calls update
+    uses = _npu_uses()
+    assert all("auto_dispatch_capture" not in u.keywords for u in uses.names)
+    assert "update" not in uses.method_calls

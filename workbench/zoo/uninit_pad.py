@@ -7,7 +7,7 @@ import torch
 
 import kernels.causal_conv1d as conv1d
 import kernels.mamba2 as mamba2
-from kernels._common import skipped_rows
+from kernels.padding import skipped_rows
 from workbench.batch import Batch
 from workbench.layers import Intermediate, LayerState, Mamba2Config, Mamba2Layer, _gated_rmsnorm
 from workbench.metadata import Metadata
