@@ -66,15 +66,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    json_path = args.json or f"benchmarks/results/{args.what}_cpu.json"
-    if args.what == "metadata":
-        from workbench.bench import metadata as bench
-    elif args.what == "kernels":
-        from kernels import bench  # type: ignore[no-redef]
-    else:
-        from workbench.bench import replay as bench  # type: ignore[no-redef]
-    bench.run(quick=args.quick, json_path=json_path)
-    return 0
+    from workbench.bench.cli import run_bench
+
+    return run_bench(args)
 
 
 def _cmd_check_contracts(args: argparse.Namespace) -> int:
@@ -86,7 +80,15 @@ def _cmd_check_contracts(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from workbench.demo import run_demo
 
-    return run_demo(out=args.out)
+    return run_demo(out=args.out, quick=args.quick)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from workbench.report import write_report
+
+    path = write_report(args.out, device=args.device, quick=args.quick, progress=True)
+    print(f"wrote {path}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,18 +112,32 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-npu-probe", action="store_true", help="skip the torch_npu subprocess probe")
     d.set_defaults(fn=_cmd_doctor)
 
-    b = sub.add_parser("bench", help="benchmarks: print figures and write JSON")
+    b = sub.add_parser("bench", help="benchmarks: print figures and write JSON (bench-results/<what>_<device>.json)")
     b.add_argument("what", choices=["metadata", "kernels", "replay"])
     b.add_argument("--quick", action="store_true", help="fewer sizes, shorter runs")
-    b.add_argument("--json", default=None, help="output path (default benchmarks/results/<what>_cpu.json)")
+    b.add_argument("--device", default="auto", help="auto (cuda, then npu, else cpu) | cpu | cuda | npu")
+    b.add_argument(
+        "--json", default=None, help="output path; its folder must exist (default bench-results/<what>_<device>.json)"
+    )
+    b.add_argument("--plot", default=None, metavar="FILE.html", help="also draw the figures into FILE.html")
+    b.add_argument(
+        "--from", dest="from_json", default=None, metavar="FILE.json", help="redraw --plot from saved JSON; run nothing"
+    )
     b.set_defaults(fn=_cmd_bench)
+
+    r = sub.add_parser("report", help="one self-contained HTML report (opens offline)")
+    r.add_argument("--device", default="auto", help="auto (cuda, then npu, else cpu) | cpu | cuda | npu")
+    r.add_argument("--out", default="report.html", help="output file; its folder must exist (default report.html)")
+    r.add_argument("--quick", action="store_true", help="fewer sizes, shorter timings (seconds)")
+    r.set_defaults(fn=_cmd_report)
 
     c = sub.add_parser("check-contracts", help="check metadata-backend subclasses against the base signatures")
     c.add_argument("rest", nargs=argparse.REMAINDER, help="module or path, and --base pkg.mod:Class")
     c.set_defaults(fn=_cmd_check_contracts)
 
     e = sub.add_parser("demo", help="headless tour: run the main job and write the report")
-    e.add_argument("--out", default=None, help="report path")
+    e.add_argument("--out", default="report.html", help="report path; its folder must exist (default report.html)")
+    e.add_argument("--quick", action="store_true", help="a quick report (seconds)")
     e.set_defaults(fn=_cmd_demo)
     return p
 
