@@ -163,7 +163,8 @@ def roofline_section(parts: list[str], page: Page, device: str, quick: bool, pro
         f"<p>Ceilings measured in this run: copy {ceil.copy_gbps:.1f} GB/s (a {ceil.copy_bytes / 2**20:.0f} MiB "
         f"clone, read + write), matmul {ceil.matmul_tflops:.3f} TFLOP/s ({ceil.matmul_n}^2 {ceil.matmul_dtype}). "
         f"Decode kernels ({esc(_impl_for(device))}, preset {esc(res.meta['preset'])}), bytes and FLOPs from the "
-        "kernels' cost functions: a memory-bound step near 100% of copy bandwidth has nothing left to gain.</p>"
+        "kernels' cost functions: a memory-bound step near 100% of copy bandwidth has nothing left to gain; "
+        "above 100%, its state stayed in a cache the larger copy buffer does not fit in.</p>"
     )
     if res.meta["errors"]:
         errs = "; ".join(f"{k}: {v}" for k, v in res.meta["errors"].items())
@@ -183,7 +184,7 @@ def bucket_section(parts: list[str], page: Page) -> None:
     from workbench.profiles import sglang_buckets
     from workbench.viz import bucket_waste
 
-    lists = {"sglang default": sglang_buckets(64), "a user's: powers of two to 32, then 48": [1, 2, 4, 8, 16, 32, 48]}
+    lists = {"sglang default": sglang_buckets(64), "a user's list (1..32 by 2x, 48)": [1, 2, 4, 8, 16, 32, 48]}
     parts.append(
         "<p>Padded rows per step for every raw batch size up to 64, for the engine's default list and a "
         "user's. Rows above the largest bucket run eagerly (x). The bottom row is the state traffic the padded "

@@ -53,6 +53,7 @@ def latency(results: Results, *, title: str | None = None) -> go.Figure:
             go.Scatter(
                 x=xs + xs[::-1],
                 y=hi + lo[::-1],
+                mode="lines",
                 fill="toself",
                 fillcolor=_rgba(colour, 0.2),
                 line=dict(width=0),
