@@ -119,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--json", default=None, help="output path; its folder must exist (default bench-results/<what>_<device>.json)"
     )
+    b.add_argument(
+        "--threads", type=int, default=None, help="CPU threads to time with (default: torch's, here all cores)"
+    )
     b.add_argument("--plot", default=None, metavar="FILE.html", help="also draw the figures into FILE.html")
     b.add_argument(
         "--from", dest="from_json", default=None, metavar="FILE.json", help="redraw --plot from saved JSON; run nothing"

@@ -78,14 +78,26 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.plot and not Path(args.plot).parent.is_dir():
         raise WorkbenchError(f"--plot: folder {str(Path(args.plot).parent)!r} does not exist (create it first)")
     device = resolve_device(args.device)
-    path = json_path_for(args.what, device, args.json)
+    threads = getattr(args, "threads", None)
+    if threads is not None:
+        if threads < 1:
+            raise WorkbenchError(f"--threads: expected an int >= 1, got {threads}")
+        import torch
+
+        torch.set_num_threads(threads)  # the timers record the count they really ran with
     mod = _module(args.what)
     params = inspect.signature(mod.run).parameters
+    if "device" not in params and device != "cpu":
+        if args.device != "auto":
+            raise WorkbenchError(
+                f"--device: `bench {args.what}` times the CPU only; on {device} use benchmarks/gpu_*.py"
+            )
+        print(f"note: `bench {args.what}` times the CPU only; running on cpu ({device} is here: benchmarks/gpu_*.py)")
+        device = "cpu"
+    path = json_path_for(args.what, device, args.json)
     kwargs: dict[str, Any] = {"quick": args.quick, "json_path": str(path)}
     if "device" in params:
         kwargs["device"] = device
-    elif device != "cpu":
-        raise WorkbenchError(f"--device: `bench {args.what}` times the CPU only; on {device} use benchmarks/gpu_*.py")
     out = mod.run(**kwargs)
     if args.plot:
         if not isinstance(out, Results):

@@ -22,6 +22,7 @@ from kernels.causal_conv1d.cost import update_cost
 from kernels.gated_delta_rule.cost import recurrent_cost as gdn_cost
 from kernels.linear_attn.cost import recurrent_cost as la_cost
 from kernels.mamba2.cost import selective_state_update_cost
+from workbench.bench.replay import recorded_impl
 from workbench.errors import WorkbenchError
 from workbench.measure.timing import Results, environment, time_fn
 
@@ -174,7 +175,7 @@ def sweep(
             continue
         try:
             fn, nbytes, flops = CASES[op](bs, p, device, impl)
-            rec = time_fn(fn, what=op, device=device, shape={"bs": bs}, impl=impl, mode="kernel",
+            rec = time_fn(fn, what=op, device=device, shape={"bs": bs}, impl=recorded_impl(impl, device), mode="kernel",
                           min_run_time=min_run_time, bytes=nbytes, flops=flops, threads=threads)  # fmt: skip
         except Exception as exc:  # one broken op must not hide the others; the error is reported, not lost
             res.meta["errors"][op] = f"{type(exc).__name__}: {exc}"

@@ -41,6 +41,14 @@ PRESETS: dict[str, dict[str, Any]] = {
 MODES = ("eager", "replay")
 
 
+def recorded_impl(impl: str, device: str) -> str:
+    """The implementation ``impl`` runs as on ``device``, for the record: "auto" is the reference on the CPU
+    and Triton on an accelerator (the kernels' own rule)."""
+    if impl != "auto":
+        return impl
+    return "reference" if torch.device(device).type == "cpu" else "triton"
+
+
 def _check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
     if value not in choices:
         raise WorkbenchError(f"{name}: expected one of {list(choices)}, got {value!r}")
@@ -100,7 +108,7 @@ def sweep(
                     what=f"{layer}_decode_step",
                     device=device,
                     shape={"bs": bs},
-                    impl=impl,
+                    impl=recorded_impl(impl, device),
                     mode=mode,
                     min_run_time=min_run_time,
                     threads=threads,
