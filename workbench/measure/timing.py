@@ -360,6 +360,8 @@ def environment(device: str = "cpu") -> dict[str, str]:
         "cpu_count": str(os.cpu_count()),
         "torch_threads": str(torch.get_num_threads()),
     }
+    if hasattr(os, "getloadavg"):  # on a shared machine the load explains a wide IQR
+        env["loadavg_1min"] = f"{os.getloadavg()[0]:.2f}"
     kind = device_type(device)
     if kind == "cuda" and torch.cuda.is_available():
         env["device_name"] = torch.cuda.get_device_name(torch.device(device))

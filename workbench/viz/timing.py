@@ -107,6 +107,7 @@ def roofline(results: Results, ceilings: Ceilings | Mapping[str, Any]) -> go.Fig
         horizontal_spacing=0.12,
     )
     groups = _groups(results, ("what", "impl"))
+    bss = sorted({r.shape.get("bs", 0) for r in results})
     impls = {k[1] for k in groups}
     for i, ((what, impl), recs) in enumerate(groups.items()):
         name = f"{what} ({impl})" if len(impls) > 1 else what
@@ -135,7 +136,7 @@ def roofline(results: Results, ceilings: Ceilings | Mapping[str, Any]) -> go.Fig
             )
     for col in (1, 2):
         fig.add_hline(y=1.0, line=dict(color=GREY, dash="dash"), row=1, col=col)
-        fig.update_xaxes(title_text="batch size", type="log", row=1, col=col)
+        fig.update_xaxes(title_text="batch size", type="log", tickvals=bss, row=1, col=col)
         fig.update_yaxes(
             title_text="fraction of measured ceiling", tickformat=".0%", rangemode="tozero", row=1, col=col
         )
@@ -182,8 +183,8 @@ def bucket_waste(
     for n in names:
         t = tables[n]
         mean = sum(p for _, _, p in t) / max(len(t), 1)
-        titles.append(f"{n}: {len(bucket_lists[n])} buckets, {mean:.2f} padded rows on average")
-    titles += [f"{n}: wasted state traffic if padded rows are processed" for n in names]
+        titles.append(f"{n}: {len(bucket_lists[n])} buckets, {mean:.2f} padded rows/step")
+    titles += [f"{n}: wasted state traffic" for n in names]
     fig = make_subplots(rows=2, cols=len(names), subplot_titles=titles, shared_xaxes=True, vertical_spacing=0.14)
     for c, n in enumerate(names, start=1):
         t = tables[n]
