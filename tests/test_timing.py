@@ -139,3 +139,52 @@ def test_npu_timer_uses_npu_events():
     x = torch.randn(1 << 20, device="npu")
     rec = time_fn(lambda: x.mul_(1.0), what="mul", device="npu", min_run_time=0.05)
     assert rec.device == "npu" and rec.n >= 10 and rec.median_us > 0
+
+
+def test_kernel_sweep_records_the_cost_functions_bytes_and_flops():
+    from kernels.causal_conv1d.cost import update_cost
+    from kernels.gated_delta_rule.cost import recurrent_cost
+    from workbench.bench import kernel_sweep
+
+    res = kernel_sweep.sweep(
+        [2], ops=["gdn_recurrent", "causal_conv1d_update"], preset="small", min_run_time=0.01, progress=False, threads=1
+    )
+    assert not res.meta["errors"] and [r.what for r in res] == ["gdn_recurrent", "causal_conv1d_update"]
+    p = kernel_sweep.PRESETS["small"]
+    gdn = recurrent_cost(2, 2, p["H"], p["HV"], p["K"], p["V"], torch.bfloat16, use_qk_l2norm=True)
+    conv = update_cost(2, 1, p["dim"], 4, torch.bfloat16, has_bias=False)
+    assert (res[0].bytes, res[0].flops) == (gdn.bytes, gdn.flops) and (res[1].bytes, res[1].flops) == (
+        conv.bytes,
+        conv.flops,
+    )
+    assert all(r.impl == "reference" and r.mode == "kernel" and r.threads == 1 for r in res)  # "auto" on the CPU
+    with pytest.raises(ValueError, match="ops: unknown \\['nope'\\]"):
+        kernel_sweep.sweep([1], ops=["nope"])
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"layer": "rwkv"}, "layer: expected one of \\['gdn', 'mamba2'\\], got 'rwkv'"),
+        ({"preset": "huge"}, "preset: expected one of \\['small', 'bench', 'engine'\\], got 'huge'"),
+        ({"modes": ("eager", "graph")}, "modes: expected one of \\['eager', 'replay'\\], got 'graph'"),
+        ({"batch_sizes": [0, 2]}, "batch_sizes: expected ints >= 1, got \\[0, 2\\]"),
+    ],
+)
+def test_replay_sweep_refuses_bad_arguments(kwargs, message):
+    from workbench.bench.replay import sweep
+
+    args = {"batch_sizes": [1], **kwargs}
+    with pytest.raises(ValueError, match=message):
+        sweep(args.pop("batch_sizes"), progress=False, **args)
+
+
+def test_replay_sweep_mamba2_eager_only():
+    from workbench.bench.replay import sweep
+
+    res = sweep([1, 3], layer="mamba2", modes=("eager",), min_run_time=0.01, progress=False, threads=1)
+    assert [(r.what, r.shape["bs"], r.mode) for r in res] == [
+        ("mamba2_decode_step", 1, "eager"),
+        ("mamba2_decode_step", 3, "eager"),
+    ]
+    assert res.meta["config"]["hidden_size"] == 32 and res.meta["environment"]["torch"] == torch.__version__

@@ -23,8 +23,7 @@ from kernels.gated_delta_rule.cost import recurrent_cost as gdn_cost
 from kernels.linear_attn.cost import recurrent_cost as la_cost
 from kernels.mamba2.cost import selective_state_update_cost
 from workbench.bench.replay import recorded_impl
-from workbench.errors import WorkbenchError
-from workbench.measure.timing import Results, environment, time_fn
+from workbench.measure.timing import Results, TimingError, environment, time_fn
 
 # head shapes per preset: "engine" = Qwen3-Next-like GDN / Mamba2-2.7B-like, "small" = a quarter of the heads
 PRESETS: dict[str, dict[str, int]] = {
@@ -163,7 +162,7 @@ def sweep(
         what = (
             f"ops: unknown {bad}, known {list(CASES)}" if bad else f"preset: expected {list(PRESETS)}, got {preset!r}"
         )
-        raise WorkbenchError(what)
+        raise TimingError(what)
     from tqdm.auto import tqdm
 
     p = PRESETS[preset]

@@ -20,9 +20,8 @@ from typing import Any
 import torch
 
 from workbench.batch import Batch
-from workbench.errors import WorkbenchError
 from workbench.layers import GatedDeltaNetLayer, GDNConfig, Mamba2Config, Mamba2Layer
-from workbench.measure.timing import Results, compare, environment, time_fn
+from workbench.measure.timing import Results, TimingError, compare, environment, time_fn
 from workbench.pool import StatePool
 from workbench.runner import GraphRunner
 
@@ -51,7 +50,7 @@ def recorded_impl(impl: str, device: str) -> str:
 
 def _check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
     if value not in choices:
-        raise WorkbenchError(f"{name}: expected one of {list(choices)}, got {value!r}")
+        raise TimingError(f"{name}: expected one of {list(choices)}, got {value!r}")
 
 
 def sweep(
@@ -79,7 +78,7 @@ def sweep(
         _check_choice("modes", m, MODES)
     sizes = sorted(set(batch_sizes))
     if not sizes or any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in sizes):
-        raise WorkbenchError(f"batch_sizes: expected ints >= 1, got {list(batch_sizes)!r}")
+        raise TimingError(f"batch_sizes: expected ints >= 1, got {list(batch_sizes)!r}")
     from tqdm.auto import tqdm
 
     layer_cls, _ = LAYERS[layer]

@@ -71,7 +71,8 @@ class TimingRecord:
         threads: CPU threads the timed code really ran with (``torch.get_num_threads()`` inside the timer).
         bytes, flops: what one call must move and compute (from the kernels' cost functions), or None.
         env: versions and device names, as strings.
-        measurement: the ``torch.utils.benchmark.Measurement`` (CPU) for inspection; never saved to JSON.
+        measurement: for inspection, never saved to JSON: the ``torch.utils.benchmark.Measurement`` on the
+            CPU, the list of per-call event times (us) on a GPU/NPU.
     """
 
     what: str
