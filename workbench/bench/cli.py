@@ -86,7 +86,10 @@ def run_bench(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(threads)  # the timers record the count they really ran with
     mod = _module(args.what)
-    params = inspect.signature(mod.run).parameters
+    sig = inspect.signature(mod.run)
+    params = sig.parameters
+    if args.plot and "Results" not in str(sig.return_annotation):  # refuse before a long run, not after
+        raise WorkbenchError(f"--plot: `bench {args.what}` still writes its older JSON schema; it cannot be drawn")
     if "device" not in params and device != "cpu":
         if args.device != "auto":
             raise WorkbenchError(
@@ -101,6 +104,6 @@ def run_bench(args: argparse.Namespace) -> int:
     out = mod.run(**kwargs)
     if args.plot:
         if not isinstance(out, Results):
-            raise WorkbenchError(f"--plot: `bench {args.what}` still writes its older JSON schema; no figures drawn")
+            raise WorkbenchError(f"--plot: `bench {args.what}` returned {type(out).__name__}, not Results")
         print(f"wrote {plot_results(out, args.plot)}")
     return 0
