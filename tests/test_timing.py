@@ -109,6 +109,11 @@ def test_bad_inputs_get_a_line():
         time_fn(3, what="x")  # type: ignore[arg-type]
     with pytest.raises(TimingError, match="device: expected cpu, cuda or npu, got 'meta'"):
         time_fn(lambda: None, what="x", device="meta")
+    with pytest.raises(TimingError, match="device: expected cpu, cuda or npu, got 'tpu:0'"):
+        time_fn(lambda: None, what="x", device="tpu:0")  # not a torch device type at all: still one line
+    if not torch.cuda.is_available():
+        with pytest.raises(TimingError, match="device: 'cuda' is not available here \\(no CUDA device\\)"):
+            time_fn(lambda: None, what="x", device="cuda")
     with pytest.raises(TimingError, match="--device: expected auto, cpu, cuda or npu, got 'tpu'"):
         resolve_device("tpu")
 

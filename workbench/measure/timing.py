@@ -326,16 +326,18 @@ def compare(a: TimingRecord | Results, b: TimingRecord | Results, *, on: Sequenc
 
 # -- environment -----------------------------------------------------------------------------------------
 def device_type(device: str | torch.device) -> str:
-    """ "cuda:1" -> "cuda"; raises on anything but cpu/cuda/npu."""
-    kind = torch.device(device).type if not isinstance(device, torch.device) else device.type
+    """The device type of ``device`` ("cuda:1" gives "cuda"); raises on anything but cpu, cuda or npu.
+
+    Parsed from the string: ``torch.device("npu")`` itself fails where torch_npu is not imported."""
+    kind = device.type if isinstance(device, torch.device) else str(device).split(":", 1)[0].strip().lower()
     if kind not in ("cpu", "cuda", "npu"):
         raise TimingError(f"device: expected cpu, cuda or npu, got {str(device)!r}")
     return kind
 
 
 def resolve_device(device: str) -> str:
-    """ "auto" -> cuda when usable, else npu when torch_npu is already imported and usable, else cpu.
-    A named device that is not usable raises, saying why (``workbench.devices``)."""
+    """The device a run uses: "auto" is cuda when usable, else npu when torch_npu is already imported and
+    usable, else cpu. A named device that is not usable raises, saying why (``workbench.devices``)."""
     npu = getattr(torch, "npu", None)
     npu_ok = npu is not None and bool(npu.is_available())
     if device == "auto":
