@@ -19,6 +19,7 @@ section { border-top: 1px solid #ccc; margin-top: 1.5em; }
 table { border-collapse: collapse; margin: 0.5em 0; font-size: 90%; }
 th, td { border: 1px solid #ccc; padding: 2px 8px; text-align: left; }
 th { background: #f0f0f0; }
+caption { text-align: left; padding: 0.3em 0; }
 td.bad { background: #fbd5c4; } td.good { background: #d6efe4; }
 pre { background: #f7f7f7; padding: 0.5em; overflow-x: auto; font-size: 85%; }
 .note { color: #555; font-style: italic; }
