@@ -208,7 +208,7 @@ def environment_section(parts: list[str], device: str) -> None:
         ["python", platform.python_version()],
         ["platform", platform.platform()],
         ["torch", torch.__version__],
-        ["torch threads", torch.get_num_threads()],
+        ["torch threads (while the report runs)", torch.get_num_threads()],
     ]
     versions += [[m, _version(m)] for m in ("triton", "numpy", "plotly", "pandas")]
     parts.append(table(["package", "version"], versions))
