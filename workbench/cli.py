@@ -67,24 +67,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from workbench.devices import canonical_device
+    from workbench.bench.cli import run_bench
 
-    device = canonical_device(args.device)  # "cpu:0" -> cpu, "cuda" -> cuda:0: results named by device type
-    json_path = args.json or f"benchmarks/results/{args.what}_{device.type}.json"
-    if args.what == "kernels":
-        if device.type != "cpu":
-            print("error: bench kernels times the CPU references; use benchmarks/gpu_kernels.py on a GPU")
-            return 2
-        from workbench.bench import kernels as kernels_bench
-
-        kernels_bench.run(quick=args.quick, json_path=json_path)
-        return 0
-    if args.what == "metadata":
-        from workbench.bench import metadata as bench
-    else:
-        from workbench.bench import replay as bench  # type: ignore[no-redef]
-    bench.run(quick=args.quick, json_path=json_path, device=str(device))
-    return 0
+    return run_bench(args)
 
 
 def _cmd_zoo(args: argparse.Namespace) -> int:
@@ -96,7 +81,15 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from workbench.demo import run_demo
 
-    return run_demo(out=args.out)
+    return run_demo(out=args.out, quick=args.quick)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from workbench.report import write_report
+
+    path = write_report(args.out, device=args.device, quick=args.quick, progress=True)
+    print(f"wrote {path}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -120,12 +113,27 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-npu-probe", action="store_true", help="skip the torch_npu subprocess probe")
     d.set_defaults(fn=_cmd_doctor)
 
-    b = sub.add_parser("bench", help="benchmarks: print figures and write JSON")
+    b = sub.add_parser("bench", help="benchmarks: print figures and write JSON (bench-results/<what>_<device>.json)")
     b.add_argument("what", choices=["metadata", "kernels", "replay"])
     b.add_argument("--quick", action="store_true", help="fewer sizes, shorter runs")
-    b.add_argument("--device", default="cpu", help="cpu, cpu:0, cuda, cuda:1, npu ... (metadata, replay)")
-    b.add_argument("--json", default=None, help="output path (default benchmarks/results/<what>_<device type>.json)")
+    b.add_argument("--device", default="auto", help="auto (cuda, then npu, else cpu) | cpu | cuda | npu")
+    b.add_argument(
+        "--json", default=None, help="output path; its folder must exist (default bench-results/<what>_<device>.json)"
+    )
+    b.add_argument(
+        "--threads", type=int, default=None, help="CPU threads to time with (default: torch's, here all cores)"
+    )
+    b.add_argument("--plot", default=None, metavar="FILE.html", help="also draw the figures into FILE.html")
+    b.add_argument(
+        "--from", dest="from_json", default=None, metavar="FILE.json", help="redraw --plot from saved JSON; run nothing"
+    )
     b.set_defaults(fn=_cmd_bench)
+
+    r = sub.add_parser("report", help="one self-contained HTML report (opens offline)")
+    r.add_argument("--device", default="auto", help="auto (cuda, then npu, else cpu) | cpu | cuda | npu")
+    r.add_argument("--out", default="report.html", help="output file; its folder must exist (default report.html)")
+    r.add_argument("--quick", action="store_true", help="fewer sizes, shorter timings (seconds)")
+    r.set_defaults(fn=_cmd_report)
 
     from workbench.contracts.cli import add_parser as add_check_contracts  # stdlib-only: no torch import
 
@@ -139,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     z.set_defaults(fn=_cmd_zoo)
 
     e = sub.add_parser("demo", help="headless tour: run the main job and write the report")
-    e.add_argument("--out", default=None, help="report path")
+    e.add_argument("--out", default="report.html", help="report path; its folder must exist (default report.html)")
+    e.add_argument("--quick", action="store_true", help="a quick report (seconds)")
     e.set_defaults(fn=_cmd_demo)
     return p
 
