@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.notebook, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "tests" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"

@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("plotly")
 
-from workbench import Batch, StatePool, build_metadata  # noqa: E402
+from workbench import Batch, StatePool, build_metadata, get_profile  # noqa: E402
 from workbench.viz import integrity_heatmap, padded_batch, padding_map, qsl_staircase, slot_map  # noqa: E402
 from workbench.viz import metadata as vm  # noqa: E402
 from workbench.viz.palette import VERMILLION  # noqa: E402
@@ -22,7 +22,7 @@ def _decode(profile, seq_lens=(7, 3, 9, 4, 12), num_slots=32, buckets=None):
 def test_padded_batch_figure_shows_live_and_padded_rows():
     metas = []
     for profile in ("sglang", "vllm"):
-        pool = StatePool(16, profile, slots_per_request=3 if profile == "vllm" else 1)
+        pool = StatePool(16, profile, slots_per_request=get_profile(profile).slots_per_request(3))
         metas.append(build_metadata(Batch.target_verify(pool.alloc(3), [4, 5, 6], 3), pool, bucket=4, buckets=[4]))
     fig = padded_batch(metas)
     bars = {(t.name, t.xaxis): t for t in fig.data}

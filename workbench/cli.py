@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from workbench.errors import WorkbenchError
+from workbench.profiles import PROFILES
 
 
 def _int_list(text: str) -> list[int]:
@@ -30,10 +31,10 @@ def _bucket(text: str) -> int | str | None:
 
 def metadata_for_cli(args: argparse.Namespace):
     """Build the metadata the `metadata` subcommand prints (a fresh pool, requests allocated in order)."""
-    from workbench import Batch, StatePool, build_metadata
+    from workbench import Batch, StatePool, build_metadata, get_profile
 
     d = args.draft_tokens
-    spr = d if (args.profile == "vllm" and args.mode == "target_verify") else 1
+    spr = get_profile(args.profile).slots_per_request(d if args.mode == "target_verify" else 1)
     lens = args.extend_lens if args.mode == "extend" else args.seq_lens
     n = 0 if args.mode == "idle" else len(lens or [])
     if args.mode != "idle" and not lens:
@@ -66,29 +67,29 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    json_path = args.json or f"benchmarks/results/{args.what}_cpu.json"
-    if args.what == "metadata":
-        from workbench.bench import metadata as bench
-    elif args.what == "kernels":
-        from kernels import bench  # type: ignore[no-redef]
-    elif args.what == "widgets":
-        from workbench.bench import widgets as bench  # type: ignore[no-redef]
-    else:
-        from workbench.bench import replay as bench  # type: ignore[no-redef]
-    bench.run(quick=args.quick, json_path=json_path)
-    return 0
+    from workbench.bench.cli import run_bench
+
+    return run_bench(args)
 
 
-def _cmd_check_contracts(args: argparse.Namespace) -> int:
-    from workbench.contracts import main as contracts_main
+def _cmd_zoo(args: argparse.Namespace) -> int:
+    from workbench.zoo.cli import run_cli
 
-    return contracts_main(args.rest)
+    return run_cli(args.names, list_only=args.list, as_json=args.json, backend=args.backend)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from workbench.demo import run_demo
 
-    return run_demo(out=args.out)
+    return run_demo(out=args.out, quick=args.quick)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from workbench.report import write_report
+
+    path = write_report(args.out, device=args.device, quick=args.quick, progress=True)
+    print(f"wrote {path}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     m = sub.add_parser("metadata", help="print the padded metadata of a batch as a table (or JSON)")
-    m.add_argument("--profile", default="sglang", choices=["sglang", "sglang-ascend", "vllm"])
+    m.add_argument("--profile", default="sglang", choices=list(PROFILES))
     m.add_argument("--mode", default="decode", choices=["decode", "target_verify", "extend", "idle"])
     m.add_argument("--seq-lens", type=_int_list, help="comma-separated, one per request (decode, verify)")
     m.add_argument("--extend-lens", type=_int_list, help="comma-separated new tokens per request (extend)")
@@ -112,18 +113,42 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-npu-probe", action="store_true", help="skip the torch_npu subprocess probe")
     d.set_defaults(fn=_cmd_doctor)
 
-    b = sub.add_parser("bench", help="benchmarks: print figures and write JSON")
+    b = sub.add_parser("bench", help="benchmarks: print figures and write JSON (bench-results/<what>_<device>.json)")
     b.add_argument("what", choices=["metadata", "kernels", "replay", "widgets"])
     b.add_argument("--quick", action="store_true", help="fewer sizes, shorter runs")
-    b.add_argument("--json", default=None, help="output path (default benchmarks/results/<what>_cpu.json)")
+    b.add_argument("--device", default="auto", help="auto (cuda, then npu, else cpu) | cpu | cuda | npu")
+    b.add_argument(
+        "--json", default=None, help="output path; its folder must exist (default bench-results/<what>_<device>.json)"
+    )
+    b.add_argument(
+        "--threads", type=int, default=None, help="CPU threads to time with (default: torch's, here all cores)"
+    )
+    b.add_argument("--plot", default=None, metavar="FILE.html", help="also draw the figures into FILE.html")
+    b.add_argument(
+        "--from", dest="from_json", default=None, metavar="FILE.json", help="redraw --plot from saved JSON; run nothing"
+    )
     b.set_defaults(fn=_cmd_bench)
 
-    c = sub.add_parser("check-contracts", help="check metadata-backend subclasses against the base signatures")
-    c.add_argument("rest", nargs=argparse.REMAINDER, help="module or path, and --base pkg.mod:Class")
-    c.set_defaults(fn=_cmd_check_contracts)
+    r = sub.add_parser("report", help="one self-contained HTML report (opens offline)")
+    r.add_argument("--device", default="auto", help="auto (cuda, then npu, else cpu) | cpu | cuda | npu")
+    r.add_argument("--out", default="report.html", help="output file; its folder must exist (default report.html)")
+    r.add_argument("--quick", action="store_true", help="fewer sizes, shorter timings (seconds)")
+    r.set_defaults(fn=_cmd_report)
+
+    from workbench.contracts.cli import add_parser as add_check_contracts  # stdlib-only: no torch import
+
+    add_check_contracts(sub)
+
+    z = sub.add_parser("zoo", help="run known production bugs unfixed and fixed, one line each")
+    z.add_argument("names", nargs="*", metavar="NAME", help="cases to run (default: all)")
+    z.add_argument("--list", action="store_true", help="list the cases without running them")
+    z.add_argument("--json", action="store_true", help="print JSON instead of lines")
+    z.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda", "npu"], help="auto: the CPU recorder")
+    z.set_defaults(fn=_cmd_zoo)
 
     e = sub.add_parser("demo", help="headless tour: run the main job and write the report")
-    e.add_argument("--out", default=None, help="report path")
+    e.add_argument("--out", default="report.html", help="report path; its folder must exist (default report.html)")
+    e.add_argument("--quick", action="store_true", help="a quick report (seconds)")
     e.set_defaults(fn=_cmd_demo)
     return p
 

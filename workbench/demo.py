@@ -1,11 +1,12 @@
-"""`workbench demo` / `make demo`: a headless tour of the metadata engine for every profile and mode."""
+"""`workbench demo` / `make demo`: a headless tour of the metadata engine for every profile and mode, then
+the HTML report (``workbench.report``) written to ``--out``."""
 
 from __future__ import annotations
 
 from workbench.batch import Batch
 from workbench.metadata import build_metadata, validate
 from workbench.pool import StatePool
-from workbench.profiles import PROFILES
+from workbench.profiles import PROFILES, get_profile
 
 
 def metadata_tour() -> str:
@@ -13,7 +14,7 @@ def metadata_tour() -> str:
     parts = []
     for name in PROFILES:
         for mode in ("decode", "target_verify"):
-            spr = 3 if (name == "vllm" and mode == "target_verify") else 1
+            spr = get_profile(name).slots_per_request(3 if mode == "target_verify" else 1)
             pool = StatePool(32, name, slots_per_request=spr)
             scratch = pool.alloc(6)
             pool.free(scratch[::2])  # leave holes, so the batch's slots are not simply 1..5
@@ -26,6 +27,15 @@ def metadata_tour() -> str:
     return "\n\n".join(parts)
 
 
-def run_demo(out: str | None = None) -> int:
+def run_demo(out: str | None = "report.html", *, quick: bool = False, device: str = "auto") -> int:
+    """Print the tour; write the report to ``out`` (its folder must exist; None: tour only) and say where."""
     print(metadata_tour())
+    if out is None:
+        return 0
+    from pathlib import Path
+
+    from workbench.report import write_report
+
+    path = write_report(out, device=device, quick=quick, progress=True)
+    print(f"\nreport: {Path(path).resolve()}")
     return 0

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 
 import torch
 
+from workbench import html
+from workbench.devices import canonical_device
 from workbench.errors import MetadataError
 from workbench.profiles import Profile, get_profile
 
@@ -58,7 +60,7 @@ class StatePool:
                 f"beside the reserved dummy slot {self.profile.dummy_slot}"
             )
         self.max_requests = usable if max_requests is None else _as_int("max_requests", max_requests, 1)
-        self.device = torch.device(device)
+        self.device = canonical_device(device)
         num_rows = self.max_requests + 1  # + the reserved row
         self.mapping = torch.full(
             (num_rows, self.slots_per_request), self.profile.dummy_slot, dtype=torch.int32, device=self.device
@@ -141,3 +143,15 @@ class StatePool:
             f"StatePool(num_slots={self.num_slots}, profile={self.profile.name!r}, live={len(self._slots_of)}, "
             f"free={self.num_free}, slots_per_request={self.slots_per_request})"
         )
+
+    def _repr_html_(self) -> str:
+        head = {
+            "profile": self.profile.name,
+            "num_slots": self.num_slots,
+            "live": len(self._slots_of),
+            "free": self.num_free,
+            "dummy_slot": self.profile.dummy_slot,
+        }
+        rows = [[row, ", ".join(map(str, self._slots_of[row]))] for row in self.live_rows]
+        table = html.table(["request row", "slots"], rows, max_rows=40) if rows else html.note("no live request")
+        return html.block(html.facts(head), table, title="StatePool")
