@@ -114,8 +114,10 @@ def test_bench_widgets_quick_writes_json(tmp_path, capsys):
 
     path = tmp_path / "widgets.json"
     assert main(["bench", "widgets", "--quick", "--json", str(path)]) == 0
-    data = json.loads(path.read_text())
-    assert data["benchmark"] == "widgets" and "environment" in data
-    rows = {(r["interaction"], r["raw_batch_size"]) for r in data["results"]}
-    assert ("raw batch size +-1", 64) in rows and all(r["median_ms"] > 0 for r in data["results"])
+    from workbench.measure.timing import Results
+
+    res = Results.load(path)  # the one schema every benchmark writes
+    assert res.meta["benchmark"] == "widgets" and json.loads(path.read_text())
+    rows = {(r.what, r.shape["raw_batch_size"]) for r in res}
+    assert ("explorer: raw batch size +-1", 64) in rows and all(r.median_us > 0 and r.n == 10 for r in res)
     assert "worst median at bs 64" in capsys.readouterr().out

@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from workbench.measure.timing import write_json
+import torch
+
+from workbench.measure.timing import Results, TimingRecord, environment
 
 GOAL_MS = 100.0
 
@@ -30,8 +32,9 @@ def _time_changes(change: Callable[[int], None], n: int) -> dict[str, float]:
     return {"median_ms": statistics.median(times), "iqr_ms": q[2] - q[0], "max_ms": max(times), "n": n}
 
 
-def run(quick: bool = False, json_path: str | None = None, device: str = "cpu") -> dict[str, Any]:
-    """Time control changes of the MetadataExplorer; print a table; write JSON when ``json_path`` is given."""
+def run(quick: bool = False, json_path: str | None = None, device: str = "cpu") -> Results:
+    """Time control changes of the MetadataExplorer; print a table; save the records when ``json_path``
+    is given (one record per interaction and batch size, ``mode="control change"``, times in us)."""
     from workbench.widgets import MetadataExplorer
 
     n = 10 if quick else 40
@@ -52,6 +55,8 @@ def run(quick: bool = False, json_path: str | None = None, device: str = "cpu") 
             ),
         ]
     results: list[dict[str, Any]] = []
+    res = Results(meta={"benchmark": "widgets", "device": device, "goal_ms": GOAL_MS})
+    env = environment(device)
     print(f"{'interaction':22} {'profiles':8} {'bs':>4} {'median ms':>10} {'IQR ms':>8} {'max ms':>8}")
     for what, bs, profile, control, value in cases:
         e = MetadataExplorer(profile=profile, raw_batch_size=bs, pool_size=max(64, 4 * bs))
@@ -63,19 +68,27 @@ def run(quick: bool = False, json_path: str | None = None, device: str = "cpu") 
         stats = _time_changes(change, n)
         assert not any(w.value for w in e.errors.values()), f"{what}: the explorer reported an error"
         results.append({"interaction": what, "profiles": profile, "raw_batch_size": bs, **stats})
+        res.append(
+            TimingRecord(
+                what=f"explorer: {what}",
+                device=device,
+                shape={"raw_batch_size": bs, "profiles": 3 if profile == "all" else 1},
+                impl="MetadataExplorer",
+                mode="control change",
+                median_us=stats["median_ms"] * 1e3,
+                iqr_us=stats["iqr_ms"] * 1e3,
+                n=int(stats["n"]),
+                threads=torch.get_num_threads(),
+                env=env,
+            )
+        )
         print(f"{what:22} {profile:8} {bs:4d} {stats['median_ms']:10.1f} {stats['iqr_ms']:8.1f} {stats['max_ms']:8.1f}")
     at64 = [r["median_ms"] for r in results if r["raw_batch_size"] == 64]
     worst = max(at64) if at64 else float("nan")
     verdict = "meets" if worst < GOAL_MS else "MISSES"
     print(f"worst median at bs 64: {worst:.1f} ms ({verdict} the {GOAL_MS:.0f} ms goal)")
-    payload = {
-        "benchmark": "widgets",
-        "device": device,
-        "goal_ms": GOAL_MS,
-        "worst_median_ms_at_bs64": worst,
-        "results": results,
-    }
+    res.meta["worst_median_ms_at_bs64"] = worst
     if json_path:
-        write_json(json_path, payload)
+        res.save(json_path)
         print(f"wrote {json_path}")
-    return payload
+    return res
