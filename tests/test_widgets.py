@@ -121,3 +121,36 @@ def test_bench_widgets_quick_writes_json(tmp_path, capsys):
     rows = {(r.what, r.shape["raw_batch_size"]) for r in res}
     assert ("explorer: raw batch size +-1", 64) in rows and all(r.median_us > 0 and r.n == 10 for r in res)
     assert "worst median at bs 64" in capsys.readouterr().out
+
+
+def test_timing_dashboard_sweep_load_and_waste_update_the_same_figures(tmp_path):
+    from workbench.widgets import TimingDashboard
+
+    d = TimingDashboard(batch_sizes="1, 2", min_run_time=0.01)
+    lat, waste = d.latency_fig, d.waste_fig
+    d.sweep_button.click()
+    assert d.progress.value == d.progress.max == 2 and d.latency_fig is lat
+    names = {t.name for t in lat.data}
+    assert {"eager", "replay"} <= names  # one impl: lines named by mode, each with its IQR band
+    saved = d.model.results.save(tmp_path / "gpu_like_cpu.json")
+    d.path.value = str(saved)
+    d.load_button.click()
+    assert any("[gpu_like_cpu]" in (t.name or "") for t in lat.data)
+    d.path.value = str(tmp_path / "nope.json")
+    d.load_button.click()
+    assert "nope.json" in d.error.value
+    n = len(waste.data)
+    d.buckets.value = "1, 4, 16, 64"
+    assert d.waste_fig is waste and len(waste.data) > n  # a third list beside the engines'
+    d.buckets.value = "4, x"
+    assert "item 1 is &#x27;x&#x27;" in d.error.value
+
+
+def test_bug_zoo_shows_broken_and_fixed_side_by_side():
+    from workbench.widgets import BugZoo
+
+    z = BugZoo()
+    z.case.value = z.case.options[-1][1]
+    assert z.model.case(z.case.value).explanation[:30] in z.explanation.value.replace("&#x27;", "'")
+    z.run_button.click()
+    assert "data-broken='true'" in z.unfixed.value and "data-broken='false'" in z.fixed.value

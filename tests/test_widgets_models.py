@@ -190,3 +190,37 @@ def test_check_kernel_reports_a_capture_that_syncs():
 
     res = check_kernel(syncs, conventions=("sglang",))
     assert res.conventions[0].ok and not res.capture.ok and "capture refused" in res.capture.detail
+
+
+# -- timing dashboard and bug zoo ---------------------------------------------------------------------
+def test_timing_model_sweeps_overlays_and_compares_bucket_lists(tmp_path):
+    from workbench.widgets.timing_model import TimingModel
+
+    m = TimingModel(batch_sizes="1, 2", min_run_time=0.01)
+    seen = []
+    res = m.sweep(lambda done, total: seen.append((done, total)))
+    assert res is not None and seen == [(1, 2), (2, 2)]
+    assert {(r.shape["bs"], r.mode) for r in res} == {(1, "eager"), (1, "replay"), (2, "eager"), (2, "replay")}
+    assert all(r.median_us > 0 for r in res)
+    path = res.save(tmp_path / "run_cpu.json")
+    assert m.load(path, label="saved") is not None
+    impls = {r.impl for r in m.combined()}
+    assert impls == {"reference [this run]", "reference [saved]"}  # two runs, two sets of lines
+    assert m.load(tmp_path / "missing.json") is None and "missing.json" in m.error
+    m.buckets = "1, 8, 32"
+    lists = m.bucket_lists(32)
+    assert lists["yours"] == [1, 8, 32] and lists["sglang default"][-1] == 32
+    m.buckets = "8, 2"
+    assert m.bucket_lists(32) is None and "strictly increasing" in m.error
+    m.batch_sizes = "1, two"
+    assert m.sweep() is None and "item 1 is 'two'" in m.error
+
+
+def test_zoo_model_runs_a_case_broken_then_fixed():
+    from workbench.widgets.zoo_model import ZooModel
+
+    m = ZooModel()
+    name = m.names()[0]
+    broken, fixed = m.run(name)
+    assert broken.case == fixed.case == name and broken.broken and not fixed.broken
+    assert m.run("no_such_case") is None and "no_such_case" in m.error

@@ -3,6 +3,8 @@
 from workbench.widgets.explorer_model import ExplorerModel, ExplorerParams, ExplorerState
 from workbench.widgets.lab_model import LabModel, StepReport
 from workbench.widgets.playground_model import KernelCheck, PlaygroundModel, Shapes, check_kernel
+from workbench.widgets.timing_model import TimingModel
+from workbench.widgets.zoo_model import ZooModel
 
 __all__ = [
     "ExplorerModel",
@@ -13,5 +15,7 @@ __all__ = [
     "PlaygroundModel",
     "Shapes",
     "StepReport",
+    "TimingModel",
+    "ZooModel",
     "check_kernel",
 ]

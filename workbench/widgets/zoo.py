@@ -1,0 +1,60 @@
+"""``BugZoo``: a thin ipywidgets view over :class:`ZooModel`."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import ipywidgets as W
+
+from workbench.widgets.html import error_html
+from workbench.widgets.zoo_model import ZooModel
+
+
+class BugZoo(W.VBox):
+    """Pick a known production bug, run it unfixed and fixed side by side: evidence and explanation.
+
+    Attributes: ``model``, ``case`` (Dropdown), ``run_button``, ``unfixed`` / ``fixed`` / ``explanation``
+    (HTML), ``error``.
+    """
+
+    def __init__(self, **params: Any) -> None:
+        self.model = ZooModel(**params)
+        self.case = W.Dropdown(options=self.model.titles(), description="case", layout=W.Layout(width="720px"))
+        self.run_button = W.Button(description="Run unfixed + fixed", button_style="primary", icon="bug")
+        self.error = W.HTML()
+        self.unfixed = W.HTML(layout=W.Layout(width="50%"))
+        self.fixed = W.HTML(layout=W.Layout(width="50%"))
+        self.explanation = W.HTML()
+        self.run_button.on_click(lambda _: self.do_run())
+        self.case.observe(lambda _: self._describe(), names="value")
+        super().__init__(
+            [
+                W.HTML("<b>Bug zoo</b>: each case runs the bug as it shipped, then with its fix."),
+                W.HBox([self.case, self.run_button]),
+                self.error,
+                self.explanation,
+                W.HBox([self.unfixed, self.fixed]),
+            ]
+        )
+        self._describe()
+
+    def _describe(self) -> None:
+        c = self.model.case(self.case.value)
+        self.explanation.value = (
+            f"<div><b>{html.escape(c.title)}</b> ({html.escape(c.issue)}, profile {html.escape(c.profile)})"
+            f"<p style='max-width:70em'>{html.escape(c.explanation)}</p></div>"
+        )
+        self.unfixed.value = self.fixed.value = ""
+
+    def do_run(self) -> bool:
+        pair = self.model.run(self.case.value)
+        self.error.value = error_html(self.model.error)
+        if pair is None:
+            return False
+        broken, fixed = pair
+        self.unfixed.value = (
+            f"<div class='wb-zoo' data-broken='{str(broken.broken).lower()}'>{broken._repr_html_()}</div>"
+        )
+        self.fixed.value = f"<div class='wb-zoo' data-broken='{str(fixed.broken).lower()}'>{fixed._repr_html_()}</div>"
+        return True
