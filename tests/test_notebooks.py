@@ -24,6 +24,7 @@ EXPECTED = {
         "causal_conv1d.update [triton]: OK",
         "mamba2.selective_state_update [triton]: OK",
     ],
+    "05_timings.ipynb": ["records: 8", "loaded 14 records of gdn bench"],
     "03_bug_zoo.ipynb": ["every unfixed run broke: True", "every fixed run clean: True"],
 }
 pytestmark = pytest.mark.notebook
