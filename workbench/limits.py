@@ -1,0 +1,115 @@
+"""Checks at the public boundaries: ints that must fit a dtype, and memory a request would need.
+
+Every check raises :class:`MetadataError` with one line that names the argument, the value and the accepted
+range. Limits that protect the machine come from the memory an argument would make the workbench allocate,
+compared with what this machine (or the device) has, so the message says both numbers. Nothing here imports
+torch: the command line runs these checks before torch is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from typing import Any
+
+from workbench.errors import DeviceUnavailable, MetadataError
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+RANGES = {"int32": (-(2**31), INT32_MAX), "int64": (-(2**63), INT64_MAX)}
+
+
+def check_int(name: str, value: object, minimum: int, maximum: int = INT64_MAX) -> int:
+    """``value`` as an int in ``[minimum, maximum]`` (bools refused), or a MetadataError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MetadataError(f"{name} must be an int, got {value!r}")
+    if not minimum <= value <= maximum:
+        raise MetadataError(f"{name} = {value}: must be in [{minimum}, {maximum:,}]")
+    return value
+
+
+def check_fits(name: str, values: list[int], dtype: str) -> None:
+    """Every value fits ``dtype`` ("int32" or "int64"); names the first that does not."""
+    lo, hi = RANGES[dtype]
+    for i, v in enumerate(values):
+        if not lo <= v <= hi:
+            where = name if len(values) == 1 and name.endswith("]") else f"{name}[{i}]"
+            raise MetadataError(f"{where} = {v}: does not fit {dtype} (range [{lo}, {hi}])")
+
+
+@cache
+def host_memory_bytes() -> int:
+    """Total memory of this machine (``/proc/meminfo``, else ``sysconf``); 0 when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError, AttributeError):
+        return 0
+
+
+def as_device(device: object) -> Any:
+    """``device`` as a ``torch.device`` (None stays None), or a MetadataError naming it."""
+    import torch
+
+    if device is None:
+        return device
+    if not isinstance(device, str | torch.device):
+        raise MetadataError(f"device must be a str or torch.device, got {device!r}")
+    try:
+        out = torch.device(device)
+    except RuntimeError:
+        raise MetadataError(f"device: {device!r} is not a torch device (e.g. 'cpu', 'cuda:0', 'npu:0')") from None
+    if out.type == "meta":
+        raise MetadataError(f"device: {device!r} holds no data (shapes only); use 'cpu', 'cuda:N' or 'npu:N'")
+    if out.type in ("cuda", "npu"):
+        module = getattr(torch, out.type, None)  # torch.npu exists only once torch_npu was imported
+        count = module.device_count() if module is not None and module.is_available() else 0
+        if count == 0:
+            raise DeviceUnavailable(f"device: {device!r} is not available here (`workbench doctor` says why)")
+        if out.index is not None and out.index >= count:
+            raise DeviceUnavailable(f"device: {device!r} is out of range: {count} {out.type} device(s) here")
+    return out
+
+
+def device_memory_bytes(device: object) -> tuple[int, str]:
+    """(total bytes, a name for the message) of the memory tensors on ``device`` live in."""
+    kind = getattr(device, "type", str(device).split(":")[0])
+    if kind == "cuda":
+        import torch
+
+        try:
+            index = getattr(device, "index", None)
+            props = torch.cuda.get_device_properties(0 if index is None else index)
+            return int(props.total_memory), f"{kind} device has"
+        except (RuntimeError, AssertionError, ValueError):
+            return 0, ""
+    if kind == "cpu":
+        return host_memory_bytes(), "this machine has"
+    return 0, ""  # npu and others: no check here; the device's own allocator reports
+
+
+def gib(nbytes: float) -> str:
+    """Bytes as a short readable size (``37.3 GiB``, ``512 MiB``)."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= size:
+            value = nbytes / size
+            return f"{value:.0f} {unit}" if value >= 10 else f"{value:.1f} {unit}"
+    return f"{int(nbytes)} B"
+
+
+def check_memory(name: str, nbytes: int, what: str, device: object = "cpu") -> None:
+    """Refuse an argument that would allocate more than the device's total memory.
+
+    ``name`` names the argument and its value, ``what`` says what the bytes are for; the message reads
+    ``num_slots=10000000000 needs 37 GiB for a slot mapping of 10,000,000,000 rows of 4 B; this machine
+    has 24 GiB``. The limit is the total memory: above it the allocation can only fail (or swap the machine).
+    """
+    total, whose = device_memory_bytes(device)
+    if total and nbytes > total:
+        raise MetadataError(f"{name} needs {gib(nbytes)} for {what}; {whose} {gib(total)}")
