@@ -134,7 +134,7 @@ def small_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limits, "host_memory_bytes", lambda: 16 * 2**20)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(argv=metadata_argv())
 def test_metadata_any_argv_exits_0_or_one_named_line(argv: list[str], small_machine: None) -> None:
     code, out, err = run(argv)

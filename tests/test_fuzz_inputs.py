@@ -26,10 +26,12 @@ tensors = st.builds(
     st.sampled_from([torch.int64, torch.int32, torch.int16, torch.uint8, torch.float32, torch.bool]),
 ) | st.builds(lambda: torch.zeros(2, 2, dtype=torch.int64))
 lists_or_tensors = int_lists | tensors | junk
-devices = st.sampled_from([None, "cpu", "cpu:0", "nope", "", 3, torch.device("cpu"), "meta:x", "meta", "cuda"])
+devices = st.sampled_from(
+    [None, "cpu", "cpu:0", "nope", "", 3, torch.device("cpu"), "meta:x", "cuda", "cuda:7", "npu:0"]
+)
 profiles = st.sampled_from(["sglang", "sglang-ascend", "vllm", "SGLANG", "", None, 1])
 modes = st.sampled_from(["decode", "target_verify", "extend", "idle", "prefill", "", None])
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @pytest.fixture
@@ -161,7 +163,7 @@ def test_metadata_buffers(small_machine, case, mode, buckets, d) -> None:
         call(bufs.update, batch)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     case=pools_and_batches(),
     layer_kind=st.sampled_from(["gdn", "mamba2", "junk"]),

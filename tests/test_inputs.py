@@ -43,9 +43,6 @@ def test_pool_devices() -> None:
     assert message(StatePool, 8, device="nope") == (
         "device: 'nope' is not a torch device (e.g. 'cpu', 'cuda:0', 'npu:0')"
     )
-    assert message(StatePool, 8, device="meta") == (
-        "device: 'meta' holds no data (shapes only); use 'cpu', 'cuda:N' or 'npu:N'"
-    )
     assert message(StatePool, 8, device=3) == "device must be a str or torch.device, got 3"
     if not torch.cuda.is_available():
         assert message(StatePool, 8, device="cuda", error=DeviceUnavailable) == (
@@ -221,3 +218,11 @@ def test_doctor_on_a_gpu_says_compiled_unless_interpreting() -> None:
     rows = {d.name: d for d in devices(probe_npu=False)}
     assert rows["cuda"].usable and rows["triton:cuda"].usable
     assert ("interpreted" in rows["triton:cuda"].detail) == (__import__("os").environ.get("TRITON_INTERPRET") == "1")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: the limit is the device's memory")
+def test_pool_limit_on_a_gpu_is_the_device_memory() -> None:
+    total = torch.cuda.get_device_properties(0).total_memory
+    slots = total // 4 + 2  # a mapping one slot larger than the card
+    text = message(StatePool, slots, device="cuda:0")
+    assert text.startswith(f"num_slots={slots} needs ") and f"; cuda device has {limits.gib(total)}" in text

@@ -179,8 +179,8 @@ def _check_token_totals(args: argparse.Namespace, n: int) -> None:
 
 def _check_bucket(args: argparse.Namespace, n: int, spr: int) -> None:
     """--bucket against the captured list (--buckets, or the profile's list for the pool), and its memory."""
-    if args.bucket is None:
-        return
+    if args.bucket is None or (args.bucket == "auto" and args.buckets is None):
+        return  # the default list holds the batch within the pool's capacity, which --num-slots checked
     if args.buckets is not None:
         buckets, source = args.buckets, "--buckets"
     else:
