@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup lab test lint format demo bench doctor clean
+.PHONY: setup lab test test-fast lint format demo bench doctor clean
 
 setup: $(STAMP)
 
@@ -23,6 +23,10 @@ lab: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+# the inner loop: no lint, no slow/network/notebook tests (markers in pyproject.toml); under a minute
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not network and not notebook"
 
 # ruff, the one-way import layers (import-linter, contracts in pyproject.toml), the type checker
 lint: $(STAMP)

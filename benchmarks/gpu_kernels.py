@@ -1,71 +1,493 @@
-"""Check and time every Triton kernel of `kernels/` on one NVIDIA GPU (written for a lent H200).
+"""Check, then time, every Triton kernel of `kernels/` on one NVIDIA GPU (written for a lent H200).
 
-    python benchmarks/gpu_kernels.py                     # checks + timings, bs 1..512, ~3-5 min
-    python benchmarks/gpu_kernels.py --sweep             # + block_v / num_warps sweep of the GDN decode kernel
-    python benchmarks/gpu_kernels.py --dry-run           # CPU smoke test in the Triton interpreter (tiny shapes)
+    python benchmarks/gpu_kernels.py                 # checks + timings, ~3-5 min on an H200
+    python benchmarks/gpu_kernels.py --sweep         # + block_v x num_warps sweeps (GDN decode and chunked)
+    python benchmarks/gpu_kernels.py --dry-run       # the same code paths on the CPU, Triton interpreter, tiny shapes
 
-1. Correctness: each Triton kernel against the torch reference in float64 (on the CPU) on small random
-   cases with padded rows, GVA, K and V not powers of two; and at the benchmark shape against the fp32
-   reference on the device. Untouched pool slots must come back bitwise unchanged.
-2. Timing: each op is captured `INNER` times in a CUDA graph (so host-side Python is out of the
-   measurement, as in an engine's decode graph) and the graph replayed; the median over replays of CUDA
-   event time / INNER is reported. The floor is a device-to-device copy of the same state bytes, timed
-   the same way, so `frac_of_copy = copy time / op time` (1.0 = the op moves its state at copy speed).
-   Target: GDN decode >= 0.8 of copy bandwidth for bs >= 64.
+Every op -- GDN recurrent with ready gates and with the engine's raw gating inputs (what the layer
+calls), GDN target-verify (intermediate states, no state write), scatter after verify, GDN chunked
+prefill, causal conv1d update and varlen, Mamba2 selective state update, plain linear attention -- goes
+through the same three steps:
 
-Writes JSON to benchmarks/results/gpu_kernels.json (dry run: gpu_kernels_dryrun.json).
+1. Checks on the device, against the same op's torch reference run in float64 on the same device: small
+   awkward cases under every padding convention (sglang -1, vLLM 0, Ascend dummy slot processed; K, V
+   not powers of two), then the benchmark shape itself. Outputs and intermediate buffers are poisoned
+   with NaN first; slots no live row owns must come back bitwise unchanged. Under the Ascend convention
+   several padded rows write slot 0 concurrently (a benign race), so slot 0 is never compared there.
+   A configuration whose check fails is not timed.
+2. Timing: the op is captured `INNER` times in a CUDA graph and replayed (host Python out of the
+   measurement, as in an engine's decode graph); median CUDA-event time over replays / INNER. Falls back to
+   events around eager calls when capture is refused (noted as "events"). The floor is a device-to-device
+   copy of the op's state bytes, timed the same way: `frac_of_copy = copy time / op time`.
+   `GBps` uses the op's cost model (`kernels/*/cost.py`: the bytes really read and written, inputs,
+   outputs, weights and metadata included). `l2_resident` flags rows whose working set fits in the
+   device's L2 (then GB/s may exceed the HBM peak: the replays hit the cache).
+3. Resources: registers and spill bytes of each launched configuration, from the compiled kernel's
+   metadata (`CompiledKernel.n_regs`, `.n_spills`); with `--sweep`, per swept config, each checked first.
+
+Optionally times flash-linear-attention's `fused_recurrent_gated_delta_rule` on the decode shapes when
+`fla` imports (and says it is skipped when it does not).
+
+Writes benchmarks/results/gpu_kernels_<device type>.json (a dry run: gpu_kernels_dryrun_cpu.json).
+Exit status: 0 when every check passed and nothing errored, 1 otherwise, 2 without a CUDA device.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 INNER = 10  # op calls per captured graph
+# L2 sizes by device name, where torch does not report it (torch.cuda.get_device_properties(..).L2_cache_size)
+L2_BYTES = {"H200": 50 * 2**20, "H100": 50 * 2**20, "H20": 60 * 2**20, "A100": 40 * 2**20, "L40S": 96 * 2**20}
+CONVENTIONS = {"sglang": -1, "vllm": 0, "ascend": None}  # pad_slot_id of each padding convention
 
 
-def parse_args(argv=None):
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dry-run", action="store_true", help="CPU + TRITON_INTERPRET=1, tiny shapes, wall-clock timing")
-    p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/gpu_kernels[_dryrun].json)")
+    p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/gpu_kernels_<device>.json)")
     p.add_argument("--batches", type=int, nargs="*", default=None, help="decode batch sizes")
     p.add_argument("--reps", type=int, default=30, help="graph replays per measurement")
-    p.add_argument("--sweep", action="store_true", help="sweep block_v x num_warps for the GDN decode kernel")
-    p.add_argument("--budget-s", type=float, default=480.0, help="stop starting new measurements after this")
+    p.add_argument("--sweep", action="store_true", help="sweep block_v x num_warps of the GDN kernels")
+    p.add_argument("--ops", nargs="*", default=None, help="a subset of the ops (default: all)")
+    p.add_argument("--budget-s", type=float, default=420.0, help="start no new measurement after this")
     return p.parse_args(argv)
 
 
-ARGS = parse_args()
-if ARGS.dry_run:
-    os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is imported
-sys.path.insert(0, str(REPO))
-
-import torch  # noqa: E402
-
-from kernels import gated_delta_rule as gdn  # noqa: E402
-from kernels.gated_delta_rule.triton_recurrent import launch_recurrent  # noqa: E402
-
-DEV = torch.device("cpu" if ARGS.dry_run else "cuda")
-ACT = torch.float32 if ARGS.dry_run else torch.bfloat16  # activations (bf16 is wrong in the interpreter)
-T0 = time.time()
+# ------------------------------------------------------------------------------------------------ setup
 
 
-# ---------------------------------------------------------------------------------------------- timing
+class Env:
+    """The device, dtypes and shapes of one run, and the modules imported once TRITON_INTERPRET is set."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        if args.dry_run:
+            os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is imported
+        sys.path.insert(0, str(REPO))
+        import torch
+
+        self.torch = torch
+        self.dry = args.dry_run
+        self.dev = torch.device("cpu") if self.dry else torch.empty(0, device="cuda").device
+        self.act = torch.float32 if self.dry else torch.bfloat16  # bf16 is wrong in the interpreter
+        self.reps = 1 if self.dry else args.reps  # the interpreter's times mean nothing: run the path once
+        self.t0 = time.time()
+        self.budget = args.budget_s
+        self.gdn = importlib.import_module("kernels.gated_delta_rule")
+        self.conv = importlib.import_module("kernels.causal_conv1d")
+        self.mamba2 = importlib.import_module("kernels.mamba2")
+        self.la = importlib.import_module("kernels.linear_attn")
+        self.l2_bytes = self._l2_bytes()
+
+    def _l2_bytes(self) -> int | None:
+        if self.dev.type != "cuda":
+            return None
+        props = self.torch.cuda.get_device_properties(self.dev)
+        size = getattr(props, "L2_cache_size", None)
+        if size:
+            return int(size)
+        return next((b for name, b in L2_BYTES.items() if name in props.name), None)
+
+    def over_budget(self) -> bool:
+        return time.time() - self.t0 > self.budget
+
+    def gen(self, seed: int):
+        return self.torch.Generator().manual_seed(seed)
+
+    def randn(self, g, *shape, dtype=None, scale: float = 1.0):
+        """Drawn on the host (reproducible across devices), then moved."""
+        t = self.torch.randn(*shape, generator=g) * scale
+        return t.to(device=self.dev, dtype=dtype or self.torch.float32)
+
+    def rand(self, g, *shape, lo: float = 0.0, hi: float = 1.0):
+        return (lo + (hi - lo) * self.torch.rand(*shape, generator=g)).to(self.dev)
+
+    def ints(self, values, dtype=None):
+        return self.torch.tensor(values, dtype=dtype or self.torch.int32, device=self.dev)
 
 
-def measure_us(fn, reps: int) -> tuple[float, str]:
+# ------------------------------------------------------------------------------------------------ cases
+
+
+@dataclass
+class Case:
+    """One op call: its public function, the Triton launcher with the same keyword arguments, the
+    arguments, what it writes, and which pool slots live rows may change.
+
+    ``kwargs`` are passed by keyword to both ``op`` (plus ``impl=``) and ``launcher`` (plus the
+    configuration); ``outputs`` are NaN-poisoned before a call and compared in full; ``pools`` maps a pool
+    argument to the slots live rows write (every other slot must come back bitwise unchanged, except slot 0
+    under the Ascend convention, where padded rows race on it). For the same reason, the outputs of padded
+    rows that really run on slot 0 (conv update, Mamba2: one token per row) are undefined there, and
+    ``compare_rows`` limits the comparison to the live rows.
+    """
+
+    name: str
+    op: Callable[..., Any]
+    launcher: str
+    kwargs: dict[str, Any]
+    outputs: tuple[str, ...]
+    pools: dict[str, set[int]]
+    cost: Any
+    copy_bytes: int  # the floor: bytes of state the op must read and write
+    tol: float
+    ascend: bool = False
+    compare_rows: int | None = None  # outputs compared on their first this-many rows only (see below)
+
+    def tensors(self):
+        import torch
+
+        return {k: v for k, v in self.kwargs.items() if isinstance(v, torch.Tensor)}
+
+    def footprint(self) -> int:
+        """Bytes of memory the op's tensors live in (each storage once: expanded views cost their storage):
+        the working set of back-to-back calls."""
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in self.tensors().values()}
+        return sum(storages.values())
+
+
+def _rows(env: Env, n_live: int, n_pad: int, convention: str, seed: int) -> tuple[list[int], int | None, set[int]]:
+    """Slots of n_live live rows (a shuffled 1..n_live: slot 0 is the dummy / null slot) then n_pad padded
+    rows carrying the convention's sentinel. Returns (slots, pad_slot_id, live slots)."""
+    perm = (env.torch.randperm(n_live, generator=env.gen(seed)) + 1).tolist()
+    pad = CONVENTIONS[convention]
+    sentinel = -1 if pad == -1 else 0
+    return perm + [sentinel] * n_pad, pad, set(perm)
+
+
+def _cu(env: Env, lens: list[int]):
+    out, acc = [0], 0
+    for n in lens:
+        acc += n
+        out.append(acc)
+    return env.ints(out)
+
+
+def gdn_case(env: Env, kind: str, bs: int, *, small: bool, convention: str = "sglang", n_pad: int = 0, seed: int = 0):
+    """kind: decode | gating | verify | chunked. small: awkward shapes (K, V not powers of two)."""
+    torch, gdn = env.torch, env.gdn
+    H, HV, K, V = (1, 2, 12, 20) if small else ((1, 2, 16, 16) if env.dry else (16, 32, 128, 128))
+    D = 3 if small else 4
+    L = {"decode": 1, "gating": 1, "verify": D, "chunked": 20 if small else (16 if env.dry else 1024)}[kind]
+    slots, pad, live = _rows(env, bs, n_pad, convention, seed)
+    lens = [L] * bs + [0] * n_pad  # padded rows of a varlen batch are zero-length (qsl padded with its last value)
+    if kind == "chunked" and small:
+        lens[0] = 5  # a short row next to a chunk and a tail
+    T = sum(lens) + (2 if small else 0)  # tokens past cu_seqlens[-1]: a bucket's padding, zeroed
+    g = env.gen(seed + 1)
+    act = torch.float32 if small else env.act
+    kw: dict[str, Any] = dict(
+        q=env.randn(g, T, H, K, dtype=act),
+        k=torch.nn.functional.normalize(env.randn(g, T, H, K), dim=-1).to(act),
+        v=env.randn(g, T, HV, V, dtype=act),
+        state=env.randn(g, bs + 1, HV, K, V, scale=0.5),
+        state_indices=env.ints(slots),
+        cu_seqlens=_cu(env, lens),
+        out=torch.empty(T, HV, V, dtype=act, device=env.dev),
+        scale=K**-0.5,
+        use_qk_l2norm=True,
+        has_initial_state=None,
+        disable_state_update=kind == "verify",
+        pad_slot_id=pad,
+    )
+    if kind == "gating":  # the engine's raw inputs, gated inside the kernel: what the layer calls
+        kw.update(
+            a=env.randn(g, T, HV, scale=2.0),
+            b=env.randn(g, T, HV, scale=2.0),
+            A_log=env.randn(g, HV, scale=0.5),
+            dt_bias=env.randn(g, HV, scale=0.5),
+        )
+    else:
+        kw.update(g=-env.rand(g, T, HV, lo=0.02, hi=0.5), beta=env.rand(g, T, HV, lo=0.1, hi=0.9))
+    outputs: tuple[str, ...] = ("out",)
+    if kind == "verify":
+        kw["intermediate_states"] = torch.empty(bs + n_pad, D, HV, K, V, device=env.dev)
+        outputs += ("intermediate_states",)
+    if kind == "chunked":
+        kw["chunk_size"] = gdn.ops.DEFAULT_CHUNK_SIZE
+        op, launcher = gdn.chunked, "kernels.gated_delta_rule.triton_chunked:launch_chunked"
+    else:
+        kw["intermediate_states"] = kw.get("intermediate_states")
+        op, launcher = gdn.recurrent, "kernels.gated_delta_rule.triton_recurrent:launch_recurrent"
+    state_bytes = bs * HV * K * V * 4
+    if kind == "chunked":
+        cost = gdn.chunked_cost(sum(lens), bs, H, HV, K, V, act, chunk_size=kw["chunk_size"])
+    else:
+        cost = gdn.recurrent_cost(
+            sum(lens), bs, H, HV, K, V, act, num_intermediate=bs * D if kind == "verify" else 0,
+            fused_gating=kind == "gating", use_qk_l2norm=True, state_update=kind != "verify",
+        )  # fmt: skip
+    written = set() if kind == "verify" else live
+    tol = 2e-5 if small else (2e-2 if act == torch.bfloat16 else 1e-4)
+    copy_bytes = state_bytes * (D + 1) if kind == "verify" else 2 * state_bytes
+    return Case(f"gdn_{kind}", op, launcher, kw, outputs, {"state": written}, cost, copy_bytes, tol, pad is None)
+
+
+def gdn_scatter_case(env: Env, bs: int, *, small: bool, convention: str = "sglang", n_pad: int = 0, seed: int = 0):
+    HV, K, V = (2, 12, 20) if small else ((2, 16, 16) if env.dry else (32, 128, 128))
+    D = 4
+    slots, pad, live = _rows(env, bs, n_pad, convention, seed)
+    g = env.gen(seed + 2)
+    acc = (env.torch.randint(1, D + 1, (bs + n_pad,), generator=g)).to(env.torch.int32)
+    kw = dict(
+        state=env.randn(g, bs + 1, HV, K, V),
+        intermediate_states=env.randn(g, bs + n_pad, D, HV, K, V),
+        state_indices=env.ints(slots),
+        num_accepted=acc.to(env.dev),
+        pad_slot_id=pad,
+    )
+    # Ascend: padded rows are live to the kernel and write slot 0 from their own intermediate row
+    written = live | ({0} if pad is None and n_pad else set())
+    cost = env.gdn.scatter_accepted_cost(bs, HV, K, V)
+    state_bytes = bs * HV * K * V * 4
+    launcher = "kernels.gated_delta_rule.triton_recurrent:launch_scatter_accepted"
+    return Case("gdn_scatter_accepted", env.gdn.scatter_accepted, launcher, kw, (), {"state": written}, cost,
+                2 * state_bytes, 0.0, pad is None)  # fmt: skip
+
+
+def conv_update_case(env: Env, bs: int, *, small: bool, convention: str = "sglang", n_pad: int = 0, seed: int = 0):
+    torch = env.torch
+    dim, W = (40, 4) if small else ((64, 4) if env.dry else (8192, 4))
+    L = 1 if not small else 2  # small: a verify-like step of 2 tokens with intermediate windows
+    slots, pad, live = _rows(env, bs, n_pad, convention, seed)
+    N = bs + n_pad
+    g = env.gen(seed + 3)
+    act = torch.float32 if small else env.act
+    kw: dict[str, Any] = dict(
+        x=env.randn(g, N, L, dim, dtype=act),
+        conv_state=env.randn(g, bs + 1, dim, W - 1),
+        weight=env.randn(g, dim, W, dtype=act),
+        bias=env.randn(g, dim, dtype=act),
+        conv_state_indices=env.ints(slots),
+        intermediate_conv_windows=torch.empty(N, L, dim, W - 1, device=env.dev) if small else None,
+        out=torch.empty(N, L, dim, dtype=act, device=env.dev),
+        activation="silu",
+        disable_state_update=False,
+        pad_slot_id=pad,
+    )
+    outputs = ("out", "intermediate_conv_windows") if small else ("out",)
+    cost = env.conv.update_cost(bs, L, dim, W, act, state_dtype=torch.float32, intermediate=small)
+    written = live | ({0} if pad is None and n_pad else set())
+    tol = 2e-5 if small else (2e-2 if act == torch.bfloat16 else 1e-4)
+    launcher = "kernels.causal_conv1d.triton_conv:update_triton"
+    return Case("conv1d_update", env.conv.update, launcher, kw, outputs, {"conv_state": written}, cost,
+                2 * bs * dim * (W - 1) * 4, tol, pad is None, bs if pad is None else None)  # fmt: skip
+
+
+def conv_varlen_case(env: Env, bs: int, *, small: bool, convention: str = "sglang", n_pad: int = 0, seed: int = 0):
+    torch = env.torch
+    dim, W = (40, 4) if small else ((64, 4) if env.dry else (8192, 4))
+    slots, pad, live = _rows(env, bs, n_pad, convention, seed)
+    lens = [(1 + (n * 3) % 7) for n in range(bs)] + [0] * n_pad if small else [6 if env.dry else 512] * bs
+    T = sum(lens) + (2 if small else 0)
+    g = env.gen(seed + 4)
+    act = torch.float32 if small else env.act
+    init = [n % 3 != 1 for n in range(bs + n_pad)]
+    kw: dict[str, Any] = dict(
+        x=env.randn(g, T, dim, dtype=act),
+        weight=env.randn(g, dim, W, dtype=act),
+        bias=env.randn(g, dim, dtype=act),
+        conv_state=env.randn(g, bs + 1, dim, W - 1),
+        cache_indices=env.ints(slots),
+        has_initial_state=torch.tensor(init, device=env.dev),
+        cu_seqlens=_cu(env, lens),
+        out=torch.empty(T, dim, dtype=act, device=env.dev),
+        activation="silu",
+        pad_slot_id=pad,
+    )
+    cost = env.conv.varlen_cost(sum(lens), bs, dim, W, act, state_dtype=torch.float32)
+    tol = 2e-5 if small else (2e-2 if act == torch.bfloat16 else 1e-4)
+    launcher = "kernels.causal_conv1d.triton_conv:varlen_triton"
+    return Case("conv1d_varlen", env.conv.varlen, launcher, kw, ("out",), {"conv_state": live}, cost,
+                2 * bs * dim * (W - 1) * 4, tol, pad is None)  # fmt: skip
+
+
+def mamba2_case(env: Env, bs: int, *, small: bool, convention: str = "sglang", n_pad: int = 0, seed: int = 0):
+    torch = env.torch
+    nh, hd, ds, ng = (4, 12, 20, 2) if small else ((4, 16, 16, 2) if env.dry else (64, 64, 128, 8))
+    slots, pad, live = _rows(env, bs, n_pad, convention, seed)
+    N = bs + n_pad
+    g = env.gen(seed + 5)
+    act = torch.float32 if small else env.act
+    kw: dict[str, Any] = dict(
+        state=env.randn(g, bs + 1, nh, hd, ds, scale=0.3),
+        x=env.randn(g, N, nh, hd, dtype=act),
+        dt=env.rand(g, N, nh, 1).expand(N, nh, hd),  # per-head values expanded (stride 0), as engines pass them
+        A=-env.rand(g, nh, 1, 1, lo=0.1, hi=1.0).expand(nh, hd, ds),
+        B=env.randn(g, N, ng, ds, dtype=act),
+        C=env.randn(g, N, ng, ds, dtype=act),
+        D=env.randn(g, nh, 1).expand(nh, hd),
+        z=env.randn(g, N, nh, hd, dtype=act),
+        dt_bias=env.randn(g, nh, 1, scale=0.5).expand(nh, hd),
+        dt_softplus=True,
+        state_batch_indices=env.ints(slots),
+        pad_slot_id=pad,
+        out=torch.empty(N, nh, hd, dtype=act, device=env.dev),
+    )
+    cost = env.mamba2.selective_state_update_cost(bs, nh, hd, ds, ng, act)
+    written = live | ({0} if pad is None and n_pad else set())
+    tol = 2e-5 if small else (2e-2 if act == torch.bfloat16 else 1e-4)
+    launcher = "kernels.mamba2.triton_ssu:selective_state_update_triton"
+    return Case("mamba2_ssu", env.mamba2.selective_state_update, launcher, kw, ("out",), {"state": written}, cost,
+                2 * bs * nh * hd * ds * 4, tol, pad is None, bs if pad is None else None)  # fmt: skip
+
+
+def linear_attn_case(env: Env, bs: int, *, small: bool, convention: str = "sglang", n_pad: int = 0, seed: int = 0):
+    torch = env.torch
+    H, HV, K, V = (1, 2, 12, 20) if small else ((1, 2, 16, 16) if env.dry else (16, 32, 128, 128))
+    slots, pad, live = _rows(env, bs, n_pad, convention, seed)
+    lens = [1 + n % 3 for n in range(bs)] + [0] * n_pad if small else [1] * bs
+    T = sum(lens) + (2 if small else 0)
+    g = env.gen(seed + 6)
+    act = torch.float32 if small else env.act
+    kw: dict[str, Any] = dict(
+        q=env.randn(g, T, H, K, dtype=act),
+        k=env.randn(g, T, H, K, dtype=act, scale=0.3),
+        v=env.randn(g, T, HV, V, dtype=act),
+        state=env.randn(g, bs + 1, HV, K, V, scale=0.3),
+        state_indices=env.ints(slots),
+        cu_seqlens=_cu(env, lens),
+        scale=K**-0.5,
+        pad_slot_id=pad,
+        out=torch.empty(T, HV, V, dtype=act, device=env.dev),
+    )
+    cost = env.la.recurrent_cost(sum(lens), bs, H, HV, K, V, act)
+    tol = 2e-5 if small else (2e-2 if act == torch.bfloat16 else 1e-4)
+    launcher = "kernels.linear_attn.triton_recurrent:recurrent_triton"
+    return Case("linear_attn", env.la.recurrent, launcher, kw, ("out",), {"state": live}, cost,
+                2 * bs * HV * K * V * 4, tol, pad is None)  # fmt: skip
+
+
+BUILDERS: dict[str, Callable[..., Case]] = {
+    "gdn_decode": lambda env, bs, **kw: gdn_case(env, "decode", bs, **kw),
+    "gdn_gating_decode": lambda env, bs, **kw: gdn_case(env, "gating", bs, **kw),
+    "gdn_verify": lambda env, bs, **kw: gdn_case(env, "verify", bs, **kw),
+    "gdn_scatter_accepted": gdn_scatter_case,
+    "gdn_chunked": lambda env, bs, **kw: gdn_case(env, "chunked", bs, **kw),
+    "conv1d_update": conv_update_case,
+    "conv1d_varlen": conv_varlen_case,
+    "mamba2_ssu": mamba2_case,
+    "linear_attn": linear_attn_case,
+}
+SWEPT = {"gdn_decode": ((16, 32, 64, 128), (1, 2, 4, 8)), "gdn_chunked": ((16, 32, 64), (2, 4, 8))}
+
+
+# ------------------------------------------------------------------------------------------------ check
+
+
+def rel_err(env: Env, got, want) -> float:
+    """max |got - want| / max(1, max |want|), NaN-aware: NaN where the other side is not NaN is an error
+    (an unwritten poisoned row, or a row written that should not be); NaN on both sides is not."""
+    torch = env.torch
+    a, b = got.detach().double(), want.detach().double().to(got.device)
+    if a.numel() == 0:
+        return 0.0
+    both = a.isnan() & b.isnan()
+    diff = torch.where(both, torch.zeros_like(a), (a - b).abs())
+    diff = torch.where(diff.isnan(), torch.full_like(diff, float("inf")), diff)
+    scale = max(1.0, float(torch.nan_to_num(b, nan=0.0).abs().max()))
+    return float(diff.max()) / scale
+
+
+def _fresh(env: Env, case: Case, dtype=None) -> dict[str, Any]:
+    """A copy of the arguments (floats in ``dtype`` when given), outputs poisoned with NaN."""
+    torch = env.torch
+    out = {}
+    for k, v in case.kwargs.items():
+        if isinstance(v, torch.Tensor):
+            v = v.clone() if dtype is None or not v.is_floating_point() else v.to(dtype)  # .to copies
+            if k in case.outputs:
+                v.fill_(float("nan"))
+        out[k] = v
+    return out
+
+
+def check_case(env: Env, case: Case, *, block_v: int | None = None, num_warps: int | None = None) -> dict:
+    """Triton (the public op, or the launcher with a configuration) vs the op's reference in float64 on the
+    same device. Returns a row with the errors, the untouched-slot verdict and ``ok``."""
+    torch = env.torch
+    tri = _fresh(env, case)
+    if block_v is None and num_warps is None:
+        case.op(**tri, impl="triton")
+    else:
+        launch(case, tri, block_v=block_v, num_warps=num_warps)
+    ref = _fresh(env, case, torch.float64)
+    case.op(**ref, impl="reference")
+    rows = slice(case.compare_rows)  # slice(None): all
+    errs = {name: rel_err(env, tri[name][rows], ref[name][rows]) for name in case.outputs}
+    untouched = True
+    for pool, written in case.pools.items():
+        before, after, want = case.kwargs[pool], tri[pool], ref[pool]
+        for s in range(before.shape[0]):
+            if case.ascend and s == 0:
+                continue  # padded rows race on the dummy slot: never compared on a device
+            if s in written:
+                errs[f"{pool}[written]"] = max(errs.get(f"{pool}[written]", 0.0), rel_err(env, after[s], want[s]))
+            elif not torch.equal(after[s], before[s]):
+                untouched = False
+    ok = untouched and all(e <= case.tol for e in errs.values())
+    return dict(errors=errs, untouched=untouched, tol=case.tol, ok=ok)
+
+
+def launch(case: Case, kwargs: dict[str, Any], **config) -> Any:
+    """The case's Triton launcher on ``kwargs`` with an explicit configuration; returns the compiled kernel."""
+    module, _, name = case.launcher.partition(":")
+    fn = getattr(importlib.import_module(module), name)
+    extra = {k: v for k, v in config.items() if v is not None}
+    args = {k: v for k, v in kwargs.items() if k not in ("impl",)}
+    if case.name.startswith("gdn_") and case.name != "gdn_scatter_accepted":
+        args.setdefault("intermediate_states", None)
+    if case.name == "gdn_chunked":
+        args.pop("intermediate_states", None)
+    return fn(**args, **extra)
+
+
+def resources(kernel: Any) -> dict[str, Any]:
+    """Registers and spill bytes of a compiled kernel (None in the interpreter)."""
+    if kernel is not None and hasattr(kernel, "_init_handles"):
+        kernel._init_handles()  # n_regs / n_spills are read from the loaded module
+    if kernel is None or not hasattr(kernel, "n_regs"):
+        return {"n_regs": None, "n_spills": None}
+    return {"n_regs": int(kernel.n_regs), "n_spills": int(kernel.n_spills), "shared": int(kernel.metadata.shared)}
+
+
+def padding_checks(env: Env, ops: list[str]) -> list[dict]:
+    """Every op at small awkward shapes under the three padding conventions, two padded rows each."""
+    rows = []
+    for op in ops:
+        build = BUILDERS[op]
+        for convention in CONVENTIONS:
+            try:
+                case = build(env, 3, small=True, convention=convention, n_pad=2, seed=len(rows))
+                rows.append(dict(check=f"{op}/{convention}", **check_case(env, case)))
+            except Exception:
+                rows.append(dict(check=f"{op}/{convention}", ok=False, trace=traceback.format_exc()))
+            print(f"check {rows[-1]['check']:<32} ok={rows[-1]['ok']}")
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------ timing
+
+
+def measure_us(env: Env, fn: Callable[[], Any]) -> tuple[float, str]:
     """Median microseconds of one fn() call, and how it was measured ("graph", "events" or "wall")."""
+    torch, reps = env.torch, env.reps
     fn()  # compile / warm up
-    if DEV.type == "cpu":
+    if env.dev.type == "cpu":
         ts = []
-        for _ in range(max(3, reps // 10)):
+        for _ in range(reps):
             t = time.perf_counter()
             fn()
             ts.append(time.perf_counter() - t)
@@ -78,20 +500,15 @@ def measure_us(fn, reps: int) -> tuple[float, str]:
             fn()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    mode = "graph"
     try:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             for _ in range(INNER):
                 fn()
-        run, per = graph.replay, INNER
-    except Exception:  # capture refused: fall back to eager launches (host overhead included)
-        mode, per = "events", 1
+        run, per, mode = graph.replay, INNER, "graph"
+    except Exception:  # capture refused: events around eager calls (host overhead included)
         torch.cuda.synchronize()
-
-        def run():
-            fn()
-
+        run, per, mode = fn, 1, "events"
     run()
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -104,341 +521,167 @@ def measure_us(fn, reps: int) -> tuple[float, str]:
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)) * 1e3 / per, mode
 
 
-def copy_us(nbytes: int, reps: int) -> float:
-    src = torch.randn(nbytes // 4, device=DEV)
-    dst = torch.empty_like(src)
-    t, _ = measure_us(lambda: dst.copy_(src), reps)
-    return t
+class Timer:
+    """Times cases against the device copy floor (cached per byte count) and collects rows."""
 
+    def __init__(self, env: Env) -> None:
+        self.env, self.rows, self._floors = env, [], {}
 
-# ------------------------------------------------------------------------------------------- helpers
+    def floor_us(self, nbytes: int) -> float:
+        if nbytes not in self._floors:
+            torch = self.env.torch
+            src = torch.randn(max(nbytes // 8, 1), device=self.env.dev)  # read nbytes/2, write nbytes/2
+            dst = torch.empty_like(src)
+            self._floors[nbytes] = measure_us(self.env, lambda: dst.copy_(src))[0]
+        return self._floors[nbytes]
 
-
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.detach().double().cpu(), b.detach().double().cpu()
-    return 0.0 if b.numel() == 0 else (a - b).abs().max().item() / max(1.0, b.abs().max().item())
-
-
-def gdn_inputs(lens, slots, H, HV, K, V, num_slots, dtype=torch.float32, seed=0, device=DEV):
-    g = torch.Generator().manual_seed(seed)
-    T = sum(lens)
-    k = torch.nn.functional.normalize(torch.randn(T, H, K, generator=g), dim=-1)
-    x = dict(
-        q=torch.randn(T, H, K, generator=g).to(dtype),
-        k=k.to(dtype),
-        v=torch.randn(T, HV, V, generator=g).to(dtype),
-        g=-(0.02 + 0.5 * torch.rand(T, HV, generator=g)),
-        beta=0.1 + 0.8 * torch.rand(T, HV, generator=g),
-        state=0.5 * torch.randn(num_slots, HV, K, V, generator=g),
-        state_indices=torch.tensor(slots, dtype=torch.int32),
-        cu_seqlens=torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32),
-    )
-    return {n: t.to(device) for n, t in x.items()}
-
-
-ARGS6 = ("q", "k", "v", "g", "beta", "state")
-
-
-def check_gdn(results: list) -> None:
-    """Triton on DEV vs the float64 reference on the CPU, small awkward cases."""
-    cases = [
-        ("decode-sglang", [1, 1, 1, 0], [0, 5, 7, -1], -1, 2, 4, 16, 24, 8),
-        ("extend-vllm-gva", [5, 0, 3, 2], [1, 6, 0, 3], 0, 1, 3, 20, 12, 7),
-        ("ascend-dummy", [2, 1, 1], [1, 2, 0], None, 2, 2, 128, 128, 4),
-    ]
-    for name, lens, slots, pad, H, HV, K, V, ns in cases:
-        x = gdn_inputs(lens, slots, H, HV, K, V, ns)
-        x64 = {n: (t.double() if t.is_floating_point() else t).cpu() for n, t in x.items()}
-        exp_state = x64["state"].clone()
-        exp = gdn.recurrent(
-            *(x64[n] for n in ARGS6[:5]), exp_state, x64["state_indices"], x64["cu_seqlens"],
-            use_qk_l2norm=True, pad_slot_id=pad, impl="reference",
+    def time(self, op: str, bs: int, case: Case, check: dict, *, block_v=None, num_warps=None) -> dict:
+        env = self.env
+        kw = case.kwargs  # as built: engine layouts (stride-0 expanded parameters) kept
+        kernel = launch(case, kw, block_v=block_v, num_warps=num_warps)
+        if block_v is None and num_warps is None:
+            t, mode = measure_us(env, lambda: case.op(**kw, impl="triton"))
+        else:
+            t, mode = measure_us(env, lambda: launch(case, kw, block_v=block_v, num_warps=num_warps))
+        floor = self.floor_us(case.copy_bytes)
+        foot = case.footprint()
+        row = dict(
+            op=op, bs=bs, block_v=block_v, num_warps=num_warps, median_us=t, mode=mode,
+            bytes=case.cost.bytes, GBps=case.cost.bytes / t / 1e3, TFLOPs=case.cost.flops / t / 1e6,
+            copy_us=floor, frac_of_copy=floor / t, footprint_bytes=foot,
+            l2_resident=None if env.l2_bytes is None else foot <= env.l2_bytes,
+            max_rel_err=max(check["errors"].values(), default=0.0), **resources(kernel),
         )  # fmt: skip
-        written = {s for s, n in zip(slots, lens, strict=True) if n and (pad is None or s > pad)}
-        for op in ("recurrent", "chunked"):
-            state = x["state"].clone()
-            out = torch.full_like(x["v"], float("nan"))
-            fn = gdn.recurrent if op == "recurrent" else gdn.chunked
-            kw = {} if op == "recurrent" else {"chunk_size": 16}
-            fn(
-                *(x[n] for n in ARGS6[:5]), state, x["state_indices"], x["cu_seqlens"], use_qk_l2norm=True,
-                pad_slot_id=pad, out=out, impl="triton", **kw,
-            )  # fmt: skip
-            untouched = all(torch.equal(state[s], x["state"][s]) for s in range(ns) if s not in written)
-            e_out, e_state = rel_err(out, exp), rel_err(state, exp_state)
-            ok = e_out < 2e-5 and e_state < 2e-5 and untouched and not out.isnan().any().item()
-            results.append(dict(check=f"gdn_{op}/{name}", out_err=e_out, state_err=e_state, untouched=untouched, ok=ok))
-    # verify + scatter vs decoding the accepted tokens one by one (reference)
-    D, lens, slots = 3, [3, 3, 0], [2, 5, -1]
-    x = gdn_inputs(lens, slots, 1, 2, 12, 10, 6)
-    inter = torch.full((3, D, 2, 12, 10), float("nan"), device=DEV)
-    state = x["state"].clone()
-    gdn.recurrent(
-        *(x[n] for n in ARGS6[:5]), state, x["state_indices"], x["cu_seqlens"], intermediate_states=inter,
-        disable_state_update=True, impl="triton",
-    )  # fmt: skip
-    acc = torch.tensor([2, 3, 9], dtype=torch.int32, device=DEV)
-    gdn.scatter_accepted(state, inter, x["state_indices"], acc, impl="triton")
-    seq = x["state"].clone().cpu()
-    xc = {n: t.cpu() for n, t in x.items()}
-    for step in range(D):
-        rows = [n for n in range(2) if step < int(acc[n])]
-        tok = torch.tensor([int(xc["cu_seqlens"][n]) + step for n in rows])
-        gdn.recurrent(
-            *(xc[n][tok] for n in ARGS6[:5]), seq, xc["state_indices"][rows].contiguous(),
-            torch.arange(len(rows) + 1, dtype=torch.int32), impl="reference",
-        )  # fmt: skip
-    err = max(rel_err(state[s], seq[s]) for s in (2, 5))
-    untouched = all(torch.equal(state[s].cpu(), xc["state"][s]) for s in (0, 1, 3, 4))
-    results.append(dict(check="gdn_verify_scatter", state_err=err, untouched=untouched, ok=err < 2e-5 and untouched))
-
-
-# ------------------------------------------------------------------------------------------- benches
-
-
-def bench_gdn_decode(bs, reps, H=16, HV=32, K=128, V=128, block_v=None, num_warps=None, fused=False):
-    x = gdn_inputs([1] * bs, list(range(1, bs + 1)), H, HV, K, V, bs + 1, dtype=ACT)
-    out = torch.empty_like(x["v"])
-    idx, cu = x["state_indices"], x["cu_seqlens"]
-    q, k, v, g, beta, state = (x[n] for n in ARGS6)
-    if fused:
-        a, b = torch.randn_like(g), torch.randn_like(beta)
-        A_log, dt_bias = torch.randn(HV, device=DEV) * 0.5, torch.randn(HV, device=DEV) * 0.5
-
-        def fn():
-            gdn.fused_gating(q, k, v, a, b, A_log, dt_bias, state, idx, cu, use_qk_l2norm=True, out=out, impl="triton")
-    elif block_v is None and num_warps is None:
-
-        def fn():
-            gdn.recurrent(q, k, v, g, beta, state, idx, cu, use_qk_l2norm=True, out=out, impl="triton")
-    else:
-
-        def fn():
-            launch_recurrent(
-                q, k, v, g, beta, state, idx, cu, out, scale=K**-0.5, use_qk_l2norm=True,
-                has_initial_state=None, intermediate_states=None, disable_state_update=False,
-                pad_slot_id=-1, block_v=block_v, num_warps=num_warps,
-            )  # fmt: skip
-
-    # correctness at the benchmark shape: new states (fp32 on both sides) vs the reference on the device
-    err = None
-    if not fused:
-        s_ref, s_tri = state.clone(), state.clone()
-        gdn.recurrent(q, k, v, g, beta, s_ref, idx, cu, use_qk_l2norm=True, impl="reference")
-        gdn.recurrent(q, k, v, g, beta, s_tri, idx, cu, use_qk_l2norm=True, impl="triton")
-        err = rel_err(s_tri, s_ref)
-        del s_ref, s_tri
-    t, mode = measure_us(fn, reps)
-    cost = gdn.recurrent_cost(bs, bs, H, HV, K, V, torch.bfloat16, fused_gating=fused, use_qk_l2norm=True)
-    return t, mode, cost.bytes, bs * HV * K * V * 4, err
-
-
-def bench_gdn_verify(bs, reps, D=4, H=16, HV=32, K=128, V=128):
-    x = gdn_inputs([D] * bs, list(range(1, bs + 1)), H, HV, K, V, bs + 1, dtype=ACT)
-    inter = torch.empty(bs, D, HV, K, V, device=DEV)
-    out = torch.empty_like(x["v"])
-
-    def fn():
-        gdn.recurrent(
-            *(x[n] for n in ARGS6), x["state_indices"], x["cu_seqlens"], use_qk_l2norm=True,
-            intermediate_states=inter, disable_state_update=True, out=out, impl="triton",
-        )  # fmt: skip
-
-    t, mode = measure_us(fn, reps)
-    cost = gdn.recurrent_cost(bs * D, bs, H, HV, K, V, torch.bfloat16, num_intermediate=bs * D)
-    # floor: the bytes it must move (one state read, D states written) as a copy
-    return t, mode, cost.bytes, bs * HV * K * V * 4 * (D + 1) // 2, None
-
-
-def bench_gdn_scatter(bs, reps, D=4, HV=32, K=128, V=128):
-    inter = torch.randn(bs, D, HV, K, V, device=DEV)
-    state = torch.zeros(bs + 1, HV, K, V, device=DEV)
-    idx = torch.arange(1, bs + 1, dtype=torch.int32, device=DEV)
-    acc = torch.randint(1, D + 1, (bs,), dtype=torch.int32, device=DEV)
-    t, mode = measure_us(lambda: gdn.scatter_accepted(state, inter, idx, acc, impl="triton"), reps)
-    return t, mode, gdn.scatter_accepted_cost(bs, HV, K, V).bytes, bs * HV * K * V * 4, None
-
-
-def bench_gdn_chunked(n_seq, reps, seqlen=1024, H=16, HV=32, K=128, V=128):
-    x = gdn_inputs([seqlen] * n_seq, list(range(1, n_seq + 1)), H, HV, K, V, n_seq + 1, dtype=ACT)
-    out = torch.empty_like(x["v"])
-
-    def fn():
-        gdn.chunked(
-            *(x[n] for n in ARGS6), x["state_indices"], x["cu_seqlens"], use_qk_l2norm=True, out=out, impl="triton"
+        self.rows.append(row)
+        cfg = "" if block_v is None and num_warps is None else f" bv={block_v} nw={num_warps}"
+        l2 = " L2" if row["l2_resident"] else ""
+        regs = "" if row["n_regs"] is None else f"  regs {row['n_regs']} spill {row['n_spills']}B"
+        print(
+            f"{op:<22} bs={bs:<4}{cfg} {t:9.1f} us  {row['GBps']:7.1f} GB/s{l2}  frac {row['frac_of_copy']:.2f}  "
+            f"[{mode}]  err {row['max_rel_err']:.1e}{regs}"
         )
-
-    t, mode = measure_us(fn, reps)
-    c = gdn.chunked_cost(n_seq * seqlen, n_seq, H, HV, K, V)
-    return t, mode, c.bytes, n_seq * HV * K * V * 4, None, c.flops
+        return row
 
 
-def bench_other(op: str, bs: int, reps: int):
-    """Decode timings of the other kernel folders through their public functions (impl="triton")."""
-    if op == "linear_attn":
-        from kernels import linear_attn
-
-        H, HV, K, V = 16, 32, 128, 128
-        x = gdn_inputs([1] * bs, list(range(1, bs + 1)), H, HV, K, V, bs + 1, dtype=torch.bfloat16)
-        out = torch.empty_like(x["v"])
-
-        def fn():
-            linear_attn.recurrent(
-                x["q"], x["k"], x["v"], x["state"], x["state_indices"], x["cu_seqlens"], out=out, impl="triton"
-            )
-
-        nbytes = bs * HV * K * V * 4
-    elif op == "mamba2":
-        from kernels import mamba2
-
-        nh, hd, ds, ng = 64, 64, 128, 8
-        state = torch.randn(bs + 1, nh, hd, ds, device=DEV) * 0.1
-        xx = torch.randn(bs, nh, hd, device=DEV, dtype=torch.bfloat16)
-        dt = torch.rand(bs, nh, 1, device=DEV).expand(bs, nh, hd)
-        A = -torch.rand(nh, 1, 1, device=DEV).expand(nh, hd, ds)
-        B, C = (torch.randn(bs, ng, ds, device=DEV, dtype=torch.bfloat16) for _ in range(2))
-        idx = torch.arange(1, bs + 1, dtype=torch.int32, device=DEV)
-        out = torch.empty_like(xx)
-
-        def fn():
-            mamba2.selective_state_update(state, xx, dt, A, B, C, state_batch_indices=idx, out=out, impl="triton")
-
-        nbytes = bs * nh * hd * ds * 4
-    elif op == "causal_conv1d":
-        from kernels import causal_conv1d
-
-        dim, W = 8192, 4
-        state = torch.randn(bs + 1, dim, W - 1, device=DEV)
-        xx = torch.randn(bs, 1, dim, device=DEV, dtype=torch.bfloat16)
-        w = torch.randn(dim, W, device=DEV, dtype=torch.bfloat16)
-        idx = torch.arange(1, bs + 1, dtype=torch.int32, device=DEV)
-        out = torch.empty_like(xx)
-
-        def fn():
-            causal_conv1d.update(xx, state, w, conv_state_indices=idx, activation="silu", out=out, impl="triton")
-
-        nbytes = bs * dim * (W - 1) * 4
-    else:
-        raise ValueError(op)
-    t, mode = measure_us(fn, reps)
-    return t, mode, 2 * nbytes, nbytes, None
+# ------------------------------------------------------------------------------------------------ fla
 
 
-# ---------------------------------------------------------------------------------------------- main
+def fla_rows(env: Env, batches: list[int]) -> list[dict]:
+    """flash-linear-attention's fused_recurrent_gated_delta_rule on the decode shapes, beside ours."""
+    try:
+        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+    except Exception as e:  # not installed, or broken: the comparison is optional
+        print(f"fla comparison skipped: flash-linear-attention does not import ({type(e).__name__}: {e})")
+        return [{"skipped": f"fla does not import: {type(e).__name__}: {e}"}]
+    rows: list[dict] = []
+    for bs in batches:
+        if env.over_budget():
+            break
+        case = gdn_case(env, "decode", bs, small=False)
+        kw = case.kwargs
+        h0 = kw["state"][1 : bs + 1][kw["state_indices"].long() - 1]  # fla takes one initial state per sequence
+
+        def fla_call(kw=kw, h0=h0):
+            return fused_recurrent_gated_delta_rule(
+                q=kw["q"][None], k=kw["k"][None], v=kw["v"][None], g=kw["g"][None], beta=kw["beta"][None],
+                scale=kw["scale"], initial_state=h0, output_final_state=True, use_qk_l2norm_in_kernel=True,
+                cu_seqlens=kw["cu_seqlens"].long(),
+            )  # fmt: skip
+
+        try:
+            o, _ = fla_call()
+            ours = _fresh(env, case)
+            case.op(**ours, impl="triton")
+            err = rel_err(env, o[0].float(), ours["out"].float())
+            t, mode = measure_us(env, fla_call)
+            rows.append(dict(op="fla_fused_recurrent_gdn", bs=bs, median_us=t, mode=mode, out_diff_vs_ours=err))
+            print(f"fla fused_recurrent     bs={bs:<4} {t:9.1f} us  [{mode}]  out diff vs ours {err:.1e}")
+        except Exception:
+            rows.append(dict(op="fla_fused_recurrent_gdn", bs=bs, error=traceback.format_exc()))
+            print(f"fla bs={bs}: error\n{rows[-1]['error']}")
+    return rows
 
 
-def main() -> int:
-    dry = ARGS.dry_run
-    if not dry and not torch.cuda.is_available():
-        print("no CUDA device: use --dry-run for the CPU interpreter smoke test")
+# ------------------------------------------------------------------------------------------------ main
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not args.dry_run:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("no CUDA device: use --dry-run for the CPU interpreter run of the same code paths")
+            return 2
+    ops = args.ops or list(BUILDERS)
+    unknown = sorted(set(ops) - set(BUILDERS))
+    if unknown:
+        print(f"--ops: unknown {unknown}; known: {list(BUILDERS)}")
         return 2
-    batches = ARGS.batches or ([1, 4] if dry else [1, 2, 4, 8, 16, 32, 64, 128, 256, 512])
-    reps = 3 if dry else ARGS.reps
-    report: dict = {
+    env = Env(args)
+    batches = args.batches or ([2] if env.dry else [1, 4, 16, 64, 256, 512])
+    report: dict[str, Any] = {
         "meta": {
-            "device": "cpu (TRITON_INTERPRET=1)" if dry else torch.cuda.get_device_name(),
-            "torch": torch.__version__,
-            "triton": __import__("triton").__version__,
+            "device": "cpu (TRITON_INTERPRET=1)" if env.dry else env.torch.cuda.get_device_name(env.dev),
+            "device_type": env.dev.type,
+            "torch": env.torch.__version__,
+            "triton": importlib.import_module("triton").__version__,
+            "l2_bytes": env.l2_bytes,
             "inner_calls_per_graph": INNER,
-            "reps": reps,
-            "dry_run": dry,
+            "reps": env.reps,
+            "dry_run": env.dry,
         },
-        "checks": [],
+        "checks": padding_checks(env, ops),
         "timings": [],
         "errors": [],
     }
-    try:
-        check_gdn(report["checks"])
-    except Exception:
-        report["errors"].append({"stage": "check_gdn", "trace": traceback.format_exc()})
-    for c in report["checks"]:
-        print("check", c)
-
-    small = dict(H=1, HV=2, K=16, V=16) if dry else {}
-    floors: dict[int, float] = {}
-
-    def record(op, bs, res, **extra):
-        t, mode, nbytes, state_bytes, err = res[:5]
-        if state_bytes not in floors:
-            floors[state_bytes] = copy_us(state_bytes, reps)
-        floor = floors[state_bytes]
-        row = dict(
-            op=op, bs=bs, median_us=t, mode=mode, bytes=nbytes, GBps=nbytes / t / 1e3,
-            copy_us=floor, copy_GBps=2 * state_bytes / floor / 1e3, frac_of_copy=floor / t, max_rel_err=err,
-            **extra,
-        )  # fmt: skip
-        if len(res) > 5:
-            row["TFLOPs"] = res[5] / t / 1e6
-        report["timings"].append(row)
-        print(
-            f"{op:<28} bs={bs:<4} {t:9.1f} us  {row['GBps']:8.1f} GB/s  copy {row['copy_GBps']:8.1f} GB/s  "
-            f"frac {row['frac_of_copy']:.2f}  [{mode}]" + (f"  err {err:.1e}" if err is not None else "")
-        )
-
-    plan = [("gdn_decode", bs) for bs in batches]
-    plan += [("gdn_fused_gating_decode", bs) for bs in batches]
-    plan += [("gdn_verify_D4", bs) for bs in batches if bs <= 256]
-    plan += [("gdn_scatter_accepted_D4", bs) for bs in batches if bs <= 256]
-    plan += [(f"{op}_decode", bs) for op in ("linear_attn", "mamba2", "causal_conv1d") for bs in batches]
-    plan += [("gdn_chunked_prefill", n) for n in ([1] if dry else [1, 4])]
+    timer = Timer(env)
+    plan = [(op, bs) for op in ops for bs in batches]
+    plan = [(op, bs) for op, bs in plan if not (op == "gdn_chunked" and bs > 16)]
+    if args.sweep:
+        swept = [op for op in SWEPT if op in ops]
+        plan += [(f"{op}@sweep", bs) for op in swept for bs in (batches[-1:] if op == "gdn_decode" else batches[:1])]
     for op, bs in plan:
-        if time.time() - T0 > ARGS.budget_s:
-            report["errors"].append({"stage": op, "trace": f"skipped: budget {ARGS.budget_s}s spent"})
+        if env.over_budget():
+            report["errors"].append({"stage": f"{op} bs={bs}", "trace": f"skipped: budget {args.budget_s}s spent"})
             continue
+        name = op.removesuffix("@sweep")
         try:
-            if op == "gdn_decode":
-                record(op, bs, bench_gdn_decode(bs, reps, **small))
-            elif op == "gdn_fused_gating_decode":
-                record(op, bs, bench_gdn_decode(bs, reps, fused=True, **small))
-            elif op == "gdn_verify_D4":
-                record(op, bs, bench_gdn_verify(bs, reps, **small))
-            elif op == "gdn_scatter_accepted_D4":
-                record(op, bs, bench_gdn_scatter(bs, reps, **{k: small[k] for k in ("HV", "K", "V") if k in small}))
-            elif op == "gdn_chunked_prefill":
-                record(
-                    op, bs, bench_gdn_chunked(bs, reps, seqlen=32 if dry else 1024, **small), seqlen=32 if dry else 1024
-                )
-            else:
-                if dry:
-                    continue  # the other folders run their own interpreter tests; GPU only here
-                record(op, bs, bench_other(op.removesuffix("_decode"), bs, reps))
+            case = BUILDERS[name](env, bs, small=False)
+            configs = [(None, None)]
+            if op.endswith("@sweep"):
+                configs = [(bv, nw) for bv in SWEPT[name][0] for nw in SWEPT[name][1]]
+                if env.dry:
+                    configs = configs[:1]
+            for bv, nw in configs:
+                chk = check_case(env, case, block_v=bv, num_warps=nw)
+                report["checks"].append(dict(check=f"{name}/bs={bs}/bv={bv}/nw={nw}", **chk))
+                if not chk["ok"]:
+                    print(f"{name} bs={bs} bv={bv} nw={nw}: CHECK FAILED {chk['errors']} untouched={chk['untouched']}")
+                    continue  # a wrong configuration's time does not count
+                timer.time(name, bs, case, chk, block_v=bv, num_warps=nw)
+            del case
         except Exception:
             report["errors"].append({"stage": f"{op} bs={bs}", "trace": traceback.format_exc()})
             print(f"{op} bs={bs}: error\n{traceback.format_exc()}")
-        if DEV.type == "cuda":
-            torch.cuda.empty_cache()
-
-    if ARGS.sweep and not dry:
-        for bs in (b for b in batches if b >= 64):
-            for bv in (16, 32, 64, 128):
-                for nw in (1, 2, 4, 8):
-                    if time.time() - T0 > ARGS.budget_s:
-                        break
-                    try:
-                        record(
-                            "gdn_decode_sweep",
-                            bs,
-                            bench_gdn_decode(bs, reps, block_v=bv, num_warps=nw),
-                            block_v=bv,
-                            num_warps=nw,
-                        )
-                    except Exception:
-                        report["errors"].append(
-                            {"stage": f"sweep bs={bs} bv={bv} nw={nw}", "trace": traceback.format_exc()}
-                        )
-
-    big = [r for r in report["timings"] if r["op"] == "gdn_decode" and r["bs"] >= 64]
+        if env.dev.type == "cuda":
+            env.torch.cuda.empty_cache()
+    report["timings"] = timer.rows
+    report["fla"] = fla_rows(env, batches) if "gdn_decode" in ops else []
+    big = [r for r in timer.rows if r["op"] == "gdn_decode" and r["bs"] >= 64 and r["block_v"] is None]
     report["target"] = {
         "gdn_decode_frac_of_copy_min_bs_ge_64": min((r["frac_of_copy"] for r in big), default=None),
         "goal": 0.8,
     }
-    report["checks_ok"] = all(c["ok"] for c in report["checks"]) and bool(report["checks"])
-    report["elapsed_s"] = time.time() - T0
-    out = Path(ARGS.out or REPO / "benchmarks" / "results" / ("gpu_kernels_dryrun.json" if dry else "gpu_kernels.json"))
+    report["checks_ok"] = bool(report["checks"]) and all(c["ok"] for c in report["checks"])
+    report["elapsed_s"] = time.time() - env.t0
+    default = f"gpu_kernels_dryrun_{env.dev.type}.json" if env.dry else f"gpu_kernels_{env.dev.type}.json"
+    out = Path(args.out or REPO / "benchmarks" / "results" / default)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
-    print(f"checks ok: {report['checks_ok']}  target: {report['target']}  errors: {len(report['errors'])}")
-    print(f"wrote {out} in {report['elapsed_s']:.0f}s")
+    out.write_text(json.dumps(report, indent=1, default=str))
+    failed = [c["check"] for c in report["checks"] if not c["ok"]]
+    print(f"checks ok: {report['checks_ok']} (failed: {failed})  target: {report['target']}")
+    print(f"errors: {len(report['errors'])}  wrote {out} in {report['elapsed_s']:.0f}s")
     return 0 if report["checks_ok"] and not report["errors"] else 1
 
 

@@ -61,8 +61,9 @@ def test_npu_backend_host_extras():
     rows = pool.alloc(3)
     be = NpuMetadataBackend(pool, buckets=[4], draft_tokens=2)
     meta = be.init_forward_metadata_out_graph(Batch.target_verify(rows, [5, 6, 7], 2))
-    assert meta.extras["seq_lens_cpu"] == [5, 6, 7, 0]  # Ascend fill value 0
-    assert torch.equal(meta.extras["gdn_token_indices"], torch.arange(8, dtype=torch.int32))
+    assert not hasattr(meta, "seq_lens_cpu")  # no kernel here takes host lengths (see backends/npu.py)
+    assert meta.seq_lens.tolist() == [5, 6, 7, 0]  # Ascend fill value 0
+    assert torch.equal(meta.intermediate_token_indices, torch.arange(8, dtype=torch.int32))
     assert meta.state_indices.tolist()[-1] == 0  # padded row on the dummy slot
 
 
@@ -76,15 +77,15 @@ def test_capture_metadata_points_at_dummy_slot():
         be.init_forward_metadata_out_graph(Batch.extend(pool.alloc(1), [3]))
 
 
-def test_npu_backend_on_a_device_pool_reads_host_lengths_before_the_copy():
-    """The pool on another device ("meta" stands in for the NPU): a host batch is moved, its host lengths
-    are kept for NPUGraph.update, and capture has none."""
+def test_npu_backend_on_a_device_pool_moves_a_host_batch():
+    """The pool on another device ("meta" stands in for the NPU): a host batch is moved there; no host copy
+    of the lengths is kept (nothing would read it: no NPUGraph.update here)."""
     pool = StatePool(8, "sglang-ascend", device="meta")
     be = NpuMetadataBackend(pool, buckets=[4], draft_tokens=2)
     cap = be.init_forward_metadata_out_graph(Batch.for_capture("decode", 4, device="meta"), in_capture=True)
-    assert cap.extras["seq_lens_cpu"] is None
+    assert not hasattr(cap, "seq_lens_cpu")
     host_rows = torch.tensor([1, 2, 3])  # the scheduler's host copy of the request rows
     pool._slots_of.update({1: [1], 2: [2], 3: [3]})  # allocated rows (a meta pool cannot hold values)
     meta = be.init_forward_metadata_out_graph(Batch.decode(host_rows, [5, 6, 7]))
-    assert meta.extras["seq_lens_cpu"] == [5, 6, 7, 0]
+    assert not hasattr(meta, "seq_lens_cpu") and meta.seq_lens.device.type == "meta"
     assert meta.state_indices.device.type == "meta"

@@ -71,7 +71,7 @@ def test_good_subclasses_are_clean() -> None:
     report = check(FIXTURES / "ctr_good.py", BASE)
     assert report.ok and report.findings == []
     assert report.checked == ["GoodBackend", "KwargsBackend", "ExtraOptionalBackend"]
-    assert report.read_from_source == []
+    assert report.read_from_source == [str(FIXTURES / "ctr_good.py")]
     assert report.methods == ("init_forward_metadata", OUT_GRAPH, "init_forward_metadata_in_graph")
     assert str(report).endswith("OK: no findings")
     assert check(FIXTURES / "ctr_good.py", HOOKS).ok
@@ -219,8 +219,6 @@ def test_unimportable_module_is_read_from_source(base: str) -> None:
     base_arg = importlib.import_module("ctr_base").MetadataBackend if base == "class" else base
     report = check(FIXTURES / "ctr_npu.py", base_arg)
     assert report.read_from_source == [str(FIXTURES / "ctr_npu.py")]
-    assert "read source of" in str(report)
-    assert "No module named 'torch_npu_does_not_exist'" in str(report)
     assert report.checked == ["_NpuCommon", "NpuBackend", "NpuFromGood", "NpuDeviceBackend"]
     assert summary(report) == NPU_EXPECTED
     assert report.findings[0].message == (
@@ -239,8 +237,7 @@ def test_source_read_messages_match_the_code_run_for_real() -> None:
 
 def test_base_that_cannot_import_is_read_from_source_too() -> None:
     report = check(FIXTURES / "ctr_npu.py", "ctr_npu:_NpuCommon")
-    assert report.read_from_source == [str(FIXTURES / "ctr_npu.py")] * 2  # as the base's module and as target
-    assert "read source of base" in str(report)
+    assert report.read_from_source == [str(FIXTURES / "ctr_npu.py")]
     assert set(report.methods) == {"init_forward_metadata", OUT_GRAPH, "init_forward_metadata_in_graph"}
     assert report.checked == ["NpuBackend"]
     assert summary(report) == NPU_EXPECTED[:1]
@@ -248,7 +245,9 @@ def test_base_that_cannot_import_is_read_from_source_too() -> None:
 
 def test_package_with_relative_import_and_a_dotted_target() -> None:
     report = check(FIXTURES / "ctr_pkg", BASE)
-    assert report.read_from_source == [str(FIXTURES / "ctr_pkg" / "npu.py")]
+    assert report.read_from_source == [
+        str(FIXTURES / "ctr_pkg" / name) for name in ("__init__.py", "common.py", "npu.py")
+    ]
     assert report.checked == ["PkgCommon", "PkgNpuBackend"]
     line = line_of("ctr_pkg/npu.py", "*, stream)")
     assert summary(report) == [("PkgNpuBackend", OUT_GRAPH, NEW_REQUIRED, line)]
@@ -265,7 +264,7 @@ def test_targets_as_module_object_dotted_name_directory_and_list() -> None:
     assert summary(both) == by_path + NPU_EXPECTED
     everything = check(FIXTURES, BASE)
     assert len(everything.findings) == len(by_path) + 2 + 2 + 1  # broken, chain, npu, package
-    assert len(everything.read_from_source) == 2
+    assert len(everything.read_from_source) == len(list(FIXTURES.rglob("*.py")))
 
 
 def test_methods_argument_and_private_methods() -> None:
@@ -280,9 +279,9 @@ def test_methods_argument_and_private_methods() -> None:
 def test_unknown_target_or_base_is_an_error() -> None:
     with pytest.raises(ContractError, match="no module or path"):
         check("no_such_module_for_contracts", BASE)
-    with pytest.raises(ContractError, match="cannot import or find base class"):
+    with pytest.raises(ContractError, match="base class no_such_module_for_contracts:Base not found"):
         check(FIXTURES / "ctr_good.py", "no_such_module_for_contracts:Base")
-    with pytest.raises(ContractError, match="cannot find base class 'Nope'"):
+    with pytest.raises(ContractError, match="base class 'Nope' not found in the targets"):
         check(FIXTURES / "ctr_good.py", "Nope")
 
 
@@ -297,7 +296,7 @@ def test_cli_exit_codes_and_output(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert main([str(FIXTURES / "ctr_npu.py"), "--base", BASE, "--method", OUT_GRAPH]) == 1
     out = capsys.readouterr().out
-    assert "read source of" in out and "NpuBackend.init_forward_metadata_out_graph" in out
+    assert "NpuBackend.init_forward_metadata_out_graph" in out
 
     assert main([str(FIXTURES / "ctr_good.py"), "--base", BASE]) == 0
     assert "OK: no findings" in capsys.readouterr().out

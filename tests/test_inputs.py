@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from workbench import Batch, DeviceUnavailable, MetadataBuffers, MetadataError, StatePool, build_metadata, limits
 from workbench.devices import DeviceStatus, _triton
 from workbench.layers import GatedDeltaNetLayer, GDNConfig
-from workbench.pool import _LowestFirst
+from workbench.pool import LowestFirst
 from workbench.runner import GraphRunner
 
 
@@ -40,13 +40,16 @@ def test_pool_too_large_for_memory(machine_24gib) -> None:
 
 
 def test_pool_devices() -> None:
-    assert message(StatePool, 8, device="nope") == (
-        "device: 'nope' is not a torch device (e.g. 'cpu', 'cuda:0', 'npu:0')"
+    """Devices go through ``canonical_device``: a bad one is a DeviceUnavailable naming it, with torch's reason."""
+    assert message(StatePool, 8, device="nope", error=DeviceUnavailable).startswith(
+        "device 'nope': torch cannot allocate there (Expected one of cpu, cuda, "
     )
-    assert message(StatePool, 8, device=3) == "device must be a str or torch.device, got 3"
+    assert message(StatePool, 8, device="", error=DeviceUnavailable) == (
+        "device '': torch cannot allocate there (Device string must not be empty)"
+    )
     if not torch.cuda.is_available():
         assert message(StatePool, 8, device="cuda", error=DeviceUnavailable) == (
-            "device: 'cuda' is not available here (`workbench doctor` says why)"
+            "device 'cuda': torch cannot allocate there (Torch not compiled with CUDA enabled)"
         )
 
 
@@ -68,7 +71,7 @@ def test_large_pool_is_cheap_and_lowest_first() -> None:
 )
 def test_lowest_first_matches_a_sorted_list(n: int, reserved: int, ops: list[tuple[bool, int]]) -> None:
     """The lazy free list hands out exactly what the old sorted list did."""
-    lazy, model = _LowestFirst(n, reserved), [m for m in range(n) if m != reserved]
+    lazy, model = LowestFirst(n, reserved), [m for m in range(n) if m != reserved]
     held: list[int] = []
     for take, k in ops:
         if take:
@@ -118,7 +121,7 @@ def test_batch_shapes_and_types() -> None:
     )
     assert message(Batch.for_capture, "decode", None) == "batch_size must be an int, got None"
     assert message(Batch.for_capture, "decode", 0) == "batch_size = 0: must be in [1, 2,147,483,647]"
-    assert message(Batch.idle, device="") == "device: '' is not a torch device (e.g. 'cpu', 'cuda:0', 'npu:0')"
+    assert message(Batch.idle, device=True) == "device must be a str, torch.device or CUDA ordinal, got True"
 
 
 # -- build_metadata / MetadataBuffers ---------------------------------------------------------------------------------

@@ -47,15 +47,17 @@ def test_each_problem_is_reported():
         reference_outputs=ref_out,
         padded_outputs=pad,
         padded_offset=4,
-        extra_pairs={"intermediate.ssm": (got_inter, ref_inter)},
+        intermediates={"intermediate.ssm": (got_inter, ref_inter)},
     )
-    assert rep.changed_slots == [("ssm", 4)]
-    assert [(n, s) for n, s, _ in rep.state_mismatches] == [
-        ("ssm", 2),
+    assert rep.changed_slots == [("ssm", 4)] and rep.changed_slots[0].slot == 4
+    assert [(m.tensor, m.slot) for m in rep.state_mismatches] == [("ssm", 2)]
+    assert abs(rep.state_mismatches[0].error - 1.0) < 1e-6  # the +1.0 written above, in float32
+    # per-row buffers are reported by batch row, apart from the slots
+    assert [(m.tensor, m.row) for m in rep.intermediate_mismatches] == [
         ("intermediate.ssm", 0),
         ("intermediate.ssm", 1),
     ]
-    assert [t for t, _ in rep.output_mismatches] == [3]
+    assert [m.token for m in rep.output_mismatches] == [3]
     assert rep.nonzero_padded_outputs == [5]
     assert not rep.ok and "slot 4 of ssm changed" in str(rep)
 

@@ -4,7 +4,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbench import Batch, MetadataBuffers, StatePool, build_metadata, validate
+from workbench import Batch, MetadataBuffers, StatePool, build_metadata, get_profile, validate
 
 PROFILES = ["sglang", "sglang-ascend", "vllm"]
 
@@ -14,7 +14,7 @@ def scenarios(draw):
     profile = draw(st.sampled_from(PROFILES))
     mode = draw(st.sampled_from(["decode", "target_verify", "idle", "extend"]))
     d = draw(st.integers(1, 4)) if mode == "target_verify" else 1
-    spr = d if (profile == "vllm" and mode == "target_verify") else 1
+    spr = get_profile(profile).slots_per_request(d if mode == "target_verify" else 1)
     buckets = sorted(draw(st.sets(st.integers(1, 24), min_size=1, max_size=6)))
     raw = 0 if mode == "idle" else draw(st.integers(1, 30))
     num_slots = (max(raw, 1) + draw(st.integers(0, 6))) * spr + 1 + draw(st.integers(0, 3))

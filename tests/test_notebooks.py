@@ -13,7 +13,9 @@ EXPECTED = {
         "graph update equals eager build: True",
         "same buffer address as at capture: True",
     ],
+    "03_bug_zoo.ipynb": ["every unfixed run broke: True", "every fixed run clean: True"],
 }
+pytestmark = pytest.mark.notebook
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 

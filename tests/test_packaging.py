@@ -4,6 +4,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +55,7 @@ def test_npu_is_an_extra_never_default():
     assert any("torch_npu" in d for d in proj["optional-dependencies"]["npu"])
 
 
+@pytest.mark.slow  # a fresh interpreter (subprocess)
 def test_import_workbench_does_not_import_torch_npu():
     import subprocess
     import sys

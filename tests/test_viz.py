@@ -1,13 +1,13 @@
 """viz: data in, figure out; padded rows visible and labelled with the profile's sentinel."""
 
-from workbench import Batch, StatePool, build_metadata
+from workbench import Batch, StatePool, build_metadata, get_profile
 from workbench.viz import padded_batch
 
 
 def test_padded_batch_figure_shows_live_and_padded_rows():
     metas = []
     for profile in ("sglang", "vllm"):
-        pool = StatePool(16, profile, slots_per_request=3 if profile == "vllm" else 1)
+        pool = StatePool(16, profile, slots_per_request=get_profile(profile).slots_per_request(3))
         metas.append(build_metadata(Batch.target_verify(pool.alloc(3), [4, 5, 6], 3), pool, bucket=4, buckets=[4]))
     fig = padded_batch(metas)
     bars = {(t.name, t.xaxis): t for t in fig.data}

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from workbench import html
+from workbench.devices import canonical_device
 from workbench.errors import MetadataError
 from workbench.limits import INT32_MAX, as_device, check_fits, check_int
 
@@ -22,7 +24,7 @@ def _ints(name: str, values: IntsLike, dtype: torch.dtype, device: torch.device 
             raise MetadataError(f"{name}: expected an integer tensor, got dtype {values.dtype}")
         if values.dim() != 1:
             raise MetadataError(f"{name}: expected a 1-D tensor, got shape {tuple(values.shape)}")
-        if device is not None and values.device != torch.device(device):
+        if device is not None and values.device != canonical_device(device):
             raise MetadataError(f"{name}: on device {values.device}, expected {device}")
         if values.device.type == "cpu" and values.numel() and values.dtype.itemsize > dtype.itemsize:
             info = torch.iinfo(dtype)  # .to() would wrap silently: 2**32 + 5 becomes 5
@@ -224,3 +226,16 @@ class Batch:
     def __repr__(self) -> str:
         extra = f", D={self.draft_tokens}" if self.mode == "target_verify" else ""
         return f"Batch.{self.mode}(raw_bs={self.raw_batch_size}{extra})"
+
+    def _repr_html_(self) -> str:
+        cols = {"req_pool_index": self.req_pool_indices, "seq_len": self.seq_lens}
+        for name in ("extend_lens", "prefix_lens", "num_accepted_tokens"):
+            t = getattr(self, name)
+            if t is not None:
+                cols[name] = t
+        values = {name: t.tolist() for name, t in cols.items()}
+        rows = [[i, *(values[c][i] for c in cols)] for i in range(self.raw_batch_size)]
+        head = {"mode": self.mode, "raw_bs": self.raw_batch_size, "tokens": self.num_tokens}
+        if self.mode == "target_verify":
+            head["D"] = self.draft_tokens
+        return html.block(html.facts(head), html.table(["row", *cols], rows, max_rows=40), title="Batch")

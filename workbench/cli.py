@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from workbench.errors import MetadataError, WorkbenchError
 from workbench.limits import INT32_MAX, check_memory
-from workbench.profiles import PROFILES
+from workbench.profiles import PROFILES, get_profile
 
 # torch is imported only inside the commands (after parsing), so `--help` and argument errors are instant.
 MODES = ("decode", "target_verify", "extend", "idle")  # workbench.batch.MODES, without importing torch
@@ -23,14 +24,21 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Help shows every default and keeps the example epilog as written. Options without a value default
-    (None: the help text says what happens; a switch: off) show no ``(default: None)``."""
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Help shows every default and keeps the line breaks of the description and the example epilog
+    (each line still wrapped). Options without a value default (None: the help text says what happens;
+    a switch: off) and help texts that already state theirs show no extra ``(default: ...)``."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None or action.default is False:
+        if action.default is None or action.default is False or "default" in (action.help or ""):
             return action.help
         return super()._get_help_string(action)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(
+            textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent) if line else ""
+            for line in text.splitlines()
+        )
 
 
 def _subcommand(sub: Any, name: str, summary: str, example: str) -> argparse.ArgumentParser:
@@ -145,10 +153,10 @@ def check_metadata_args(args: argparse.Namespace) -> None:
     lens = args.extend_lens if args.mode == "extend" else args.seq_lens
     n = len(lens or [])
     _check_token_totals(args, n)
-    spr = args.draft_tokens if (args.profile == "vllm" and args.mode == "target_verify") else 1
+    spr = get_profile(args.profile).slots_per_request(args.draft_tokens if args.mode == "target_verify" else 1)
     need = n * spr + 1  # + the reserved dummy slot
     if need > args.num_slots:
-        per = f" of {spr} slots each (vllm keeps one per draft token)" if spr > 1 else ""
+        per = f" of {spr} slots each (the profile keeps one per draft token)" if spr > 1 else ""
         raise MetadataError(
             f"--num-slots {args.num_slots} is too small for {n} request(s){per}: they need {need:,} slots "
             f"with the reserved dummy slot; pass --num-slots {need} or more"
@@ -208,7 +216,7 @@ def metadata_for_cli(args: argparse.Namespace) -> Any:
     from workbench import Batch, StatePool, build_metadata
 
     d = args.draft_tokens
-    spr = d if (args.profile == "vllm" and args.mode == "target_verify") else 1
+    spr = get_profile(args.profile).slots_per_request(d if args.mode == "target_verify" else 1)
     lens = args.extend_lens if args.mode == "extend" else args.seq_lens
     n = 0 if args.mode == "idle" else len(lens)
     pool = StatePool(num_slots=args.num_slots, profile=args.profile, slots_per_request=spr)
@@ -292,21 +300,30 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    json_path = args.json or f"benchmarks/results/{args.what}_cpu.json"
+    from workbench.devices import canonical_device
+
+    device = canonical_device(args.device)  # "cpu:0" -> cpu, "cuda" -> cuda:0: results named by device type
+    json_path = args.json or f"benchmarks/results/{args.what}_{device.type}.json"
+    if args.what == "kernels":
+        if device.type != "cpu":
+            print("error: bench kernels times the CPU references; use benchmarks/gpu_kernels.py on a GPU")
+            return 2
+        from workbench.bench import kernels as kernels_bench
+
+        kernels_bench.run(quick=args.quick, json_path=json_path)
+        return 0
     if args.what == "metadata":
         from workbench.bench import metadata as bench
-    elif args.what == "kernels":
-        from kernels import bench  # type: ignore[no-redef]
     else:
         from workbench.bench import replay as bench  # type: ignore[no-redef]
-    bench.run(quick=args.quick, json_path=json_path)
+    bench.run(quick=args.quick, json_path=json_path, device=str(device))
     return 0
 
 
-def _cmd_check_contracts(args: argparse.Namespace) -> int:
-    from workbench.contracts import main as contracts_main
+def _cmd_zoo(args: argparse.Namespace) -> int:
+    from workbench.zoo.cli import run_cli
 
-    return contracts_main(args.rest)
+    return run_cli(args.names, list_only=args.list, as_json=args.json, backend=args.backend)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -327,21 +344,31 @@ def add_bench_parser(sub: Any) -> None:
     b = _subcommand(sub, "bench", "benchmarks: print figures and write JSON", "workbench bench metadata --quick")
     b.add_argument("what", choices=["metadata", "kernels", "replay"], help="which benchmark")
     b.add_argument("--quick", action="store_true", help="fewer sizes, shorter runs")
+    b.add_argument("--device", default="cpu", help="cpu, cpu:0, cuda, cuda:1, npu ... (metadata, replay)")
     b.add_argument(
-        "--json", default=None, metavar="PATH", help="output path (default benchmarks/results/<what>_cpu.json)"
+        "--json",
+        default=None,
+        metavar="PATH",
+        help="output path (default benchmarks/results/<what>_<device type>.json)",
     )
     b.set_defaults(fn=_cmd_bench)
 
 
 def add_check_contracts_parser(sub: Any) -> None:
-    c = _subcommand(
-        sub,
-        "check-contracts",
-        "check metadata-backend subclasses against the base signatures",
-        "workbench check-contracts workbench.backends",
-    )
-    c.add_argument("rest", nargs=argparse.REMAINDER, help="module or path, and --base pkg.mod:Class")
-    c.set_defaults(fn=_cmd_check_contracts)
+    from workbench.contracts.cli import add_parser as add_check_contracts  # stdlib-only: no torch import
+
+    parser = add_check_contracts(sub)
+    parser.formatter_class = _Formatter  # defaults shown, like every subcommand
+    parser.epilog = parser.epilog or "example:\n  workbench check-contracts workbench.backends"
+
+
+def add_zoo_parser(sub: Any) -> None:
+    z = _subcommand(sub, "zoo", "run known production bugs unfixed and fixed, one line each", "workbench zoo --list")
+    z.add_argument("names", nargs="*", metavar="NAME", help="cases to run (default: all)")
+    z.add_argument("--list", action="store_true", help="list the cases without running them")
+    z.add_argument("--json", action="store_true", help="print JSON instead of lines")
+    z.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda", "npu"], help="auto: the CPU recorder")
+    z.set_defaults(fn=_cmd_zoo)
 
 
 def add_demo_parser(sub: Any) -> None:
@@ -356,6 +383,7 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_doctor_parser,
     add_bench_parser,
     add_check_contracts_parser,
+    add_zoo_parser,
     add_demo_parser,
 ]
 

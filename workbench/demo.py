@@ -5,7 +5,7 @@ from __future__ import annotations
 from workbench.batch import Batch
 from workbench.metadata import build_metadata, validate
 from workbench.pool import StatePool
-from workbench.profiles import PROFILES
+from workbench.profiles import PROFILES, get_profile
 
 
 def metadata_tour() -> str:
@@ -13,7 +13,7 @@ def metadata_tour() -> str:
     parts = []
     for name in PROFILES:
         for mode in ("decode", "target_verify"):
-            spr = 3 if (name == "vllm" and mode == "target_verify") else 1
+            spr = get_profile(name).slots_per_request(3 if mode == "target_verify" else 1)
             pool = StatePool(32, name, slots_per_request=spr)
             scratch = pool.alloc(6)
             pool.free(scratch[::2])  # leave holes, so the batch's slots are not simply 1..5

@@ -16,6 +16,31 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from workbench.errors import DeviceUnavailable
+
+if TYPE_CHECKING:
+    import torch
+
+
+def canonical_device(device: str | torch.device | int) -> torch.device:
+    """The device as tensors made on it report theirs: ``"cuda"`` -> ``cuda:0`` (the current device),
+    ``"cpu:0"`` -> ``cpu``, ``"npu"`` -> ``npu:0``; an int is a CUDA ordinal, as in torch.
+
+    Every entry point that takes a device (pool, batch, layers, runner, CLI) normalises it here once, so
+    that comparing it with ``tensor.device`` is meaningful: ``torch.device("cuda") != torch.device("cuda:0")``
+    although both name the same GPU. Raises ``DeviceUnavailable`` (naming the device) where torch cannot
+    allocate on it, e.g. ``"cuda"`` on a CPU-only build.
+    """
+    import torch
+
+    if isinstance(device, torch.device) and device.type == "cpu":
+        return torch.device("cpu")  # the common case, without an allocation
+    try:
+        return torch.empty(0, device=device).device
+    except (RuntimeError, AssertionError, ValueError, TypeError) as e:
+        raise DeviceUnavailable(f"device {device!r}: torch cannot allocate there ({e})") from e
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 import kernels.causal_conv1d as conv1d
 import kernels.gated_delta_rule as gdn
 import kernels.mamba2 as mamba2
+from workbench.devices import canonical_device
 from workbench.errors import MetadataError
 from workbench.metadata import Metadata
 
@@ -89,8 +90,8 @@ class _SeededLayer:
         self.config = config or self.config_class()
         self.seed, self.impl = seed, impl
         w = self._draw_weights(self.config, torch.Generator().manual_seed(seed))
-        self.weights = {k: v.to(dtype=dtype, device=device) for k, v in w.items()}
-        self.dtype, self.device = dtype, torch.device(device)
+        self.dtype, self.device = dtype, canonical_device(device)
+        self.weights = {k: v.to(dtype=dtype, device=self.device) for k, v in w.items()}
 
     @staticmethod
     def _draw_weights(config: Any, gen: torch.Generator) -> dict[str, torch.Tensor]:
@@ -224,9 +225,10 @@ class GatedDeltaNetLayer(_SeededLayer):
                 disable_state_update=verify, pad_slot_id=pad, impl=self.impl,
             ).reshape(T, c.conv_dim)  # fmt: skip
         q, k, v = xc.split([H * K, H * K, HV * V], dim=-1)
-        o = gdn.fused_gating(
-            q.reshape(T, H, K), k.reshape(T, H, K), v.reshape(T, HV, V), a.contiguous(), b.contiguous(),
-            w["A_log"], w["dt_bias"], state.ssm, idx, qsl, use_qk_l2norm=True,
+        o = gdn.recurrent(
+            q.reshape(T, H, K), k.reshape(T, H, K), v.reshape(T, HV, V), a=a.contiguous(), b=b.contiguous(),
+            A_log=w["A_log"], dt_bias=w["dt_bias"], state=state.ssm, state_indices=idx, cu_seqlens=qsl,
+            use_qk_l2norm=True,
             has_initial_state=meta.has_initial_state if mode == "extend" else None,
             intermediate_states=inter_ssm, disable_state_update=verify, pad_slot_id=pad, impl=self.impl,
         )  # fmt: skip

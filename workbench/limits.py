@@ -12,7 +12,7 @@ import os
 from functools import cache
 from typing import Any
 
-from workbench.errors import DeviceUnavailable, MetadataError
+from workbench.errors import MetadataError
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -54,26 +54,15 @@ def host_memory_bytes() -> int:
 
 
 def as_device(device: object) -> Any:
-    """``device`` as a ``torch.device`` (None stays None), or a MetadataError naming it."""
-    import torch
-
+    """``device`` through ``workbench.devices.canonical_device`` (None stays None); a bool is refused
+    (torch would read True as CUDA ordinal 1)."""
     if device is None:
-        return device
-    if not isinstance(device, str | torch.device):
-        raise MetadataError(f"device must be a str or torch.device, got {device!r}")
-    try:
-        out = torch.device(device)
-    except RuntimeError:
-        raise MetadataError(f"device: {device!r} is not a torch device (e.g. 'cpu', 'cuda:0', 'npu:0')") from None
-    # "meta" stays allowed: tests use it as a shapes-only stand-in for an accelerator.
-    if out.type in ("cuda", "npu"):
-        module = getattr(torch, out.type, None)  # torch.npu exists only once torch_npu was imported
-        count = module.device_count() if module is not None and module.is_available() else 0
-        if count == 0:
-            raise DeviceUnavailable(f"device: {device!r} is not available here (`workbench doctor` says why)")
-        if out.index is not None and out.index >= count:
-            raise DeviceUnavailable(f"device: {device!r} is out of range: {count} {out.type} device(s) here")
-    return out
+        return None
+    if isinstance(device, bool):
+        raise MetadataError(f"device must be a str, torch.device or CUDA ordinal, got {device!r}")
+    from workbench.devices import canonical_device
+
+    return canonical_device(device)  # type: ignore[arg-type]  # it names a bad device in DeviceUnavailable
 
 
 def device_memory_bytes(device: object) -> tuple[int, str]:

@@ -13,13 +13,14 @@ For ``r`` live requests padded to bucket ``bs`` (``p = bs - r`` padded rows at t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import torch
 
+from workbench import html
 from workbench.batch import Batch
-from workbench.buckets import capture_buckets, check_buckets, choose_bucket
+from workbench.buckets import above_largest, capture_buckets, check_buckets, choose_bucket, resolve_bucket
 from workbench.errors import MetadataError
 from workbench.limits import INT32_MAX, check_memory
 from workbench.pool import StatePool
@@ -36,6 +37,13 @@ class Metadata:
     Tensors are on the pool's device. ``raw_batch_size`` live rows come first; the rest is padding.
     ``bucket`` is the captured batch size used, or None when the step is not padded for a graph;
     ``eager_reason`` says why a step that asked for a bucket runs eagerly.
+
+    Ascend's verify also carries (``NpuMetadataBackend`` fills it; None elsewhere)
+    ``intermediate_token_indices``, int32 ``[bs * D]``, each verify token's row in the intermediate buffer
+    (sglang-ascend's ``gdn_token_indices``).
+
+    A Metadata returned by ``MetadataBuffers.update`` is the bucket's static buffer: the next update of
+    that bucket rewrites it in place. :meth:`clone` keeps a copy.
     """
 
     profile: Profile
@@ -52,7 +60,7 @@ class Metadata:
     intermediate_state_indices: torch.Tensor | None = None
     bucket: int | None = None
     eager_reason: str | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
+    intermediate_token_indices: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -78,8 +86,18 @@ class Metadata:
             "extend_lens",
             "num_accepted_tokens",
             "intermediate_state_indices",
+            "intermediate_token_indices",
         )
         return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+    def clone(self) -> Metadata:
+        """A copy with its own tensors: what a step's metadata was, kept past the next in-place update."""
+        copies = {
+            f.name: getattr(self, f.name).clone()
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), torch.Tensor)
+        }
+        return replace(self, **copies)
 
     def rows(self) -> list[dict[str, Any]]:
         """One dict per batch row (host copies), for tables and figures."""
@@ -143,6 +161,48 @@ class Metadata:
     def __str__(self) -> str:
         return self.table()
 
+    def __repr__(self) -> str:
+        # host reads: a notebook/debugging view, never on the replay hot path
+        head = f"{self.profile.name} {self.forward_mode}"
+        if self.forward_mode == "target_verify":
+            head += f" D={self.draft_tokens}"
+        size = f"raw_bs={self.raw_batch_size}"
+        size += f" -> bs={self.batch_size} (bucket)" if self.bucket is not None else f", bs={self.batch_size}"
+        if self.state_indices.is_meta:  # shapes only: a "meta" tensor holds no values
+            return f"Metadata({head}, {size}, on the meta device)"
+        idx = html.short_list(self.state_indices.tolist())
+        qsl = html.short_list(self.query_start_loc.tolist())
+        return f"Metadata({head}, {size}, state_indices={idx}, query_start_loc={qsl})"
+
+    def _repr_html_(self) -> str:
+        prof = self.profile
+        head: dict[str, object] = {
+            "profile": prof.name,
+            "mode": self.forward_mode,
+            "raw_bs": self.raw_batch_size,
+            "bs": self.batch_size,
+            "padding": self.num_padding,
+            "bucket": self.bucket,
+            "sentinel": prof.sentinel,
+            "guard": prof.guard,
+        }
+        if self.forward_mode == "target_verify":
+            head["D"] = self.draft_tokens
+        cols = ["row", "kind", "req_pool_index", "state_index", "seq_len", "qsl_start", "qsl_end", "num_tokens"]
+        if self.num_accepted_tokens is not None:
+            cols.append("num_accepted_tokens")
+        parts = [html.facts(head)]
+        if self.eager_reason:
+            parts.append(html.note(f"note: {self.eager_reason}"))
+        if self.state_indices.is_meta:
+            return html.block(*parts, html.note("on the meta device: shapes only, no values"), title="Metadata")
+        rows = self.rows()
+        parts.append(
+            html.table(cols, [[r[c] for c in cols] for r in rows], row_kinds=[r["kind"] for r in rows], max_rows=40)
+        )
+        parts.append(html.note("query_start_loc = " + html.short_list(self.query_start_loc.tolist(), limit=40)))
+        return html.block(*parts, title="Metadata")
+
 
 def tokens_per_row(mode: str, draft_tokens: int) -> int:
     """Tokens each batch row carries in a graph mode (``draft_tokens`` in target_verify, else 1)."""
@@ -157,22 +217,15 @@ def _resolve_bucket(
     r = batch.raw_batch_size
     if bucket is None:
         return r, None, None
-    if buckets is None:
-        buckets = capture_buckets(pool.capacity, batch.mode == "target_verify", pool.profile.name)
-    else:
-        buckets = check_buckets(buckets)
-    if bucket == "auto":
-        bs = choose_bucket(r, buckets)
-        if bs is None:
-            return r, None, f"raw batch {r} is above the largest captured bucket {buckets[-1]}: runs eagerly"
-        return bs, bs, None
-    if isinstance(bucket, bool) or not isinstance(bucket, int):
-        raise MetadataError(f"bucket must be 'auto', None or an int, got {bucket!r}")
-    if bucket not in buckets:
-        raise MetadataError(f"bucket {bucket} was not captured; captured buckets: {list(buckets)}")
-    if r > bucket:
-        raise MetadataError(f"raw batch {r} is larger than bucket {bucket}; a batch is never truncated")
-    return bucket, bucket, None
+    known = _default_buckets(pool, batch.mode == "target_verify") if buckets is None else check_buckets(buckets)
+    bs = resolve_bucket(r, known, bucket)
+    if bs is None:
+        return r, None, f"{above_largest(r, known)}: runs eagerly"
+    return bs, bs, None
+
+
+def _default_buckets(pool: StatePool, speculative: bool) -> list[int]:
+    return capture_buckets(pool.capacity, speculative, pool.profile)
 
 
 def _row_bytes(pool: StatePool) -> int:
@@ -461,11 +514,7 @@ class MetadataBuffers:
         self.pool = pool
         self.mode = mode
         self.draft_tokens = draft_tokens
-        self.buckets = (
-            capture_buckets(pool.capacity, mode == "target_verify", pool.profile.name)
-            if buckets is None
-            else check_buckets(buckets)
-        )
+        self.buckets = _default_buckets(pool, mode == "target_verify") if buckets is None else check_buckets(buckets)
         shown = self.buckets if len(self.buckets) <= 4 else [*self.buckets[:3], "...", self.buckets[-1]]
         _check_padded_memory(f"buckets={shown}", sum(self.buckets) + self.buckets[-1], pool)
         if (self.buckets[-1] + 1) * draft_tokens > INT32_MAX:
@@ -507,9 +556,21 @@ class MetadataBuffers:
     def update(self, batch: Batch, bucket: int | None = None) -> Metadata:
         """Write ``batch``'s metadata into its bucket's static tensors; return that bucket's Metadata.
 
-        The returned object and its tensors are the same on every call for the same bucket. The slices of a
-        (bucket, raw_bs) pair are cached the first time that pair is seen (Python view objects over the
-        static storage; no tensor memory is allocated).
+        The returned object is the bucket's static buffer, by design: a captured graph reads these very
+        tensors, so every call for the same bucket returns the same object and overwrites it in place
+        (tensors and the host fields ``raw_batch_size``, ``forward_mode``, ``draft_tokens`` alike). A
+        Metadata held from an earlier step therefore shows the latest step; call ``.clone()`` on it to
+        keep a step's values. The slices of a (bucket, raw_bs) pair are cached the first time that pair
+        is seen (Python view objects over the static storage; no tensor memory is allocated).
+
+        >>> from workbench import Batch, StatePool
+        >>> pool = StatePool(8)
+        >>> bufs = MetadataBuffers(pool, "decode", buckets=[4])
+        >>> first = bufs.update(Batch.decode(pool.alloc(2), [5, 6]))
+        >>> kept = first.clone()
+        >>> second = bufs.update(Batch.decode(pool.alloc(3), [7, 8, 9]))
+        >>> second is first, first.raw_batch_size, kept.raw_batch_size
+        (True, 3, 2)
         """
         r = batch.raw_batch_size
         if batch.mode != "idle" and batch.mode != self.mode:
@@ -520,15 +581,9 @@ class MetadataBuffers:
             )
         if batch.device != self.pool.device:
             raise MetadataError(f"batch.req_pool_indices is on {batch.device}, the buffers on {self.pool.device}")
-        bs = self.bucket_for(r) if bucket is None else bucket
+        bs = resolve_bucket(r, self.buckets, "auto" if bucket is None else bucket)
         if bs is None:
-            raise MetadataError(
-                f"raw batch {r} is above the largest captured bucket {self.buckets[-1]}: run it eagerly"
-            )
-        if bs not in self.static:
-            raise MetadataError(f"bucket {bs} was not captured; captured buckets: {self.buckets}")
-        if r > bs:
-            raise MetadataError(f"raw batch {r} is larger than bucket {bs}; a batch is never truncated")
+            raise MetadataError(f"{above_largest(r, self.buckets)}: run it eagerly")
         m = self.static[bs]
         prof = self.pool.profile
         v = self._views.get((bs, r)) or self._make_views(bs, r)

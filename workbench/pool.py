@@ -14,8 +14,10 @@ from collections.abc import Iterable
 
 import torch
 
+from workbench import html
+from workbench.devices import canonical_device
 from workbench.errors import MetadataError
-from workbench.limits import as_device, check_memory
+from workbench.limits import check_memory
 from workbench.profiles import Profile, get_profile
 
 
@@ -27,7 +29,7 @@ def _as_int(name: str, value: object, minimum: int) -> int:
     return value
 
 
-class _LowestFirst:
+class LowestFirst:
     """The free members of ``range(n)`` minus one reserved value, handed out lowest first.
 
     Never-used members are a counter, returned ones a heap, so a pool of 10^8 slots costs no Python list.
@@ -96,7 +98,7 @@ class StatePool:
                 f"beside the reserved dummy slot {self.profile.dummy_slot}"
             )
         self.max_requests = usable if max_requests is None else _as_int("max_requests", max_requests, 1)
-        self.device = as_device(device)
+        self.device = canonical_device(device)
         num_rows = self.max_requests + 1  # + the reserved row
         culprit = f"num_slots={num_slots}" if max_requests is None else f"max_requests={max_requests}"
         row_bytes = 4 * self.slots_per_request  # one int32 per slot a request owns
@@ -106,8 +108,8 @@ class StatePool:
         self.mapping = torch.full(
             (num_rows, self.slots_per_request), self.profile.dummy_slot, dtype=torch.int32, device=self.device
         )
-        self._free_slots = _LowestFirst(self.num_slots, self.profile.dummy_slot)
-        self._free_rows = _LowestFirst(num_rows, self.profile.reserved_request_row)
+        self._free_slots = LowestFirst(self.num_slots, self.profile.dummy_slot)
+        self._free_rows = LowestFirst(num_rows, self.profile.reserved_request_row)
         self._slots_of: dict[int, list[int]] = {}
 
     # -- queries --------------------------------------------------------------------------------------
@@ -180,3 +182,15 @@ class StatePool:
             f"StatePool(num_slots={self.num_slots}, profile={self.profile.name!r}, live={len(self._slots_of)}, "
             f"free={self.num_free}, slots_per_request={self.slots_per_request})"
         )
+
+    def _repr_html_(self) -> str:
+        head = {
+            "profile": self.profile.name,
+            "num_slots": self.num_slots,
+            "live": len(self._slots_of),
+            "free": self.num_free,
+            "dummy_slot": self.profile.dummy_slot,
+        }
+        rows = [[row, ", ".join(map(str, self._slots_of[row]))] for row in self.live_rows]
+        table = html.table(["request row", "slots"], rows, max_rows=40) if rows else html.note("no live request")
+        return html.block(html.facts(head), table, title="StatePool")

@@ -49,7 +49,7 @@ class Profile:
     Attributes:
         name: profile name.
         sentinel: value written to ``state_indices`` of padded rows.
-        kernel_pad_slot_id: the kernels' skip rule (``kernels._common``): rows with index ``<=`` this are
+        kernel_pad_slot_id: the kernels' skip rule (``kernels.padding``): rows with index ``<=`` this are
             skipped; None means padded rows are really processed (on the dummy slot).
         dummy_slot: state slot never handed to a request (capture and padded rows may write it).
         reserved_request_row: request-pool row never handed out; padded rows and capture point at it, and
@@ -83,6 +83,17 @@ class Profile:
         if self.kernel_pad_slot_id < 0:
             return "skip idx < 0"
         return f"skip idx <= {self.kernel_pad_slot_id}"
+
+    def slots_per_request(self, draft_tokens: int = 1) -> int:
+        """State slots each request owns in a pool that serves verify steps of ``draft_tokens`` (D) tokens:
+        D where spec-decode indices are ``[bs, D]`` (vLLM), else 1. Without speculation pass 1.
+
+        >>> PROFILES["vllm"].slots_per_request(3), PROFILES["sglang"].slots_per_request(3)
+        (3, 1)
+        """
+        if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or draft_tokens < 1:
+            raise MetadataError(f"draft_tokens must be an int >= 1, got {draft_tokens!r}")
+        return draft_tokens if self.spec_indices_2d else 1
 
 
 PROFILES: dict[str, Profile] = {

@@ -15,8 +15,10 @@ from typing import Any, Protocol
 
 import torch
 
+from workbench import html
 from workbench.backends import MetadataBackend, metadata_backend_for
 from workbench.batch import Batch
+from workbench.buckets import above_largest
 from workbench.errors import MetadataError, WorkbenchError
 from workbench.graphs import NAMES as BACKEND_NAMES
 from workbench.graphs import Graph, get_backend
@@ -61,6 +63,20 @@ class StepResult:
     bucket: int | None
     replayed: bool
     reason: str | None = None
+
+    def __repr__(self) -> str:
+        how = f"replayed bucket {self.bucket}" if self.replayed else "eager"
+        why = f", reason={self.reason!r}" if self.reason else ""
+        out = f"{list(self.output.shape)} {str(self.output.dtype).removeprefix('torch.')}"
+        return f"StepResult({self.mode} raw_bs={self.raw_batch_size}, {how}, output {out}{why})"
+
+    def _repr_html_(self) -> str:
+        head = {"mode": self.mode, "raw_bs": self.raw_batch_size, "bucket": self.bucket, "replayed": self.replayed}
+        shape = f"{list(self.output.shape)} {str(self.output.dtype).removeprefix('torch.')} on {self.output.device}"
+        parts = [html.facts(head), html.note(f"output {shape}")]
+        if self.reason:
+            parts.append(html.note(f"ran eagerly: {self.reason}"))
+        return html.block(*parts, title="StepResult")
 
 
 def _prod(shape: Sequence[int]) -> int:
@@ -279,9 +295,7 @@ class GraphRunner:
         bs = self.meta_backend.buffers[mode].bucket_for(batch.raw_batch_size)
         if bs is None:
             res = self.eager(batch, inputs)
-            res.reason = (
-                f"raw batch {batch.raw_batch_size} is above the largest captured bucket {self.buckets(mode)[-1]}"
-            )
+            res.reason = above_largest(batch.raw_batch_size, self.buckets(mode))
             return res
         graph = self.graph(mode, bs)
         self.last_metadata = self.meta_backend.init_forward_metadata_out_graph(batch)

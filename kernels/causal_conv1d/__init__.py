@@ -8,7 +8,7 @@ inputs, oldest first; ``weight`` is ``[dim, W]`` with the last column on the new
 - ``varlen``: prefill over ``cu_seqlens``, optional initial state per sequence.
 - ``update_cost`` / ``varlen_cost``: bytes and FLOPs.
 
-Padding follows ``kernels/_common.py``: a skipped row reads and writes no slot and outputs zeros.
+Padding follows ``kernels/padding.py``: a skipped row reads and writes no slot and outputs zeros.
 Rows that share a processed slot (several padded rows on the dummy slot under ``pad_slot_id=None``)
 race: which write lands is unspecified, as in the engines.
 

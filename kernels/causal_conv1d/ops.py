@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from kernels._common import FLOAT_DTYPES, INDEX_DTYPES, ArgChecker, inplace_custom_op
+from kernels.checks import ArgChecker
+from kernels.dispatch import implementation, inplace_custom_op
+from kernels.dtypes import FLOAT_DTYPES, INDEX_DTYPES
 
 from .reference import update_reference, varlen_reference
 
@@ -31,21 +33,18 @@ def _update_op(
     pad_slot_id: int | None,
     impl: str,
 ) -> None:
-    if impl == "triton":
-        from .triton_conv import update_triton as run
-    else:
-        run = update_reference
+    run = implementation(impl, reference=update_reference, triton="kernels.causal_conv1d.triton_conv:update_triton")
     run(
-        x,
-        conv_state,
-        weight,
-        bias,
-        conv_state_indices,
-        intermediate_conv_windows,
-        out,
-        activation,
-        disable_state_update,
-        pad_slot_id,
+        x=x,
+        conv_state=conv_state,
+        weight=weight,
+        bias=bias,
+        conv_state_indices=conv_state_indices,
+        intermediate_conv_windows=intermediate_conv_windows,
+        out=out,
+        activation=activation,
+        disable_state_update=disable_state_update,
+        pad_slot_id=pad_slot_id,
     )
 
 
@@ -63,11 +62,19 @@ def _varlen_op(
     pad_slot_id: int | None,
     impl: str,
 ) -> None:
-    if impl == "triton":
-        from .triton_conv import varlen_triton as run
-    else:
-        run = varlen_reference
-    run(x, weight, bias, conv_state, cache_indices, has_initial_state, cu_seqlens, out, activation, pad_slot_id)
+    run = implementation(impl, reference=varlen_reference, triton="kernels.causal_conv1d.triton_conv:varlen_triton")
+    run(
+        x=x,
+        weight=weight,
+        bias=bias,
+        conv_state=conv_state,
+        cache_indices=cache_indices,
+        has_initial_state=has_initial_state,
+        cu_seqlens=cu_seqlens,
+        out=out,
+        activation=activation,
+        pad_slot_id=pad_slot_id,
+    )
 
 
 # --- validation (metadata only: shape, dtype, device) -------------------------------------------
@@ -141,14 +148,14 @@ def update(
         weight: [dim, W]; ``weight[c, W-1]`` multiplies the newest input.
         bias: [dim] or None.
         conv_state_indices: [N] int32/int64, the slot of each row; rows skipped per ``pad_slot_id``
-            (``kernels._common``) read and write no slot and get zero outputs.
+            (``kernels.padding``) read and write no slot and get zero outputs.
         activation: None or "silu".
         intermediate_conv_windows: [N, L, dim, W-1] or None; receives, by batch row, the window after
             each step (what the state would be had the row accepted exactly t+1 tokens).
         disable_state_update: leave ``conv_state`` untouched (verify keeps the pool until acceptance).
         pad_slot_id: the padding sentinel; None processes every row.
         out: [N, L, dim] float, written in full; allocated like x when None. Must not alias x.
-        impl: "auto" | "reference" | "triton" (see ``kernels._common.resolve_impl``).
+        impl: "auto" | "reference" | "triton" (see ``kernels.dispatch.resolve_impl``).
 
     Returns:
         out: ``y[n, t, c] = act(bias[c] + sum_j weight[c, j] * window[c, j])`` where the window is the
@@ -164,17 +171,17 @@ def update(
         check.tensor("intermediate_conv_windows", intermediate_conv_windows, (N, L, dim, W - 1), FLOAT_DTYPES, x.device)
     out = _out(check, out, x)
     _update_op(
-        x,
-        conv_state,
-        weight,
-        bias,
-        conv_state_indices,
-        intermediate_conv_windows,
-        out,
-        activation,
-        bool(disable_state_update),
-        pad_slot_id,
-        check.impl(impl, x.device),
+        x=x,
+        conv_state=conv_state,
+        weight=weight,
+        bias=bias,
+        conv_state_indices=conv_state_indices,
+        intermediate_conv_windows=intermediate_conv_windows,
+        out=out,
+        activation=activation,
+        disable_state_update=bool(disable_state_update),
+        pad_slot_id=pad_slot_id,
+        impl=check.impl(impl, x.device),
     )
     return out
 
@@ -223,6 +230,16 @@ def varlen(
     out = _out(check, out, x)
     impl = check.impl(impl, x.device)
     _varlen_op(
-        x, weight, bias, conv_state, cache_indices, has_initial_state, cu_seqlens, out, activation, pad_slot_id, impl
+        x=x,
+        weight=weight,
+        bias=bias,
+        conv_state=conv_state,
+        cache_indices=cache_indices,
+        has_initial_state=has_initial_state,
+        cu_seqlens=cu_seqlens,
+        out=out,
+        activation=activation,
+        pad_slot_id=pad_slot_id,
+        impl=impl,
     )
     return out

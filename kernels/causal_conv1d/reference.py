@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels._common import compute_dtype, live_rows_and_slots
+from kernels.dtypes import compute_dtype
+from kernels.padding import live_rows_and_slots
 
 
 def _activate(y: torch.Tensor, activation: str | None) -> torch.Tensor:

@@ -12,6 +12,12 @@ barrier between reading and writing, and it works for any constexpr width ``W``.
 Computation is float32 whatever the storage dtype (bf16 arithmetic is wrong in Triton's interpreter).
 Only masked ``tl.load``/``tl.store``, ``tl.exp`` and plain control flow are used, so that triton-ascend
 could compile it; that has not been tried without Ascend hardware.
+
+Ascend convention (``pad_slot_id=None``): every padded row points at the dummy slot 0 and is really
+processed, so several programs read and write slot 0 at once, with no ordering between them. The race is
+benign (nobody reads slot 0 as a request's state), but slot 0's contents after such a step depend on
+scheduling. Never compare slot 0 on a device (benchmarks/gpu_kernels.py leaves it out); the interpreter runs
+programs in order, last padded row last, which is why the CPU tests may compare it with the reference.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton_helpers import sigmoid
+from kernels._triton_helpers import named_strides, sigmoid
 
 
 @triton.jit
@@ -143,14 +149,12 @@ def _causal_conv1d_kernel(
             tl.store(state_cols + j * stride_s_w, v.to(state_ptr.dtype.element_ty), mask=keep)
 
 
-_NO_INTER_STRIDES = (0, 0, 0, 0)  # strides of the intermediate windows when there are none
-
-
 def _block_d(dim: int) -> int:
     return min(triton.next_power_of_2(dim), 256)
 
 
 def update_triton(
+    *,
     x: torch.Tensor,
     conv_state: torch.Tensor,
     weight: torch.Tensor,
@@ -161,37 +165,37 @@ def update_triton(
     activation: str | None,
     disable_state_update: bool,
     pad_slot_id: int | None,
-) -> None:
-    """Launch for decode/verify; same arguments and shapes as ``reference.update_reference``."""
+) -> object:
+    """Launch for decode/verify; same arguments and shapes as ``reference.update_reference``.
+
+    Returns the launch's compiled kernel (None in the interpreter), for its ``n_regs`` / ``n_spills``.
+    """
     N, L, dim = x.shape
-    W = weight.shape[1]
     if N == 0:
-        return
+        return None
     inter = intermediate_conv_windows
-    inter_strides = inter.stride() if inter is not None else _NO_INTER_STRIDES
     block_d = _block_d(dim)
-    grid = (N, triton.cdiv(dim, block_d))
-    _causal_conv1d_kernel[grid](
-        x,
-        weight,
-        bias if bias is not None else x,
-        conv_state,
-        conv_state_indices,
-        conv_state_indices,  # unused without VARLEN
-        conv_state_indices,  # unused without VARLEN
-        inter if inter is not None else x,
-        out,
-        N,
-        N * L,
-        dim,
-        L,
-        pad_slot_id if pad_slot_id is not None else 0,
-        *x.stride(),
-        *weight.stride(),
-        *conv_state.stride(),
-        *inter_strides,
-        *out.stride(),
-        W=W,
+    return _causal_conv1d_kernel[(N, triton.cdiv(dim, block_d))](
+        x_ptr=x,
+        weight_ptr=weight,
+        bias_ptr=bias if bias is not None else x,  # unread without HAS_BIAS
+        state_ptr=conv_state,
+        indices_ptr=conv_state_indices,
+        cu_seqlens_ptr=conv_state_indices,  # unread without VARLEN
+        has_init_ptr=conv_state_indices,  # unread without VARLEN
+        inter_ptr=inter if inter is not None else x,  # unwritten without HAS_INTER
+        out_ptr=out,
+        num_rows=N,
+        num_tokens=N * L,
+        dim=dim,
+        tokens_per_row=L,
+        pad_slot_id=pad_slot_id if pad_slot_id is not None else 0,
+        **named_strides("x", x, "ntd"),
+        **named_strides("w", weight, "dw"),
+        **named_strides("s", conv_state, "ndw"),
+        **named_strides("i", inter, "ntdw"),
+        **named_strides("o", out, "ntd"),
+        W=weight.shape[1],
         BLOCK_D=block_d,
         HAS_BIAS=bias is not None,
         SILU=activation == "silu",
@@ -203,6 +207,7 @@ def update_triton(
 
 
 def varlen_triton(
+    *,
     x: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
@@ -213,36 +218,35 @@ def varlen_triton(
     out: torch.Tensor,
     activation: str | None,
     pad_slot_id: int | None,
-) -> None:
+) -> object:
     """Launch for varlen prefill; same arguments and shapes as ``reference.varlen_reference``."""
     T, dim = x.shape
     N = cache_indices.shape[0]
-    W = weight.shape[1]
     block_d = _block_d(dim)
     grid = (N + 1, triton.cdiv(dim, block_d))  # +1: the program that zeroes tokens after cu_seqlens[N]
-    _causal_conv1d_kernel[grid](
-        x,
-        weight,
-        bias if bias is not None else x,
-        conv_state,
-        cache_indices,
-        cu_seqlens,
-        has_initial_state,
-        x,  # no intermediate windows in prefill
-        out,
-        N,
-        T,
-        dim,
-        0,
-        pad_slot_id if pad_slot_id is not None else 0,
-        0,  # stride_x_n: x is [T, dim]
-        *x.stride(),
-        *weight.stride(),
-        *conv_state.stride(),
-        *_NO_INTER_STRIDES,
-        0,  # stride_o_n: out is [T, dim]
-        *out.stride(),
-        W=W,
+    return _causal_conv1d_kernel[grid](
+        x_ptr=x,
+        weight_ptr=weight,
+        bias_ptr=bias if bias is not None else x,
+        state_ptr=conv_state,
+        indices_ptr=cache_indices,
+        cu_seqlens_ptr=cu_seqlens,
+        has_init_ptr=has_initial_state,
+        inter_ptr=x,  # no intermediate windows in prefill
+        out_ptr=out,
+        num_rows=N,
+        num_tokens=T,
+        dim=dim,
+        tokens_per_row=0,
+        pad_slot_id=pad_slot_id if pad_slot_id is not None else 0,
+        stride_x_n=0,  # x is [T, dim]
+        **named_strides("x", x, "td"),
+        **named_strides("w", weight, "dw"),
+        **named_strides("s", conv_state, "ndw"),
+        **named_strides("i", None, "ntdw"),
+        stride_o_n=0,  # out is [T, dim]
+        **named_strides("o", out, "td"),
+        W=weight.shape[1],
         BLOCK_D=block_d,
         HAS_BIAS=bias is not None,
         SILU=activation == "silu",

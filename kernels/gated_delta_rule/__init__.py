@@ -1,22 +1,21 @@
 """Gated delta rule (Gated DeltaNet) over a pool of recurrent states.
 
 Public ops (see ops.py for the full contract; all tokens packed along T, state K-first):
-    recurrent(q, k, v, g, beta, state, state_indices, cu_seqlens, ...) -> out    decode / verify / extend
-    fused_gating(q, k, v, a, b, A_log, dt_bias, state, ...) -> out               gates computed in-kernel
-    chunked(q, k, v, g, beta, state, ..., chunk_size=64) -> out                  prefill (WY / UT transform)
+    recurrent(q, k, v, g, beta, *, state, state_indices, cu_seqlens, ...) -> out  decode / verify / extend
+    recurrent(q, k, v, *, a=, b=, A_log=, dt_bias=, state=, ...) -> out            engine gating in-kernel
+    chunked(q, k, v, g, beta, *, state, state_indices, cu_seqlens, chunk_size=64)   prefill (WY / UT)
     scatter_accepted(state, intermediate_states, state_indices, num_accepted)     after target-verify
 Each is one `torch.ops.linattn.*` custom op. Cost models: recurrent_cost, chunked_cost, scatter_accepted_cost.
 """
 
 from kernels.gated_delta_rule.cost import chunked_cost, recurrent_cost, scatter_accepted_cost
-from kernels.gated_delta_rule.ops import chunked, fused_gating, recurrent, scatter_accepted
+from kernels.gated_delta_rule.ops import chunked, recurrent, scatter_accepted
 from kernels.gated_delta_rule.reference import chunk_step, gating, l2norm
 
 __all__ = [
     "chunk_step",
     "chunked",
     "chunked_cost",
-    "fused_gating",
     "gating",
     "l2norm",
     "recurrent",

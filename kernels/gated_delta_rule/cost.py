@@ -1,7 +1,8 @@
-"""Bytes moved and FLOPs of the gated-delta-rule ops, for the roofline (kernels._common.Cost).
+"""Bytes moved and FLOPs of the gated-delta-rule ops, for the roofline (kernels.cost.Cost).
 
-Bytes count what an ideal kernel must move once: inputs read, output written, every touched state slot
-read and written once (plus intermediate states written). FLOPs count multiply and add separately.
+Bytes count what the kernels really move, once each: inputs read, output written, every touched state
+slot read once and written once unless the state update is disabled (target-verify writes intermediate
+states instead, and no slot). FLOPs count multiply and add separately.
 """
 
 from __future__ import annotations
@@ -10,18 +11,18 @@ import math
 
 import torch
 
-from kernels._common import Cost
+from kernels.cost import Cost
 
 
 def _size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def _io_bytes(T, N, H, HV, K, V, dtype, gate_dtype, state_dtype, num_intermediate) -> int:
+def _io_bytes(T, N, H, HV, K, V, dtype, gate_dtype, state_dtype, num_intermediate, state_update=True) -> int:
     es, gs, ss = _size(dtype), _size(gate_dtype), _size(state_dtype)
     inputs = 2 * T * H * K * es + T * HV * V * es + 2 * T * HV * gs
     metadata = N * 4 + (N + 1) * 4  # int32 state_indices + cu_seqlens
-    state = 2 * N * HV * K * V * ss + num_intermediate * HV * K * V * ss
+    state = (1 + int(state_update)) * N * HV * K * V * ss + num_intermediate * HV * K * V * ss
     return inputs + metadata + state + T * HV * V * es
 
 
@@ -39,18 +40,21 @@ def recurrent_cost(
     num_intermediate: int = 0,
     fused_gating: bool = False,
     use_qk_l2norm: bool = False,
+    state_update: bool = True,
 ) -> Cost:
-    """Cost of `recurrent` / `fused_gating` on T tokens in N rows (decode: T = N).
+    """Cost of `recurrent` on T tokens in N rows (decode: T = N).
 
     dtype: q/k/v/out; gate_dtype: g/beta (or a/b); num_intermediate: total intermediate states written
-    (verify: N * D). Per token and value head: decay K*V, S^T k 2KV, u 2V, rank-1 update 2KV, S^T q 2KV.
+    (verify: N * D); fused_gating: the engine gating inside the kernel (a, b, A_log, dt_bias read);
+    state_update=False: ``disable_state_update=True`` (verify), the slots are read but not written.
+    FLOPs per token and value head: decay K*V, S^T k 2KV, u 2V, rank-1 update 2KV, S^T q 2KV.
     """
     flops = T * HV * (7 * K * V + 2 * V)
     if use_qk_l2norm:
         flops += T * H * 2 * (3 * K)
     if fused_gating:
         flops += T * HV * 12  # softplus + sigmoid, a handful of transcendental-ish ops
-    nbytes = _io_bytes(T, N, H, HV, K, V, dtype, gate_dtype, state_dtype, num_intermediate)
+    nbytes = _io_bytes(T, N, H, HV, K, V, dtype, gate_dtype, state_dtype, num_intermediate, state_update)
     if fused_gating:
         nbytes += 2 * HV * _size(gate_dtype)  # A_log, dt_bias
     return Cost(bytes=nbytes, flops=flops)

@@ -13,8 +13,14 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from kernels._common import FLOAT_DTYPES, INDEX_DTYPES, ArgChecker, compute_dtype, inplace_custom_op
+from kernels.checks import ArgChecker
+from kernels.dispatch import implementation, inplace_custom_op
+from kernels.dtypes import FLOAT_DTYPES, INDEX_DTYPES, compute_dtype
 from kernels.gated_delta_rule import reference as ref
+
+# Tokens per chunk of `chunked`: the Triton kernel keeps [C, C] and [C, K] tiles in registers; at C=64 with
+# K=V=128 it spills about 41 KB per thread on sm_90, at C=16 about 0.4 KB (see triton_chunked.DEFAULT_NUM_WARPS).
+DEFAULT_CHUNK_SIZE = 16
 
 # ----------------------------------------------------------------------------------------------- checks
 
@@ -43,7 +49,7 @@ def _value_checks(dev: torch.device) -> bool:
 
 
 def _is_skipped(slot: int, pad_slot_id: int | None) -> bool:
-    """The padding rule of kernels/_common.py on a host int."""
+    """The padding rule of kernels/padding.py on a host int."""
     return pad_slot_id is not None and slot <= pad_slot_id
 
 
@@ -122,8 +128,9 @@ def _check_triton_dtypes(check: ArgChecker, state: torch.Tensor, inter: torch.Te
         check.fail(f"intermediate_states: impl='triton' writes float32, got {inter.dtype}")
 
 
-def _common(
+def _validate(
     check: ArgChecker,
+    *,
     q,
     k,
     v,
@@ -137,7 +144,7 @@ def _common(
     scale,
     impl,
 ):
-    """Validation shared by recurrent / fused_gating / chunked; gates: the two [T, HV] inputs by name.
+    """Validation shared by recurrent / chunked; gates: the two [T, HV] inputs by name.
     Returns (T, HV, V, scale, impl)."""
     T, H, K, HV, V = _check_qkv(check, q, k, v)
     dev = q.device
@@ -151,6 +158,27 @@ def _common(
     if impl == "triton":
         _check_triton_dtypes(check, state, intermediate_states)
     return T, HV, V, scale, impl
+
+
+def _gate_inputs(check: ArgChecker, g, beta, a, b, A_log, dt_bias) -> dict[str, torch.Tensor]:
+    """Which gating the caller chose: ``g`` and ``beta`` given, or the engine's raw inputs ``a``, ``b``,
+    ``A_log``, ``dt_bias`` (all four), never a mix. Returns the two [T, HV] inputs by name."""
+    given = {
+        n: t is not None
+        for n, t in (("g", g), ("beta", beta), ("a", a), ("b", b), ("A_log", A_log), ("dt_bias", dt_bias))
+    }
+    explicit = given["g"] or given["beta"]
+    raw = [n for n in ("a", "b", "A_log", "dt_bias") if given[n]]
+    if explicit and raw:
+        check.fail(f"gating: give either g and beta, or a, b, A_log and dt_bias; got g/beta and {', '.join(raw)}")
+    if explicit:
+        if not (given["g"] and given["beta"]):
+            check.fail(f"{'beta' if given['g'] else 'g'}: missing; g and beta come together")
+        return {"g": g, "beta": beta}
+    if len(raw) != 4:
+        missing = [n for n in ("a", "b", "A_log", "dt_bias") if not given[n]]
+        check.fail(f"gating: g and beta not given, so a, b, A_log and dt_bias are needed; missing {', '.join(missing)}")
+    return {"a": a, "b": b}
 
 
 def _out_and_inputs(check: ArgChecker, out: torch.Tensor | None, q, k, v, T: int, HV: int, V: int):
@@ -172,35 +200,34 @@ def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------ custom ops
 
 
-def _run_recurrent(
-    impl: str,
+def _recurrent_reference(
+    *,
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
-    state: torch.Tensor,
-    state_indices: torch.Tensor,
-    cu_seqlens: torch.Tensor,
-    out: torch.Tensor,
-    gating: tuple[torch.Tensor, torch.Tensor, float, float] | None,
-    kw: dict,
+    g: torch.Tensor | None,
+    beta: torch.Tensor | None,
+    a: torch.Tensor | None,
+    b: torch.Tensor | None,
+    A_log: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    softplus_beta: float,
+    softplus_threshold: float,
+    **rest,
 ) -> None:
-    """Body of gdn_recurrent and gdn_fused_gating. With ``gating=(A_log, dt_bias, softplus_beta,
-    softplus_threshold)``, ``g`` and ``beta`` are the logits ``a`` and ``b``; the gates are computed from
-    them inside the Triton kernel, or by ``reference.gating`` before the reference recurrence."""
-    if impl == "triton":
-        from kernels.gated_delta_rule.triton_recurrent import launch_recurrent
-
-        launch_recurrent(q, k, v, g, beta, state, state_indices, cu_seqlens, out, gating=gating, **kw)
-        return
-    if gating is not None:
-        A_log, dt_bias, softplus_beta, softplus_threshold = gating
-        dtype = compute_dtype(q, k, v, g, beta, state)
+    """The reference path of gdn_recurrent: the engine gating (if asked for) by ``reference.gating`` in the
+    arithmetic dtype, then ``reference.recurrent_reference``."""
+    if A_log is not None:
         g, beta = ref.gating(
-            g, beta, A_log, dt_bias, softplus_beta=softplus_beta, softplus_threshold=softplus_threshold, dtype=dtype
+            a,
+            b,
+            A_log,
+            dt_bias,
+            softplus_beta=softplus_beta,
+            softplus_threshold=softplus_threshold,
+            dtype=compute_dtype(q, k, v, a, b, rest["state"]),
         )
-    ref.recurrent_reference(q, k, v, g, beta, state, state_indices, cu_seqlens, out, **kw)
+    ref.recurrent_reference(q=q, k=k, v=v, g=g, beta=beta, **rest)
 
 
 @inplace_custom_op("linattn::gdn_recurrent", mutates_args=("state", "out", "intermediate_states"))
@@ -208,40 +235,12 @@ def _gdn_recurrent_op(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
-    state: torch.Tensor,
-    state_indices: torch.Tensor,
-    cu_seqlens: torch.Tensor,
-    out: torch.Tensor,
-    intermediate_states: torch.Tensor | None,
-    has_initial_state: torch.Tensor | None,
-    scale: float,
-    use_qk_l2norm: bool,
-    disable_state_update: bool,
-    pad_slot_id: int | None,
-    impl: str,
-) -> None:
-    kw = dict(
-        scale=scale,
-        use_qk_l2norm=use_qk_l2norm,
-        has_initial_state=has_initial_state,
-        intermediate_states=intermediate_states,
-        disable_state_update=disable_state_update,
-        pad_slot_id=pad_slot_id,
-    )
-    _run_recurrent(impl, q, k, v, g, beta, state, state_indices, cu_seqlens, out, None, kw)
-
-
-@inplace_custom_op("linattn::gdn_fused_gating", mutates_args=("state", "out", "intermediate_states"))
-def _gdn_fused_gating_op(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    A_log: torch.Tensor,
-    dt_bias: torch.Tensor,
+    g: torch.Tensor | None,
+    beta: torch.Tensor | None,
+    a: torch.Tensor | None,
+    b: torch.Tensor | None,
+    A_log: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
     state: torch.Tensor,
     state_indices: torch.Tensor,
     cu_seqlens: torch.Tensor,
@@ -256,16 +255,34 @@ def _gdn_fused_gating_op(
     softplus_threshold: float,
     impl: str,
 ) -> None:
-    kw = dict(
+    run = implementation(
+        impl,
+        reference=_recurrent_reference,
+        triton="kernels.gated_delta_rule.triton_recurrent:launch_recurrent",
+    )
+    run(
+        q=q,
+        k=k,
+        v=v,
+        g=g,
+        beta=beta,
+        a=a,
+        b=b,
+        A_log=A_log,
+        dt_bias=dt_bias,
+        softplus_beta=softplus_beta,
+        softplus_threshold=softplus_threshold,
+        state=state,
+        state_indices=state_indices,
+        cu_seqlens=cu_seqlens,
+        out=out,
+        intermediate_states=intermediate_states,
+        has_initial_state=has_initial_state,
         scale=scale,
         use_qk_l2norm=use_qk_l2norm,
-        has_initial_state=has_initial_state,
-        intermediate_states=intermediate_states,
         disable_state_update=disable_state_update,
         pad_slot_id=pad_slot_id,
     )
-    gating = (A_log, dt_bias, softplus_beta, softplus_threshold)
-    _run_recurrent(impl, q, k, v, a, b, state, state_indices, cu_seqlens, out, gating, kw)
 
 
 @inplace_custom_op("linattn::gdn_chunked", mutates_args=("state", "out"))
@@ -287,7 +304,19 @@ def _gdn_chunked_op(
     chunk_size: int,
     impl: str,
 ) -> None:
-    kw = dict(
+    run = implementation(
+        impl, reference=ref.chunked_reference, triton="kernels.gated_delta_rule.triton_chunked:launch_chunked"
+    )
+    run(
+        q=q,
+        k=k,
+        v=v,
+        g=g,
+        beta=beta,
+        state=state,
+        state_indices=state_indices,
+        cu_seqlens=cu_seqlens,
+        out=out,
         scale=scale,
         use_qk_l2norm=use_qk_l2norm,
         has_initial_state=has_initial_state,
@@ -295,11 +324,6 @@ def _gdn_chunked_op(
         pad_slot_id=pad_slot_id,
         chunk_size=chunk_size,
     )
-    if impl == "triton":
-        from kernels.gated_delta_rule.triton_chunked import launch_chunked as run
-    else:
-        run = ref.chunked_reference
-    run(q, k, v, g, beta, state, state_indices, cu_seqlens, out, **kw)
 
 
 @inplace_custom_op("linattn::gdn_scatter_accepted", mutates_args=("state",))
@@ -311,11 +335,18 @@ def _gdn_scatter_accepted_op(
     pad_slot_id: int | None,
     impl: str,
 ) -> None:
-    if impl == "triton":
-        from kernels.gated_delta_rule.triton_recurrent import launch_scatter_accepted as run
-    else:
-        run = ref.scatter_accepted_reference
-    run(state, intermediate_states, state_indices, num_accepted, pad_slot_id=pad_slot_id)
+    run = implementation(
+        impl,
+        reference=ref.scatter_accepted_reference,
+        triton="kernels.gated_delta_rule.triton_recurrent:launch_scatter_accepted",
+    )
+    run(
+        state=state,
+        intermediate_states=intermediate_states,
+        state_indices=state_indices,
+        num_accepted=num_accepted,
+        pad_slot_id=pad_slot_id,
+    )
 
 
 # --------------------------------------------------------------------------------------- public API
@@ -325,93 +356,16 @@ def recurrent(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
+    g: torch.Tensor | None = None,
+    beta: torch.Tensor | None = None,
+    *,
     state: torch.Tensor,
     state_indices: torch.Tensor,
     cu_seqlens: torch.Tensor,
-    *,
-    scale: float | None = None,
-    use_qk_l2norm: bool = False,
-    has_initial_state: torch.Tensor | None = None,
-    intermediate_states: torch.Tensor | None = None,
-    disable_state_update: bool = False,
-    pad_slot_id: int | None = -1,
-    out: torch.Tensor | None = None,
-    impl: str = "auto",
-) -> torch.Tensor:
-    """Gated delta rule, token by token, over a pool of states (decode, target-verify, short extends).
-
-    Args:
-        q, k: [T, H, K] float; v: [T, HV, V] float (HV % H == 0; value head h reads q/k head h // (HV/H)).
-        g: [T, HV] log-decay; beta: [T, HV] write strength (float, usually float32).
-        state: [num_slots, HV, K, V] pool (K-first), float32 (float64 allowed for impl="reference").
-            Row n starts from state[state_indices[n]] and writes its final state back there.
-        state_indices: [N] int32/int64 slot per row. cu_seqlens: [N+1] int32/int64 token offsets.
-        scale: multiplies q; default K ** -0.5. use_qk_l2norm: q, k <- x / sqrt(sum x^2 + 1e-6) first.
-        has_initial_state: optional [N] bool; False rows start from zeros instead of their slot.
-        intermediate_states: optional [N, D, HV, K, V]; the state after step t of row n goes to
-            [n, t] (batch row, not slot). D must be >= every row's length.
-        disable_state_update: leave the pool untouched (target-verify; see scatter_accepted).
-        pad_slot_id: rows with state_indices <= pad_slot_id are skipped (no state read or write, zero
-            outputs); None processes every row (see kernels/_common.py).
-        out: optional [T, HV, V] buffer of v's dtype, fully overwritten (tokens of skipped rows and
-            tokens past cu_seqlens[-1], e.g. a graph bucket's padding, get zeros). impl: "auto"|"reference"|"triton".
-
-    Returns:
-        out [T, HV, V], dtype of v. Zero-length rows write nothing;
-        rows sharing a slot give undefined results.
-    """
-    check = ArgChecker("gated_delta_rule.recurrent", device_of="q")
-    T, HV, V, scale, impl = _common(
-        check,
-        q,
-        k,
-        v,
-        {"g": g, "beta": beta},
-        state,
-        state_indices,
-        cu_seqlens,
-        has_initial_state,
-        intermediate_states,
-        pad_slot_id,
-        scale,
-        impl,
-    )
-    out, q, k, v = _out_and_inputs(check, out, q, k, v, T, HV, V)
-    torch.ops.linattn.gdn_recurrent(
-        q,
-        k,
-        v,
-        g,
-        beta,
-        state,
-        state_indices,
-        cu_seqlens,
-        out,
-        intermediate_states,
-        has_initial_state,
-        scale,
-        bool(use_qk_l2norm),
-        bool(disable_state_update),
-        pad_slot_id,
-        impl,
-    )
-    return out
-
-
-def fused_gating(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    A_log: torch.Tensor,
-    dt_bias: torch.Tensor,
-    state: torch.Tensor,
-    state_indices: torch.Tensor,
-    cu_seqlens: torch.Tensor,
-    *,
+    a: torch.Tensor | None = None,
+    b: torch.Tensor | None = None,
+    A_log: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
     softplus_beta: float = 1.0,
     softplus_threshold: float = 20.0,
     scale: float | None = None,
@@ -423,55 +377,81 @@ def fused_gating(
     out: torch.Tensor | None = None,
     impl: str = "auto",
 ) -> torch.Tensor:
-    """`recurrent` with the engine gating computed inside: a, b: [T, HV]; A_log, dt_bias: [HV] float.
+    """Gated delta rule, token by token, over a pool of states (decode, target-verify, short extends).
 
-    g = -exp(A_log) * softplus(a + dt_bias) (torch softplus with softplus_beta / softplus_threshold),
-    beta = sigmoid(b). Every other argument and the return value are those of `recurrent`.
+    The gates come either ready (``g``, ``beta``) or as the engine's raw inputs, gated inside the op
+    (``a``, ``b``, ``A_log``, ``dt_bias``: ``g = -exp(A_log) * softplus(a + dt_bias)`` with torch's
+    softplus(beta=softplus_beta, threshold=softplus_threshold), ``beta = sigmoid(b)``), never both.
+
+    Args:
+        q, k: [T, H, K] float; v: [T, HV, V] float (HV % H == 0; value head h reads q/k head h // (HV/H)).
+        g: [T, HV] log-decay; beta: [T, HV] write strength (float, usually float32).
+        a, b: [T, HV] gate logits; A_log, dt_bias: [HV] float (instead of g and beta).
+        state: [num_slots, HV, K, V] pool (K-first), float32 (float64 allowed for impl="reference").
+            Row n starts from state[state_indices[n]] and writes its final state back there.
+        state_indices: [N] int32/int64 slot per row. cu_seqlens: [N+1] int32/int64 token offsets.
+        scale: multiplies q; default K ** -0.5. use_qk_l2norm: q, k <- x / sqrt(sum x^2 + 1e-6) first.
+        has_initial_state: optional [N] bool; False rows start from zeros instead of their slot.
+        intermediate_states: optional [N, D, HV, K, V]; the state after step t of row n goes to
+            [n, t] (batch row, not slot). D must be >= every row's length.
+        disable_state_update: leave the pool untouched (target-verify; see scatter_accepted).
+        pad_slot_id: rows with state_indices <= pad_slot_id are skipped (no state read or write, zero
+            outputs); None processes every row (see kernels/padding.py).
+        out: optional [T, HV, V] buffer of v's dtype, fully overwritten (tokens of skipped rows and
+            tokens past cu_seqlens[-1], e.g. a graph bucket's padding, get zeros). impl: "auto"|"reference"|"triton".
+
+    Returns:
+        out [T, HV, V], dtype of v. Zero-length rows write nothing;
+        rows sharing a slot give undefined results.
     """
-    check = ArgChecker("gated_delta_rule.fused_gating", device_of="q")
-    T, HV, V, scale, impl = _common(
+    check = ArgChecker("gated_delta_rule.recurrent", device_of="q")
+    gates = _gate_inputs(check, g, beta, a, b, A_log, dt_bias)
+    T, HV, V, scale, impl = _validate(
         check,
-        q,
-        k,
-        v,
-        {"a": a, "b": b},
-        state,
-        state_indices,
-        cu_seqlens,
-        has_initial_state,
-        intermediate_states,
-        pad_slot_id,
-        scale,
-        impl,
+        q=q,
+        k=k,
+        v=v,
+        gates=gates,
+        state=state,
+        state_indices=state_indices,
+        cu_seqlens=cu_seqlens,
+        has_initial_state=has_initial_state,
+        intermediate_states=intermediate_states,
+        pad_slot_id=pad_slot_id,
+        scale=scale,
+        impl=impl,
     )
-    for name, t in (("A_log", A_log), ("dt_bias", dt_bias)):
-        check.tensor(name, t, (HV,), FLOAT_DTYPES, q.device)
-    for name, x in (("softplus_beta", softplus_beta), ("softplus_threshold", softplus_threshold)):
-        if not isinstance(x, (int, float)) or not x > 0 or x == float("inf"):
-            check.fail(f"{name}: expected a finite positive float, got {x!r}")
+    if A_log is not None:
+        for name, t in (("A_log", A_log), ("dt_bias", dt_bias)):
+            check.tensor(name, t, (HV,), FLOAT_DTYPES, q.device)
+        for name, x in (("softplus_beta", softplus_beta), ("softplus_threshold", softplus_threshold)):
+            if not isinstance(x, (int, float)) or not x > 0 or x == float("inf"):
+                check.fail(f"{name}: expected a finite positive float, got {x!r}")
+        A_log, dt_bias = A_log.contiguous(), dt_bias.contiguous()
     out, q, k, v = _out_and_inputs(check, out, q, k, v, T, HV, V)
-    A_log, dt_bias = A_log.contiguous(), dt_bias.contiguous()
-    torch.ops.linattn.gdn_fused_gating(
-        q,
-        k,
-        v,
-        a,
-        b,
-        A_log,
-        dt_bias,
-        state,
-        state_indices,
-        cu_seqlens,
-        out,
-        intermediate_states,
-        has_initial_state,
-        scale,
-        bool(use_qk_l2norm),
-        bool(disable_state_update),
-        pad_slot_id,
-        float(softplus_beta),
-        float(softplus_threshold),
-        impl,
+    torch.ops.linattn.gdn_recurrent(
+        q=q,
+        k=k,
+        v=v,
+        g=g,
+        beta=beta,
+        a=a,
+        b=b,
+        A_log=A_log,
+        dt_bias=dt_bias,
+        state=state,
+        state_indices=state_indices,
+        cu_seqlens=cu_seqlens,
+        out=out,
+        intermediate_states=intermediate_states,
+        has_initial_state=has_initial_state,
+        scale=scale,
+        use_qk_l2norm=bool(use_qk_l2norm),
+        disable_state_update=bool(disable_state_update),
+        pad_slot_id=pad_slot_id,
+        softplus_beta=float(softplus_beta),
+        softplus_threshold=float(softplus_threshold),
+        impl=impl,
     )
     return out
 
@@ -482,10 +462,10 @@ def chunked(
     v: torch.Tensor,
     g: torch.Tensor,
     beta: torch.Tensor,
+    *,
     state: torch.Tensor,
     state_indices: torch.Tensor,
     cu_seqlens: torch.Tensor,
-    *,
     scale: float | None = None,
     use_qk_l2norm: bool = False,
     has_initial_state: torch.Tensor | None = None,
@@ -494,9 +474,10 @@ def chunked(
     pad_slot_id: int | None = -1,
     out: torch.Tensor | None = None,
     impl: str = "auto",
-    chunk_size: int = 64,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> torch.Tensor:
-    """Varlen prefill by the chunked (WY / UT-transform) algorithm; same semantics as `recurrent`.
+    """Varlen prefill by the chunked (WY / UT-transform) algorithm; same semantics as `recurrent` (with
+    ready gates ``g``, ``beta``).
 
     Chunks of `chunk_size` tokens restart at every sequence's first token. `intermediate_states` is not
     supported (use `recurrent` for target-verify). impl="triton" needs chunk_size a power of two >= 16.
@@ -509,41 +490,41 @@ def chunked(
         )
     if not isinstance(chunk_size, int) or chunk_size < 1:
         check.fail(f"chunk_size: expected a positive int, got {chunk_size!r}")
-    T, HV, V, scale, impl = _common(
+    T, HV, V, scale, impl = _validate(
         check,
-        q,
-        k,
-        v,
-        {"g": g, "beta": beta},
-        state,
-        state_indices,
-        cu_seqlens,
-        has_initial_state,
-        None,
-        pad_slot_id,
-        scale,
-        impl,
+        q=q,
+        k=k,
+        v=v,
+        gates={"g": g, "beta": beta},
+        state=state,
+        state_indices=state_indices,
+        cu_seqlens=cu_seqlens,
+        has_initial_state=has_initial_state,
+        intermediate_states=None,
+        pad_slot_id=pad_slot_id,
+        scale=scale,
+        impl=impl,
     )
     if impl == "triton" and (chunk_size < 16 or chunk_size & (chunk_size - 1)):
         check.fail(f"chunk_size: impl='triton' needs a power of two >= 16 (tl.dot), got {chunk_size}")
     out, q, k, v = _out_and_inputs(check, out, q, k, v, T, HV, V)
     torch.ops.linattn.gdn_chunked(
-        q,
-        k,
-        v,
-        g,
-        beta,
-        state,
-        state_indices,
-        cu_seqlens,
-        out,
-        has_initial_state,
-        scale,
-        bool(use_qk_l2norm),
-        bool(disable_state_update),
-        pad_slot_id,
-        chunk_size,
-        impl,
+        q=q,
+        k=k,
+        v=v,
+        g=g,
+        beta=beta,
+        state=state,
+        state_indices=state_indices,
+        cu_seqlens=cu_seqlens,
+        out=out,
+        has_initial_state=has_initial_state,
+        scale=scale,
+        use_qk_l2norm=bool(use_qk_l2norm),
+        disable_state_update=bool(disable_state_update),
+        pad_slot_id=pad_slot_id,
+        chunk_size=chunk_size,
+        impl=impl,
     )
     return out
 
@@ -562,7 +543,7 @@ def scatter_accepted(
     Args:
         state: [num_slots, HV, K, V]; intermediate_states: [N, D, HV, K, V] (batch-row indexed).
         state_indices: [N] int; num_accepted: [N] int, in 1..D for live rows (padded rows: any value).
-        pad_slot_id: padding rule of kernels/_common.py.
+        pad_slot_id: padding rule of kernels/padding.py.
 
     num_accepted is range-checked (ValueError naming the row) only for CPU tensors (and not under a
     TorchDispatchMode, see `_value_checks`): on an accelerator the
@@ -591,4 +572,11 @@ def scatter_accepted(
                 check.fail(f"num_accepted: row {n} has {acc}, must be in 1..D={D} for a live row")
             if not 0 <= slot < num_slots:
                 check.fail(f"state_indices: row {n} has slot {slot}, outside [0, {num_slots})")
-    torch.ops.linattn.gdn_scatter_accepted(state, intermediate_states, state_indices, num_accepted, pad_slot_id, impl)
+    torch.ops.linattn.gdn_scatter_accepted(
+        state=state,
+        intermediate_states=intermediate_states,
+        state_indices=state_indices,
+        num_accepted=num_accepted,
+        pad_slot_id=pad_slot_id,
+        impl=impl,
+    )

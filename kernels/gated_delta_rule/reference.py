@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernels._common import compute_dtype, skipped_rows
+from kernels.dtypes import compute_dtype
+from kernels.padding import skipped_rows
 
 L2NORM_EPS = 1e-6
 
@@ -60,7 +61,7 @@ class _Batch:
     beta: torch.Tensor  # [T, HV]
     bounds: list[int]  # cu_seqlens: row n owns tokens bounds[n] .. bounds[n+1]-1
     slots: list[int]
-    skipped: list[bool]  # the padding rule of kernels/_common.py
+    skipped: list[bool]  # the padding rule of kernels/padding.py
     has_init: list[bool]
 
 
@@ -134,7 +135,7 @@ def recurrent_reference(
 ) -> None:
     """Token-by-token recurrence; writes `out`, `state` (unless disabled) and `intermediate_states` in place.
 
-    Skipped rows (padding rule of kernels/_common.py) touch no slot and get zero outputs; zero-length rows
+    Skipped rows (padding rule of kernels/padding.py) touch no slot and get zero outputs; zero-length rows
     write nothing. When every non-skipped, non-empty row has the same length (decode: 1, verify: D) the
     rows advance together token step by token step (`_recurrent_rows_together`); otherwise one sequence
     at a time (`_recurrent_one_sequence`, the plainest form of the recurrence).

@@ -24,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels._triton_helpers import named_strides
 from kernels.gated_delta_rule.triton_common import (
     h0_flags,
     kernel_pad_slot_id,
@@ -35,8 +36,16 @@ from kernels.gated_delta_rule.triton_common import (
     zero_tail_tokens,
 )
 
-# The chunk's [C, C] and [C, K] tiles are large: 8 warps keep register spills down on a GPU.
+# Defaults chosen from the kernel's register report for sm_90a (Triton's own ptxas -v, offline:
+# benchmarks/kernel_resources.py; K=V=128, bf16 inputs): the old default C=64, BV=64, 8 warps spilled about
+# 41 KB per thread (stores); C=16 (ops.DEFAULT_CHUNK_SIZE), BV=16, 8 warps spills least of the configurations
+# tried (372 B), none was spill-free. The GPU benchmark's --sweep measures the alternatives.
 DEFAULT_NUM_WARPS = 8
+
+
+def default_block_v(V: int) -> int:
+    """Value columns per program: 16 (tl.dot needs >= 16; wider blocks spill more at K=128)."""
+    return 16
 
 
 @triton.jit
@@ -155,6 +164,7 @@ def _gdn_chunked_kernel(
 
 
 def launch_chunked(
+    *,
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -164,7 +174,6 @@ def launch_chunked(
     state_indices: torch.Tensor,
     cu_seqlens: torch.Tensor,
     out: torch.Tensor,
-    *,
     scale: float,
     use_qk_l2norm: bool,
     has_initial_state: torch.Tensor | None,
@@ -173,37 +182,38 @@ def launch_chunked(
     chunk_size: int,
     block_v: int | None = None,
     num_warps: int | None = None,
-) -> None:
-    """Launch on validated tensors (ops.py). chunk_size: power of two >= 16."""
+) -> object:
+    """Launch on validated tensors (ops.py). chunk_size: power of two >= 16. ``block_v`` / ``num_warps``
+    override the defaults (``default_block_v``, ``DEFAULT_NUM_WARPS``).
+    Returns the launch's compiled kernel (None in the interpreter), for its ``n_regs`` / ``n_spills``.
+    """
     N = state_indices.shape[0]
     H, K = q.shape[1], q.shape[2]
     HV, V = v.shape[1], v.shape[2]
     if N == 0:
         out.zero_()  # no row owns any token
-        return
-    BK = max(16, triton.next_power_of_2(K))
-    BV = block_v or max(16, min(triton.next_power_of_2(V), 64))
-    _gdn_chunked_kernel[(N, HV, triton.cdiv(V, BV))](
-        q,
-        k,
-        v,
-        g,
-        beta,
-        state,
-        state_indices,
-        cu_seqlens,
-        h0_flags(has_initial_state, state_indices),
-        out,
-        float(scale),
-        kernel_pad_slot_id(pad_slot_id),
-        N,
-        q.shape[0],
-        *token_strides(q, k, v, g, beta),
-        *state.stride(),
-        *token_strides(out),
+        return None
+    BV = block_v or default_block_v(V)
+    return _gdn_chunked_kernel[(N, HV, triton.cdiv(V, BV))](
+        q_ptr=q,
+        k_ptr=k,
+        v_ptr=v,
+        g_ptr=g,
+        b_ptr=beta,
+        state_ptr=state,
+        idx_ptr=state_indices,
+        cu_ptr=cu_seqlens,
+        h0_ptr=h0_flags(has_initial_state, state_indices),
+        out_ptr=out,
+        scale=float(scale),
+        pad_slot_id=kernel_pad_slot_id(pad_slot_id),
+        num_rows=N,
+        num_tokens=q.shape[0],
+        **token_strides(q=q, k=k, v=v, g=g, b=beta, o=out),
+        **named_strides("s", state, "nhkv"),
         K=K,
         V=V,
-        BK=BK,
+        BK=max(16, triton.next_power_of_2(K)),
         BV=BV,
         C=chunk_size,
         GROUP=HV // H,

@@ -77,7 +77,7 @@ def h0_flags(has_initial_state: torch.Tensor | None, state_indices: torch.Tensor
     return has_initial_state.to(torch.int8) if has_initial_state is not None else state_indices
 
 
-def token_strides(*tensors: torch.Tensor) -> tuple[int, ...]:
-    """Strides of the first two dims (token, head) of each tensor, in order: the kernels' ``stride_*_t,
-    stride_*_h`` arguments (the last dim must be contiguous)."""
-    return tuple(s for t in tensors for s in t.stride()[:2])
+def token_strides(**tensors: torch.Tensor) -> dict[str, int]:
+    """Strides of the first two dims (token, head) of each tensor, as the kernels' keyword arguments:
+    ``token_strides(q=q)`` is ``{"stride_q_t": ..., "stride_q_h": ...}`` (the last dim must be contiguous)."""
+    return {f"stride_{name}_{d}": t.stride(i) for name, t in tensors.items() for i, d in enumerate("th")}

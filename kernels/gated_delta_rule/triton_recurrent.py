@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels._triton_helpers import named_strides
 from kernels.gated_delta_rule.triton_common import (
     h0_flags,
     kernel_pad_slot_id,
@@ -158,82 +159,82 @@ def _block_v(V: int, block_v: int | None) -> int:
 
 
 def launch_recurrent(
+    *,
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
     state: torch.Tensor,
     state_indices: torch.Tensor,
     cu_seqlens: torch.Tensor,
     out: torch.Tensor,
-    *,
     scale: float,
     use_qk_l2norm: bool,
     has_initial_state: torch.Tensor | None,
     intermediate_states: torch.Tensor | None,
     disable_state_update: bool,
     pad_slot_id: int | None,
-    gating: tuple[torch.Tensor, torch.Tensor, float, float] | None = None,
+    g: torch.Tensor | None = None,
+    beta: torch.Tensor | None = None,
+    a: torch.Tensor | None = None,
+    b: torch.Tensor | None = None,
+    A_log: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    softplus_beta: float = 1.0,
+    softplus_threshold: float = 20.0,
     block_v: int | None = None,
     num_warps: int | None = None,
-) -> None:
+) -> object:
     """Launch the kernel on validated tensors (see ops.py). Last dims of q, k, v, out must be contiguous.
 
-    With `gating=(A_log, dt_bias, softplus_beta, softplus_threshold)`, `g` and `beta` are the logits
-    `a` and `b` and the gates are computed in the kernel.
+    With ``A_log`` given, the gates are computed in the kernel from the logits ``a``, ``b`` and ``A_log``,
+    ``dt_bias`` (``g`` and ``beta`` are then None); otherwise ``g`` and ``beta`` are read as they are.
+    ``block_v`` / ``num_warps`` override the defaults (the GPU benchmark sweeps them).
+    Returns the launch's compiled kernel (None in the interpreter), for its ``n_regs`` / ``n_spills``.
     """
     N = state_indices.shape[0]
     H, K = q.shape[1], q.shape[2]
     HV, V = v.shape[1], v.shape[2]
     if N == 0:
         out.zero_()  # no row owns any token
-        return
-    BK = triton.next_power_of_2(K)
-    BV = _block_v(V, block_v)
-    if gating is None:
-        A_log, dt_bias, sp_beta, sp_threshold = g, g, 1.0, 20.0  # unused placeholders
-    else:
-        A_log, dt_bias, sp_beta, sp_threshold = gating
-    inter = intermediate_states if intermediate_states is not None else state
-    i_strides = intermediate_states.stride() if intermediate_states is not None else (0, 0, 0, 0, 0)
-    inter_depth = intermediate_states.shape[1] if intermediate_states is not None else 0
-    grid = (N, HV, triton.cdiv(V, BV))
-    _gdn_recurrent_kernel[grid](
-        q,
-        k,
-        v,
-        g,
-        beta,
-        A_log,
-        dt_bias,
-        state,
-        state_indices,
-        cu_seqlens,
-        h0_flags(has_initial_state, state_indices),
-        out,
-        inter,
-        float(scale),
-        kernel_pad_slot_id(pad_slot_id),
-        N,
-        q.shape[0],
-        float(sp_beta),
-        float(sp_threshold),
-        inter_depth,
-        *token_strides(q, k, v, g, beta),
-        *state.stride(),
-        *token_strides(out),
-        *i_strides,
+        return None
+    fused = A_log is not None
+    gate, gate_b = (a, b) if fused else (g, beta)
+    inter = intermediate_states
+    grid = (N, HV, triton.cdiv(V, _block_v(V, block_v)))
+    return _gdn_recurrent_kernel[grid](
+        q_ptr=q,
+        k_ptr=k,
+        v_ptr=v,
+        g_ptr=gate,
+        b_ptr=gate_b,
+        A_log_ptr=A_log if fused else gate,  # unread without FUSED_GATING
+        dt_bias_ptr=dt_bias if fused else gate,
+        state_ptr=state,
+        idx_ptr=state_indices,
+        cu_ptr=cu_seqlens,
+        h0_ptr=h0_flags(has_initial_state, state_indices),
+        out_ptr=out,
+        inter_ptr=inter if inter is not None else state,  # unwritten without STORE_INTER
+        scale=float(scale),
+        pad_slot_id=kernel_pad_slot_id(pad_slot_id),
+        num_rows=N,
+        num_tokens=q.shape[0],
+        softplus_beta=float(softplus_beta),
+        softplus_threshold=float(softplus_threshold),
+        inter_depth=inter.shape[1] if inter is not None else 0,
+        **token_strides(q=q, k=k, v=v, g=gate, b=gate_b, o=out),
+        **named_strides("s", state, "nhkv"),
+        **named_strides("i", inter, "ndhkv"),
         K=K,
         V=V,
-        BK=BK,
-        BV=BV,
+        BK=triton.next_power_of_2(K),
+        BV=_block_v(V, block_v),
         GROUP=HV // H,
         USE_L2NORM=use_qk_l2norm,
-        FUSED_GATING=gating is not None,
+        FUSED_GATING=fused,
         HAS_H0_FLAG=has_initial_state is not None,
         STORE_FINAL=not disable_state_update,
-        STORE_INTER=intermediate_states is not None,
+        STORE_INTER=inter is not None,
         num_warps=num_warps or DEFAULT_NUM_WARPS,
     )
 
@@ -271,34 +272,31 @@ def _scatter_accepted_kernel(
 
 
 def launch_scatter_accepted(
+    *,
     state: torch.Tensor,
     intermediate_states: torch.Tensor,
     state_indices: torch.Tensor,
     num_accepted: torch.Tensor,
-    *,
     pad_slot_id: int | None,
     block: int = 1024,
-) -> None:
+) -> object:
     """Copy intermediate_states[n, num_accepted[n]-1] to state[state_indices[n]] for live rows, sync-free.
 
     The last two dims (K, V) of both tensors must be contiguous (checked by ops.py)."""
     N, D, HV, K, V = intermediate_states.shape
     if N == 0:
-        return
+        return None
     KV = K * V
     BLOCK = min(block, triton.next_power_of_2(KV))
-    _scatter_accepted_kernel[(N, HV, triton.cdiv(KV, BLOCK))](
-        state,
-        intermediate_states,
-        state_indices,
-        num_accepted,
-        kernel_pad_slot_id(pad_slot_id),
-        D,
-        state.stride(0),
-        state.stride(1),
-        intermediate_states.stride(0),
-        intermediate_states.stride(1),
-        intermediate_states.stride(2),
+    return _scatter_accepted_kernel[(N, HV, triton.cdiv(KV, BLOCK))](
+        state_ptr=state,
+        inter_ptr=intermediate_states,
+        idx_ptr=state_indices,
+        acc_ptr=num_accepted,
+        pad_slot_id=kernel_pad_slot_id(pad_slot_id),
+        depth=D,
+        **named_strides("s", state, "nh"),
+        **named_strides("i", intermediate_states, "ndh"),
         KV=KV,
         BLOCK=BLOCK,
     )

@@ -7,7 +7,7 @@ DeltaNet (``kernels/gated_delta_rule``) adds a decay of S and a delta-rule corre
 - ``recurrent``: packed tokens over ``cu_seqlens`` (decode, verify-like fixed lengths or prefill).
 - ``recurrent_cost``: bytes and FLOPs.
 
-Padding follows ``kernels/_common.py``: a skipped row reads and writes no slot and outputs zeros; tokens
+Padding follows ``kernels/padding.py``: a skipped row reads and writes no slot and outputs zeros; tokens
 after ``cu_seqlens[N]`` output zeros. Rows sharing a processed slot race.
 
 Implementations: ``reference.py`` (torch, one token at a time, float64-capable) and

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels._common import Cost
+from kernels.cost import Cost
 
 
 def recurrent_cost(

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from kernels._common import FLOAT_DTYPES, INDEX_DTYPES, STATE_DTYPES, ArgChecker, inplace_custom_op
+from kernels.checks import ArgChecker
+from kernels.dispatch import implementation, inplace_custom_op
+from kernels.dtypes import FLOAT_DTYPES, INDEX_DTYPES, STATE_DTYPES
 
 from .reference import recurrent_reference
 
@@ -27,11 +29,20 @@ def _recurrent_op(
     out: torch.Tensor,
     impl: str,
 ) -> None:
-    if impl == "triton":
-        from .triton_recurrent import recurrent_triton as run
-    else:
-        run = recurrent_reference
-    run(q, k, v, state, state_indices, cu_seqlens, scale, pad_slot_id, out)
+    run = implementation(
+        impl, reference=recurrent_reference, triton="kernels.linear_attn.triton_recurrent:recurrent_triton"
+    )
+    run(
+        q=q,
+        k=k,
+        v=v,
+        state=state,
+        state_indices=state_indices,
+        cu_seqlens=cu_seqlens,
+        scale=scale,
+        pad_slot_id=pad_slot_id,
+        out=out,
+    )
 
 
 def recurrent(
@@ -56,7 +67,7 @@ def recurrent(
         q, k: [T, H, K] float. v: [T, HV, V] float, ``HV % H == 0``.
         state: [num_slots, HV, K, V] float32 pool (float64 accepted for ground truth); each processed
             row starts from its slot and leaves its final state there.
-        state_indices: [N] int32/int64; rows skipped per ``pad_slot_id`` (``kernels._common``) read and
+        state_indices: [N] int32/int64; rows skipped per ``pad_slot_id`` (``kernels.padding``) read and
             write no slot and output zeros.
         cu_seqlens: [N+1] int32/int64, ``cu[0] = 0``, non-decreasing, ``cu[N] <= T``; decode is
             ``[0, 1, ..., N]``. Tokens after ``cu[N]`` (graph padding) get zero outputs.
@@ -90,5 +101,16 @@ def recurrent(
     if out is None:
         out = torch.empty_like(v)
     check.tensor("out", out, (T, HV, V), FLOAT_DTYPES, dev)
-    _recurrent_op(q, k, v, state, state_indices, cu_seqlens, float(scale), pad_slot_id, out, check.impl(impl, dev))
+    _recurrent_op(
+        q=q,
+        k=k,
+        v=v,
+        state=state,
+        state_indices=state_indices,
+        cu_seqlens=cu_seqlens,
+        scale=float(scale),
+        pad_slot_id=pad_slot_id,
+        out=out,
+        impl=check.impl(impl, dev),
+    )
     return out

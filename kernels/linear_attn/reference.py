@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels._common import compute_dtype, live_rows_and_slots
+from kernels.dtypes import compute_dtype
+from kernels.padding import live_rows_and_slots
 
 
 def recurrent_reference(

@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels._triton_helpers import named_strides
+
 
 @triton.jit
 def _linear_attn_recurrent_kernel(
@@ -90,6 +92,7 @@ def _linear_attn_recurrent_kernel(
 
 
 def recurrent_triton(
+    *,
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -99,35 +102,37 @@ def recurrent_triton(
     scale: float,
     pad_slot_id: int | None,
     out: torch.Tensor,
-) -> None:
-    """Launch; same arguments and shapes as ``reference.recurrent_reference``."""
+) -> object:
+    """Launch; same arguments and shapes as ``reference.recurrent_reference``.
+
+    Returns the launch's compiled kernel (None in the interpreter), for its ``n_regs`` / ``n_spills``.
+    """
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = state_indices.shape[0]
     block_k = triton.next_power_of_2(K)
     # The state tile lives in registers: keep it at most 8192 elements.
     block_v = max(1, min(triton.next_power_of_2(V), 8192 // block_k, 64))
-    grid = (N + 1, HV, triton.cdiv(V, block_v))
-    _linear_attn_recurrent_kernel[grid](
-        q,
-        k,
-        v,
-        state,
-        state_indices,
-        cu_seqlens,
-        out,
-        N,
-        T,
-        K,
-        V,
-        HV // H,
-        float(scale),
-        pad_slot_id if pad_slot_id is not None else 0,
-        *q.stride(),
-        *k.stride(),
-        *v.stride(),
-        *state.stride(),
-        *out.stride(),
+    return _linear_attn_recurrent_kernel[(N + 1, HV, triton.cdiv(V, block_v))](
+        q_ptr=q,
+        k_ptr=k,
+        v_ptr=v,
+        state_ptr=state,
+        indices_ptr=state_indices,
+        cu_seqlens_ptr=cu_seqlens,
+        out_ptr=out,
+        num_rows=N,
+        num_tokens=T,
+        K=K,
+        V=V,
+        heads_per_qk_head=HV // H,
+        scale=float(scale),
+        pad_slot_id=pad_slot_id if pad_slot_id is not None else 0,
+        **named_strides("q", q, "thk"),
+        **named_strides("k", k, "thk"),
+        **named_strides("v", v, "thv"),
+        **named_strides("s", state, "nhkv"),
+        **named_strides("o", out, "thv"),
         BLOCK_K=block_k,
         BLOCK_V=block_v,
         HAS_PAD=pad_slot_id is not None,

@@ -4,7 +4,7 @@
   ``ngroups`` groups of B/C shared by ``nheads // ngroups`` heads each.
 - ``selective_state_update_cost``: bytes and FLOPs.
 
-Padding follows ``kernels/_common.py``: a skipped row reads and writes no slot and outputs zeros
+Padding follows ``kernels/padding.py``: a skipped row reads and writes no slot and outputs zeros
 (mamba_ssm-derived engine kernels leave such outputs computed from garbage; here they are zeros).
 Rows sharing a processed slot (padded rows on the dummy slot under ``pad_slot_id=None``) race.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels._common import Cost
+from kernels.cost import Cost
 
 
 def selective_state_update_cost(

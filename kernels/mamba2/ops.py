@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from kernels._common import FLOAT_DTYPES, INDEX_DTYPES, STATE_DTYPES, ArgChecker, inplace_custom_op
+from kernels.checks import ArgChecker
+from kernels.dispatch import implementation, inplace_custom_op
+from kernels.dtypes import FLOAT_DTYPES, INDEX_DTYPES, STATE_DTYPES
 
 from .reference import selective_state_update_reference
 
@@ -31,11 +33,26 @@ def _ssu_op(
     out: torch.Tensor,
     impl: str,
 ) -> None:
-    if impl == "triton":
-        from .triton_ssu import selective_state_update_triton as run
-    else:
-        run = selective_state_update_reference
-    run(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices, pad_slot_id, out)
+    run = implementation(
+        impl,
+        reference=selective_state_update_reference,
+        triton="kernels.mamba2.triton_ssu:selective_state_update_triton",
+    )
+    run(
+        state=state,
+        x=x,
+        dt=dt,
+        A=A,
+        B=B,
+        C=C,
+        D=D,
+        z=z,
+        dt_bias=dt_bias,
+        dt_softplus=dt_softplus,
+        state_batch_indices=state_batch_indices,
+        pad_slot_id=pad_slot_id,
+        out=out,
+    )
 
 
 def selective_state_update(
@@ -69,7 +86,7 @@ def selective_state_update(
         dt_bias: [nheads, headdim] or None, added to dt (before softplus).
         dt_softplus: apply ``softplus`` (linear above 20) to ``dt + dt_bias``.
         state_batch_indices: [N] int32/int64 slot of each row; rows skipped per ``pad_slot_id``
-            (``kernels._common``) read and write no slot and output zeros.
+            (``kernels.padding``) read and write no slot and output zeros.
         pad_slot_id: the padding sentinel; None processes every row.
         out: [N, nheads, headdim] float, written in full; allocated like x when None.
         impl: "auto" | "reference" | "triton".
@@ -106,19 +123,19 @@ def selective_state_update(
         out = torch.empty_like(x)
     check.tensor("out", out, (N, nheads, headdim), FLOAT_DTYPES, dev)
     _ssu_op(
-        state,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        D,
-        z,
-        dt_bias,
-        bool(dt_softplus),
-        state_batch_indices,
-        pad_slot_id,
-        out,
-        check.impl(impl, dev),
+        state=state,
+        x=x,
+        dt=dt,
+        A=A,
+        B=B,
+        C=C,
+        D=D,
+        z=z,
+        dt_bias=dt_bias,
+        dt_softplus=bool(dt_softplus),
+        state_batch_indices=state_batch_indices,
+        pad_slot_id=pad_slot_id,
+        out=out,
+        impl=check.impl(impl, dev),
     )
     return out

@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels._common import compute_dtype, live_rows_and_slots
+from kernels.dtypes import compute_dtype
+from kernels.padding import live_rows_and_slots
 
 
 def selective_state_update_reference(

@@ -9,6 +9,12 @@ from per-head scalars with stride 0) cost no copy.
 Computation is float32 whatever the storage dtype. softplus and silu are written with ``tl.exp`` and
 ``tl.log`` (no libdevice). Only masked ``tl.load``/``tl.store`` are used, so that triton-ascend could
 compile it; that has not been tried without Ascend hardware.
+
+Ascend convention (``pad_slot_id=None``): every padded row points at the dummy slot 0 and is really
+processed, so several programs read and write slot 0 at once, with no ordering between them. The race is
+benign (nobody reads slot 0 as a request's state), but slot 0's contents after such a step depend on
+scheduling. Never compare slot 0 on a device (benchmarks/gpu_kernels.py leaves it out); the interpreter runs
+programs in order, last padded row last, which is why the CPU tests may compare it with the reference.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton_helpers import sigmoid
+from kernels._triton_helpers import named_strides, sigmoid
 
 
 @triton.jit
@@ -136,6 +142,7 @@ def _selective_state_update_kernel(
 
 
 def selective_state_update_triton(
+    *,
     state: torch.Tensor,
     x: torch.Tensor,
     dt: torch.Tensor,
@@ -149,43 +156,44 @@ def selective_state_update_triton(
     state_batch_indices: torch.Tensor,
     pad_slot_id: int | None,
     out: torch.Tensor,
-) -> None:
-    """Launch; same arguments and shapes as ``reference.selective_state_update_reference``."""
+) -> object:
+    """Launch; same arguments and shapes as ``reference.selective_state_update_reference``.
+
+    Returns the launch's compiled kernel (None in the interpreter), for its ``n_regs`` / ``n_spills``.
+    """
     N, nheads, headdim = x.shape
     ngroups, dstate = B.shape[1], B.shape[2]
     if N == 0:
-        return
+        return None
     block_s = triton.next_power_of_2(dstate)
     # At most 4096 state elements per program: the tile, A and the decay all live in registers.
     block_p = max(1, min(triton.next_power_of_2(headdim), 4096 // block_s))
-    grid = (triton.cdiv(headdim, block_p), N, nheads)
-    unused = (0, 0)
-    _selective_state_update_kernel[grid](
-        state,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        D if D is not None else x,
-        z if z is not None else x,
-        dt_bias if dt_bias is not None else x,
-        state_batch_indices,
-        out,
-        headdim,
-        dstate,
-        nheads // ngroups,
-        pad_slot_id if pad_slot_id is not None else 0,
-        *state.stride(),
-        *x.stride(),
-        *dt.stride(),
-        *A.stride(),
-        *B.stride(),
-        *C.stride(),
-        *(D.stride() if D is not None else unused),
-        *(z.stride() if z is not None else (0, 0, 0)),
-        *(dt_bias.stride() if dt_bias is not None else unused),
-        *out.stride(),
+    return _selective_state_update_kernel[(triton.cdiv(headdim, block_p), N, nheads)](
+        state_ptr=state,
+        x_ptr=x,
+        dt_ptr=dt,
+        A_ptr=A,
+        B_ptr=B,
+        C_ptr=C,
+        D_ptr=D if D is not None else x,  # optional inputs: unread without their HAS_* flag
+        z_ptr=z if z is not None else x,
+        dt_bias_ptr=dt_bias if dt_bias is not None else x,
+        indices_ptr=state_batch_indices,
+        out_ptr=out,
+        headdim=headdim,
+        dstate=dstate,
+        heads_per_group=nheads // ngroups,
+        pad_slot_id=pad_slot_id if pad_slot_id is not None else 0,
+        **named_strides("s", state, "nhps"),
+        **named_strides("x", x, "nhp"),
+        **named_strides("dt", dt, "nhp"),
+        **named_strides("A", A, "hps"),
+        **named_strides("B", B, "ngs"),
+        **named_strides("C", C, "ngs"),
+        **named_strides("D", D, "hp"),
+        **named_strides("z", z, "nhp"),
+        **named_strides("db", dt_bias, "hp"),
+        **named_strides("o", out, "nhp"),
         BLOCK_P=block_p,
         BLOCK_S=block_s,
         HAS_D=D is not None,

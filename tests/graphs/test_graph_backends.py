@@ -62,6 +62,7 @@ def test_cpu_backend_rejects_other_devices() -> None:
         CpuBackend("meta")
 
 
+@pytest.mark.slow  # a fresh interpreter (subprocess)
 def test_importing_workbench_graphs_does_not_import_torch_npu() -> None:
     code = (
         "import sys, workbench.graphs as g; assert 'torch_npu' not in sys.modules, 'imported early'; "

@@ -262,12 +262,14 @@ def _check_call(node: ast.AST, use: Use) -> list[str]:
     return errors
 
 
+@pytest.mark.network  # downloads the torch_npu wheel (skipped, saying so, when offline)
 def test_wheel_registers_torch_npu_as_torch_npu_module(wheel: zipfile.ZipFile) -> None:
     pattern = re.compile(r"_register_device_module\(\s*[\"']npu[\"']\s*,\s*torch_npu\.npu\s*\)")
     hits = [n for n in wheel.namelist() if n.endswith(".py") and pattern.search(wheel.read(n).decode(errors="replace"))]
     assert hits, "torch_npu no longer registers torch_npu.npu as torch.npu"
 
 
+@pytest.mark.network  # downloads the torch_npu wheel (skipped, saying so, when offline)
 def test_every_torch_npu_name_we_use_exists_with_a_compatible_signature(wheel: zipfile.ZipFile) -> None:
     src = WheelSource(wheel)
     problems = []
@@ -281,6 +283,7 @@ def test_every_torch_npu_name_we_use_exists_with_a_compatible_signature(wheel: z
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.network  # downloads the torch_npu wheel (skipped, saying so, when offline)
 def test_every_method_we_call_exists(wheel: zipfile.ZipFile) -> None:
     src = WheelSource(wheel)
     method_calls = _npu_uses().method_calls
@@ -300,7 +303,33 @@ def test_every_method_we_call_exists(wheel: zipfile.ZipFile) -> None:
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.network  # downloads the torch_npu wheel (skipped, saying so, when offline)
 def test_wheel_version_matches_torch(wheel: zipfile.ZipFile) -> None:
     exact, minor = _torch_release()
     version = Path(wheel.filename).name.split("-")[1]
     assert version.startswith(minor), f"torch {torch.__version__} but torch_npu {version}"
+
+
+def test_host_input_update_needs_auto_dispatch_capture(wheel: zipfile.ZipFile) -> None:
+    """What workbench/graphs/npu.py and backends/npu.py say they do not use exists as they describe it:
+    ``NPUGraph.update(cpu_update_input)`` works only for a capture with ``graph(auto_dispatch_capture=True)``
+    (and refuses otherwise). If torch_npu changes this, those docstrings must change too."""
+    src = WheelSource(wheel)
+    graph_cls = src.resolve("torch_npu.npu", "NPUGraph")
+    ctx_cls = src.resolve("torch_npu.npu", "graph")
+    assert graph_cls and isinstance(graph_cls[1], ast.ClassDef) and ctx_cls and isinstance(ctx_cls[1], ast.ClassDef)
+    update = _method(graph_cls[1], "update")
+    assert update is not None and _accepts(update, 1, (), bound=True) is None
+    assert [a.arg for a in update.args.args][1:] == ["cpu_update_input"]
+    refuses = [
+        n
+        for n in ast.walk(update)
+        if isinstance(n, ast.If) and "auto_dispatch_capture" in ast.unparse(n.test) and "not" in ast.unparse(n.test)
+    ]
+    assert refuses, "NPUGraph.update no longer checks auto_dispatch_capture"
+    init = _method(ctx_cls[1], "__init__")
+    assert init is not None and _accepts(init, 1, ("auto_dispatch_capture",), bound=True) is None
+    # and npu.py indeed captures without it, and never calls update
+    uses = _npu_uses()
+    assert all("auto_dispatch_capture" not in u.keywords for u in uses.names)
+    assert "update" not in uses.method_calls

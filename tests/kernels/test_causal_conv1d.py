@@ -17,7 +17,7 @@ from _kernel_helpers import (
 )
 
 from kernels import causal_conv1d as cc
-from kernels._common import Cost
+from kernels.cost import Cost
 
 # --- update (decode / verify) ---------------------------------------------------------------------
 

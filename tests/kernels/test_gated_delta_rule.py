@@ -1,5 +1,5 @@
 """Gated delta rule: both impls (torch reference in fp32, Triton in the interpreter) against a naive float64
-recurrence written here, on fresh random inputs, under every padding convention of kernels/_common.py.
+recurrence written here, on fresh random inputs, under every padding convention of kernels/padding.py.
 
 Every call gets NaN-poisoned outputs (and intermediate buffers), and every slot that no live non-empty row
 owns must come back bitwise unchanged.
@@ -189,8 +189,8 @@ def test_recurrent_matches_float64(case: Case, impl: str):
     state = x["state"].clone()
     out = nan_like(x["v"])
     ret = gdn.recurrent(
-        x["q"], x["k"], x["v"], x["g"], x["beta"], state, x["state_indices"], x["cu_seqlens"],
-        use_qk_l2norm=case.l2norm, has_initial_state=x["has_initial_state"],
+        x["q"], x["k"], x["v"], x["g"], x["beta"], state=state, state_indices=x["state_indices"],
+        cu_seqlens=x["cu_seqlens"], use_qk_l2norm=case.l2norm, has_initial_state=x["has_initial_state"],
         pad_slot_id=case.pad_slot_id, out=out, impl=impl,
     )  # fmt: skip
     assert ret is out
@@ -214,8 +214,9 @@ def test_chunked_matches_recurrent_and_float64(impl: str):
     kw = dict(use_qk_l2norm=True, has_initial_state=x["has_initial_state"], impl=impl)
     s_chunk, s_rec = x["state"].clone(), x["state"].clone()
     out = nan_like(x["v"])
-    gdn.chunked(*args, s_chunk, x["state_indices"], x["cu_seqlens"], out=out, chunk_size=16, **kw)
-    o_rec = gdn.recurrent(*args, s_rec, x["state_indices"], x["cu_seqlens"], **kw)
+    meta = dict(state_indices=x["state_indices"], cu_seqlens=x["cu_seqlens"])
+    gdn.chunked(*args, state=s_chunk, **meta, out=out, chunk_size=16, **kw)
+    o_rec = gdn.recurrent(*args, state=s_rec, **meta, **kw)
     assert not out.isnan().any()
     assert rel_err(out, exp_out) < 2e-5 and rel_err(out, o_rec.double()) < 2e-5
     assert_pool_matches(case, x["state"], s_chunk, exp_state, 2e-5)
@@ -233,11 +234,12 @@ def test_triton_v_blocks_split_across_programs(kernel: str):
     exp_out, exp_state, _ = naive(*args, x["state"], x["state_indices"], x["cu_seqlens"], scale=0.3, l2norm=True)
     state, out = x["state"].clone(), nan_like(x["v"])
     kw = dict(scale=0.3, use_qk_l2norm=True, has_initial_state=None, disable_state_update=False, pad_slot_id=-1)
+    kw.update(zip(("q", "k", "v", "g", "beta"), args, strict=True), state=state, out=out, block_v=16)
+    kw.update(state_indices=x["state_indices"], cu_seqlens=x["cu_seqlens"])
     if kernel == "recurrent":
-        launch_recurrent(*args, state, x["state_indices"], x["cu_seqlens"], out, intermediate_states=None,
-                         block_v=16, **kw)  # fmt: skip
+        launch_recurrent(intermediate_states=None, **kw)
     else:
-        launch_chunked(*args, state, x["state_indices"], x["cu_seqlens"], out, chunk_size=16, block_v=16, **kw)
+        launch_chunked(chunk_size=16, **kw)
     assert rel_err(out, exp_out) < 2e-5 and rel_err(state, exp_state) < 2e-5
     assert_untouched(x["state"], state, {2})
 
@@ -252,8 +254,9 @@ def test_chunked_reference_float64_default_chunk():
     for chunk in (64, 5):
         state = x["state"].clone()
         out = gdn.chunked(
-            *args, state, x["state_indices"], x["cu_seqlens"], scale=0.3, chunk_size=chunk, impl="reference"
-        )
+            *args, state=state, state_indices=x["state_indices"], cu_seqlens=x["cu_seqlens"], scale=0.3,
+            chunk_size=chunk, impl="reference",
+        )  # fmt: skip
         assert out.dtype == torch.float64
         assert rel_err(out, exp_out) < 1e-12
         assert rel_err(state, exp_state) < 1e-12
@@ -266,12 +269,14 @@ def test_reference_runs_in_float64():
     args = [x[n] for n in ("q", "k", "v", "g", "beta")]
     exp_out, exp_state, _ = naive(*args, x["state"], x["state_indices"], x["cu_seqlens"], scale=0.5, pad_slot_id=0)
     state = x["state"].clone()
-    out = gdn.recurrent(*args, state, x["state_indices"], x["cu_seqlens"], scale=0.5, pad_slot_id=0, impl="reference")
+    meta = dict(state_indices=x["state_indices"], cu_seqlens=x["cu_seqlens"])
+    out = gdn.recurrent(*args, state=state, **meta, scale=0.5, pad_slot_id=0, impl="reference")
     assert rel_err(out, exp_out) < 1e-13 and rel_err(state, exp_state) < 1e-13
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-def test_fused_gating_equals_explicit_gating(impl: str):
+def test_raw_gating_inputs_equal_explicit_gating(impl: str):
+    """recurrent(a=, b=, A_log=, dt_bias=) gates inside the op as the engines do; the float64 truth gates first."""
     case = Case("gating", [2, 1, 0, 3], [4, 1, -1, 2], -1, 2, 4, 8, 10, 5, l2norm=True)
     x = make_inputs(case, seed=4)
     T, HV = x["g"].shape
@@ -286,9 +291,9 @@ def test_fused_gating_equals_explicit_gating(impl: str):
     meta = (x["state_indices"], x["cu_seqlens"])
     exp_out, exp_state, _ = naive(*args, g, beta, x["state"], *meta, scale=case.K**-0.5, l2norm=True)
     state = x["state"].clone()
-    out = gdn.fused_gating(
-        *args, a, b, A_log, dt_bias, state, *meta, softplus_beta=1.5, softplus_threshold=15.0,
-        use_qk_l2norm=True, out=nan_like(x["v"]), impl=impl,
+    out = gdn.recurrent(
+        *args, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state, state_indices=meta[0], cu_seqlens=meta[1],
+        softplus_beta=1.5, softplus_threshold=15.0, use_qk_l2norm=True, out=nan_like(x["v"]), impl=impl,
     )  # fmt: skip
     assert rel_err(out, exp_out) < 2e-5
     assert_pool_matches(case, x["state"], state, exp_state, 2e-5)
@@ -309,7 +314,8 @@ def test_verify_then_scatter_equals_sequential_decode(impl: str, pad_slot_id: in
     inter = torch.full((N, D, case.HV, case.K, case.V), float("nan"))
     state = x["state"].clone()
     out = gdn.recurrent(
-        *args, state, idx, cu, use_qk_l2norm=True, intermediate_states=inter, disable_state_update=True,
+        *args, state=state, state_indices=idx, cu_seqlens=cu, use_qk_l2norm=True, intermediate_states=inter,
+        disable_state_update=True,
         pad_slot_id=pad, out=nan_like(x["v"]), impl=impl,
     )  # fmt: skip
     assert torch.equal(state, x["state"]), "disable_state_update must leave the whole pool unchanged"
@@ -331,7 +337,8 @@ def test_verify_then_scatter_equals_sequential_decode(impl: str, pad_slot_id: in
         tok = torch.tensor([int(cu[n]) + step for n in rows])
         decode_cu = torch.arange(len(rows) + 1, dtype=torch.int32)
         gdn.recurrent(
-            *(a[tok] for a in args), seq, idx[rows].contiguous(), decode_cu, use_qk_l2norm=True,
+            *(a[tok] for a in args), state=seq, state_indices=idx[rows].contiguous(), cu_seqlens=decode_cu,
+            use_qk_l2norm=True,
             pad_slot_id=pad, impl="reference",
         )  # fmt: skip
     for s in (1, 6, 3):
@@ -346,8 +353,8 @@ def test_zero_length_live_row_leaves_slot_bitwise_unchanged():
         for init in (None, torch.tensor([False, True, False])):
             state = x["state"].clone()
             gdn.recurrent(
-                *(x[n] for n in ("q", "k", "v", "g", "beta")), state, x["state_indices"], x["cu_seqlens"],
-                has_initial_state=init, impl=impl,
+                *(x[n] for n in ("q", "k", "v", "g", "beta")), state=state, state_indices=x["state_indices"],
+                cu_seqlens=x["cu_seqlens"], has_initial_state=init, impl=impl,
             )  # fmt: skip
             assert torch.equal(state[3], x["state"][3]) and torch.equal(state[2], x["state"][2])
 
@@ -359,9 +366,9 @@ def test_idle_batch_all_padded():
     for impl in IMPLS:
         out = gdn.recurrent(
             *(x[n] for n in ("q", "k", "v", "g", "beta")),
-            state,
-            x["state_indices"],
-            x["cu_seqlens"],
+            state=state,
+            state_indices=x["state_indices"],
+            cu_seqlens=x["cu_seqlens"],
             impl=impl,
         )
         assert out.shape == (0, 1, 4)
@@ -399,8 +406,8 @@ def test_reference_property_random_batches(lens, convention, pad_mask, gva, seed
     )
     state = x["state"].clone()
     out = gdn.recurrent(
-        *args, state, x["state_indices"], x["cu_seqlens"], scale=0.4, pad_slot_id=convention,
-        out=nan_like(x["v"]), impl="reference",
+        *args, state=state, state_indices=x["state_indices"], cu_seqlens=x["cu_seqlens"], scale=0.4,
+        pad_slot_id=convention, out=nan_like(x["v"]), impl="reference",
     )  # fmt: skip
     assert rel_err(out, exp_out) < 2e-5
     assert_pool_matches(case, x["state"], state, exp_state, 2e-5)
@@ -412,10 +419,15 @@ def test_each_call_is_one_custom_op_without_host_sync():
     args = [x[n] for n in ("q", "k", "v", "g", "beta")]
     out = nan_like(x["v"])
     state = x["state"].clone()
+    A_log, dt_bias = torch.zeros(1), torch.zeros(1)
     with OpLog() as log:
-        gdn.recurrent(*args, state, x["state_indices"], x["cu_seqlens"], out=out, impl="reference")
-    assert log.ops == ["linattn.gdn_recurrent.default"]
-    assert hasattr(torch.ops.linattn, "gdn_fused_gating") and hasattr(torch.ops.linattn, "gdn_chunked")
+        gdn.recurrent(*args, state=state, state_indices=x["state_indices"], cu_seqlens=x["cu_seqlens"], out=out)
+        gdn.recurrent(
+            *args[:3], a=args[3], b=args[4], A_log=A_log, dt_bias=dt_bias, state=state,
+            state_indices=x["state_indices"], cu_seqlens=x["cu_seqlens"], out=out,
+        )  # fmt: skip
+    assert log.ops == ["linattn.gdn_recurrent.default"] * 2  # one op, with or without the engine gating
+    assert not hasattr(torch.ops.linattn, "gdn_fused_gating") and hasattr(torch.ops.linattn, "gdn_chunked")
     schema = str(torch.ops.linattn.gdn_scatter_accepted.default._schema)
     assert "Tensor(a0!) state" in schema
 
@@ -454,26 +466,34 @@ def _bad_calls():
 @pytest.mark.parametrize("name,kwargs", _bad_calls(), ids=lambda v: v if isinstance(v, str) else "")
 def test_bad_inputs_raise_clear_errors(name, kwargs):
     kwargs = dict(kwargs)
-    pos = [kwargs.pop(n) for n in ("q", "k", "v", "g", "beta", "state", "state_indices", "cu_seqlens")]
+    pos = [kwargs.pop(n) for n in ("q", "k", "v", "g", "beta")]
     with pytest.raises(ValueError, match=rf"^gated_delta_rule\.recurrent: {name}\b"):
         gdn.recurrent(*pos, **kwargs)
 
 
 def test_bad_inputs_other_ops():
     x = make_inputs(Case("bad2", [2, 1], [1, 2], -1, 1, 1, 4, 4, 3))
-    args = [x[n] for n in ("q", "k", "v", "g", "beta", "state", "state_indices", "cu_seqlens")]
+    args = [x[n] for n in ("q", "k", "v", "g", "beta")]
+    meta = dict(state=x["state"], state_indices=x["state_indices"], cu_seqlens=x["cu_seqlens"])
     with pytest.raises(ValueError, match="intermediate_states"):
-        gdn.chunked(*args, intermediate_states=torch.zeros(2, 2, 1, 4, 4))
+        gdn.chunked(*args, **meta, intermediate_states=torch.zeros(2, 2, 1, 4, 4))
     with pytest.raises(ValueError, match="chunk_size"):
-        gdn.chunked(*args, chunk_size=24, impl="triton")
+        gdn.chunked(*args, **meta, chunk_size=24, impl="triton")
     with pytest.raises(ValueError, match="state"):
-        gdn.recurrent(*args[:5], x["state"].double(), *args[6:], impl="triton")
+        gdn.recurrent(*args, **{**meta, "state": x["state"].double()}, impl="triton")
     a, b = x["g"], x["beta"]
-    with pytest.raises(ValueError, match="A_log"):
-        gdn.fused_gating(*args[:3], a, b, torch.zeros(2), torch.zeros(1), *args[5:])
+    raw = dict(a=a, b=b, A_log=torch.zeros(1), dt_bias=torch.zeros(1))
+    with pytest.raises(ValueError, match="recurrent: A_log must have shape"):
+        gdn.recurrent(*args[:3], **{**raw, "A_log": torch.zeros(2)}, **meta)
+    with pytest.raises(ValueError, match="recurrent: gating: .* missing dt_bias"):
+        gdn.recurrent(*args[:3], a=a, b=b, A_log=torch.zeros(1), **meta)
+    with pytest.raises(ValueError, match="recurrent: gating: give either g and beta, or"):
+        gdn.recurrent(*args, **raw, **meta)
+    with pytest.raises(ValueError, match="recurrent: beta: missing"):
+        gdn.recurrent(*args[:4], **meta)
     for bad_pad in (True, "-1", 0.5):  # a bool is an int to Python; the padding rule needs a real slot id
         with pytest.raises(ValueError, match="pad_slot_id must be an int or None"):
-            gdn.recurrent(*args, pad_slot_id=bad_pad)
+            gdn.recurrent(*args, **meta, pad_slot_id=bad_pad)
     inter = torch.zeros(2, 3, 1, 4, 4)
     for bad, msg in (([0, 1], "row 0 has 0"), ([1, 4], "row 1 has 4")):
         with pytest.raises(ValueError, match=f"num_accepted: {msg}"):
@@ -493,4 +513,10 @@ def test_cost_models():
     cc = gdn.chunked_cost(4096, 1, H, HV, K, V, chunk_size=64)
     assert cc.flops > 0 and cc.intensity > 10 * c.intensity  # prefill is compute-heavy
     assert gdn.scatter_accepted_cost(N, HV, K, V).bytes == state_bytes + 3 * N * 4
+    # verify (D=4) with disable_state_update: the slots are read once and never written
+    D = 4
+    verify = gdn.recurrent_cost(N * D, N, H, HV, K, V, num_intermediate=N * D, state_update=False)
+    written = gdn.recurrent_cost(N * D, N, H, HV, K, V, num_intermediate=N * D)
+    assert written.bytes - verify.bytes == N * HV * K * V * 4
+    assert verify.bytes < (D + 1) * N * HV * K * V * 4 * 1.05
     assert math.isclose((c + c).bytes, 2 * c.bytes)

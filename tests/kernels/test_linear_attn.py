@@ -7,7 +7,7 @@ import torch
 from _kernel_helpers import OpLog, assert_close, assert_pool, cu_from_lens, make_indices, nan_like, opcheck_mutations
 
 from kernels import linear_attn
-from kernels._common import Cost
+from kernels.cost import Cost
 
 # (atol, rtol) of each implementation and input dtype against the float64 reference run on the same
 # (already rounded) inputs; the state pool is float32 throughout. Outputs grow with the number of tokens

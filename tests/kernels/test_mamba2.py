@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from _kernel_helpers import TOLERANCES, OpLog, assert_close, assert_pool, make_indices, nan_like, opcheck_mutations
 
 from kernels import mamba2
-from kernels._common import Cost
+from kernels.cost import Cost
 
 
 def make_inputs(N, nheads, headdim, dstate, ngroups, num_slots, dtype, *, tied=False, optional=True):

@@ -1,10 +1,16 @@
 """Ascend NPU metadata backend (sglang-ascend conventions). Imports nothing from torch_npu.
 
-Differences from CUDA that matter to the graph: padded rows point at the dummy slot and are processed
-(profile ``sglang-ascend``); the NPU graph runner pushes the step's sequence lengths to the captured graph
-from the host (``NPUGraph.update(cpu_update_input=...)``), so this backend keeps a host list of them,
-``extras["seq_lens_cpu"]`` (None at capture, when there is no CPU copy); verify also carries a flat
-``[bs * D]`` index of per-token intermediate slots, ``extras["gdn_token_indices"]``.
+What it does: the base backend's in-place metadata update under the ``sglang-ascend`` profile (padded rows
+point at the dummy slot 0 and are really processed there), plus, for target-verify, the flat ``[bs * D]``
+per-token index ``Metadata.intermediate_token_indices`` that sglang's Ascend backend builds (nothing in the
+workbench reads it; it is there so the metadata can be compared with the engine's).
+
+What it does not do: push host sequence lengths into a captured graph. sglang's NPU graph runner captures
+with ``auto_dispatch_capture=True`` and calls ``NPUGraph.update(cpu_update_input=[{"actual_seq_lengths":
+...}])`` before each replay, because its attention operator takes the lengths as a host list. None of the
+linear-attention kernels here takes host lengths (they read ``query_start_loc`` from device memory, which
+the in-place update refreshes), so the graphs of ``workbench.graphs.npu`` are captured without
+``auto_dispatch_capture`` and replayed without ``update``. A layer with such an operator would need both.
 """
 
 from __future__ import annotations
@@ -17,18 +23,14 @@ from workbench.metadata import Metadata
 
 
 class NpuMetadataBackend(MetadataBackend):
-    """Metadata for NPU graphs: the base in-place update, plus the host-side extras Ascend needs."""
+    """Metadata for NPU graphs: the base in-place update, plus the verify token index sglang-ascend builds."""
 
     device_type = "npu"
 
     def init_forward_metadata_out_graph(self, batch: Batch, in_capture: bool = False) -> Metadata:
-        # The scheduler built the batch on the host: read the lengths there, before any device copy.
-        host = None if in_capture or batch.device.type != "cpu" else batch.seq_lens.tolist()
         meta = super().init_forward_metadata_out_graph(batch, in_capture=in_capture)
-        fill = self.pool.profile.seq_len_fill
-        meta.extras["seq_lens_cpu"] = None if host is None else host + [fill] * (meta.batch_size - len(host))
-        if meta.forward_mode == "target_verify" and "gdn_token_indices" not in meta.extras:
-            meta.extras["gdn_token_indices"] = torch.arange(
+        if meta.forward_mode == "target_verify" and meta.intermediate_token_indices is None:
+            meta.intermediate_token_indices = torch.arange(
                 meta.batch_size * meta.draft_tokens, dtype=torch.int32, device=self.pool.device
             )
         return meta

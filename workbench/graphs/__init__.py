@@ -1,12 +1,15 @@
 """Graph capture and replay on cuda, npu or the cpu, behind one small interface.
 
+>>> import torch
 >>> from workbench.graphs import get_backend
->>> backend = get_backend("auto")            # cuda if present, else npu, else the cpu recorder
->>> x = torch.zeros(4)                       # a static input
+>>> backend = get_backend("cpu")             # "auto": cuda if present, else npu, else the cpu recorder
+>>> x = torch.zeros(4, device=backend.device)  # a static input
 >>> g = backend.capture(lambda: x * 2 + 1)   # warm-up, then capture
->>> x.copy_(torch.arange(4.0)); g.replay()   # new values in, replay
->>> g.outputs                                 # the same tensor each replay, overwritten
-tensor([1., 3., 5., 7.])
+>>> out = g.outputs                          # the same tensor after every replay, overwritten
+>>> _ = x.copy_(torch.arange(4.0))           # new values in place (the graph recorded x's address)
+>>> g.replay()
+>>> out, g.outputs is out
+(tensor([1., 3., 5., 7.]), True)
 
 Importing this package never imports torch_npu; ``available_backends()`` and ``get_backend`` try it
 (defensively) only when asked about npu or "auto".

@@ -425,7 +425,7 @@ class CpuBackend(GraphBackend):
         dev = torch.device("cpu" if device is None else device)
         if dev.type != "cpu":
             raise ValueError(f"the cpu graph backend runs on the cpu, got device={dev}")
-        self.device = dev
+        self.device = torch.device("cpu")  # what CPU tensors report, whatever index was given ("cpu:0")
 
     @classmethod
     def is_available(cls) -> tuple[bool, str]:

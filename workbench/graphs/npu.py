@@ -4,6 +4,12 @@ What is captured: the NPU operators ``fn()`` launches on the capture stream (onl
 captured, per torch_npu's docs); host Python runs once, at capture. Warm-up runs on the capture stream
 first, as on cuda, and graphs sharing a ``new_pool()`` handle use the same capture stream.
 
+Not supported: graphs whose operators take host inputs that change per step. torch_npu updates those
+with ``NPUGraph.update(cpu_update_input=...)``, which works only for graphs captured with
+``torch.npu.graph(..., auto_dispatch_capture=True)``; sglang's NPU runner does both for its attention's
+host ``actual_seq_lengths``. The linear-attention steps captured here read every per-step value from
+device buffers refreshed in place, so captures use the default dispatch and replays call no ``update``.
+
 torch_npu is imported here only, lazily and defensively: installed without Ascend's CANN libraries it
 fails to import (``libhccl.so`` not found), and it must never break ``import workbench.graphs``.
 

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import torch
 
+from workbench import html
 from workbench.backends import MetadataBackend
 from workbench.batch import Batch
 from workbench.graphs import Graph, GraphBackend
@@ -86,6 +87,36 @@ class Comparison:
             "reason": self.reason,
         }
 
+    def __repr__(self) -> str:
+        how = f"replayed bucket {self.bucket}" if self.replayed else "eager (no bucket)"
+        bitwise = (
+            "bitwise equal" if self.bitwise_equal else f"NOT bitwise equal (max out diff {self.max_output_diff:.3g})"
+        )
+        verdict = "ok" if self.ok else "FAIL"
+        return (
+            f"Comparison({verdict}: {self.mode} raw_bs={self.raw_batch_size}, {how}, {bitwise}, "
+            f"integrity {'ok' if self.integrity.ok else 'FAIL'})"
+        )
+
+    def _repr_html_(self) -> str:
+        bitwise_ok = self.bitwise_equal or not self.expect_bitwise
+        expect = "expected (cpu recorder runs the same kernels)" if self.expect_bitwise else "not expected on a device"
+        rows: list[tuple[str, object, bool]] = [
+            ("replayed", self.replayed if self.replayed else f"no: {self.reason or 'eager'}", True),
+            ("bitwise equal to padded eager", f"{'yes' if self.bitwise_equal else 'no'} ({expect})", bitwise_ok),
+            ("max |output replay - eager|", self.max_output_diff, bitwise_ok),
+            ("max |state replay - eager|", self.max_state_diff, bitwise_ok),
+            ("integrity vs float64 reference", "clean" if self.integrity.ok else "PROBLEMS (below)", self.integrity.ok),
+        ]
+        table = html.table(
+            ["check", "value"], [[k, v] for k, v, _ in rows], row_kinds=["ok" if good else "fail" for *_, good in rows]
+        )
+        head = html.facts({"mode": self.mode, "raw_bs": self.raw_batch_size, "bucket": self.bucket})
+        parts = [html.badge(self.ok), head, table]
+        if not self.integrity.ok:
+            parts.append(self.integrity._repr_html_())
+        return html.block(*parts, title="Comparison: replay vs eager vs float64")
+
 
 def compare_replay(
     runner: ReplaySubject,
@@ -132,11 +163,11 @@ def compare_replay(
     after = runner.state.tensors()
     dummy = pool.profile.dummy_slot
     live_slots = sorted({int(s) for s in meta_r.state_indices.flatten().tolist()})
-    extra: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    intermediates: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     same_inter = True
     got = runner.last_intermediate
     if verify and meta_r.state_indices.dim() == 1 and got is not None and inter_r is not None and inter_e is not None:
-        extra = {
+        intermediates = {
             "intermediate.ssm": (got.ssm[:r], inter_r.ssm[:r]),
             "intermediate.conv": (got.conv[:r], inter_r.conv[:r]),
         }
@@ -152,7 +183,7 @@ def compare_replay(
         reference_outputs=out_r,
         padded_outputs=padded,
         padded_offset=n,
-        extra_pairs=extra,
+        intermediates=intermediates,
         atol=atol,
         rtol=rtol,
     )

@@ -6,13 +6,45 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+
+from workbench import html
 
 # float32 kernels against the float64 reference, on the small test layers
 DEFAULT_ATOL = {torch.float32: 2e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2, torch.float64: 1e-10}
 DEFAULT_RTOL = {torch.float32: 2e-3, torch.float16: 2e-2, torch.bfloat16: 5e-2, torch.float64: 1e-8}
+
+
+class SlotChange(NamedTuple):
+    """A state slot that changed although no live row owns it."""
+
+    tensor: str
+    slot: int
+
+
+class StateMismatch(NamedTuple):
+    """A live slot's new state off the float64 reference (``error``: max abs difference)."""
+
+    tensor: str
+    slot: int
+    error: float
+
+
+class RowMismatch(NamedTuple):
+    """A batch row of a per-row buffer (e.g. a verify intermediate) off its reference."""
+
+    tensor: str
+    row: int
+    error: float
+
+
+class OutputMismatch(NamedTuple):
+    """A live output token row off the float64 reference."""
+
+    token: int
+    error: float
 
 
 @dataclass
@@ -20,16 +52,19 @@ class IntegrityReport:
     """What a step broke. Empty lists everywhere means the step was clean.
 
     Attributes:
-        changed_slots: ``(tensor name, slot)`` that no live row owns (nor the dummy) yet changed.
-        state_mismatches: ``(tensor name, slot or row, max abs error)`` of live state vs the reference.
-        output_mismatches: ``(token row, max abs error)`` of live outputs vs the reference.
+        changed_slots: slots that no live row owns (nor the dummy) yet changed.
+        state_mismatches: live slots whose new state is off the reference.
+        intermediate_mismatches: batch rows of the per-row buffers (``intermediates`` of :func:`check`,
+            e.g. verify intermediate states) off their reference.
+        output_mismatches: live output token rows off the reference.
         nonzero_padded_outputs: token rows of padded outputs that are not exactly zero.
         atol, rtol: the tolerances used.
     """
 
-    changed_slots: list[tuple[str, int]] = field(default_factory=list)
-    state_mismatches: list[tuple[str, int, float]] = field(default_factory=list)
-    output_mismatches: list[tuple[int, float]] = field(default_factory=list)
+    changed_slots: list[SlotChange] = field(default_factory=list)
+    state_mismatches: list[StateMismatch] = field(default_factory=list)
+    intermediate_mismatches: list[RowMismatch] = field(default_factory=list)
+    output_mismatches: list[OutputMismatch] = field(default_factory=list)
     nonzero_padded_outputs: list[int] = field(default_factory=list)
     atol: float = 0.0
     rtol: float = 0.0
@@ -37,32 +72,76 @@ class IntegrityReport:
     @property
     def ok(self) -> bool:
         return not (
-            self.changed_slots or self.state_mismatches or self.output_mismatches or self.nonzero_padded_outputs
+            self.changed_slots
+            or self.state_mismatches
+            or self.intermediate_mismatches
+            or self.output_mismatches
+            or self.nonzero_padded_outputs
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
-            "changed_slots": self.changed_slots,
-            "state_mismatches": self.state_mismatches,
-            "output_mismatches": self.output_mismatches,
+            "changed_slots": [list(c) for c in self.changed_slots],
+            "state_mismatches": [list(m) for m in self.state_mismatches],
+            "intermediate_mismatches": [list(m) for m in self.intermediate_mismatches],
+            "output_mismatches": [list(m) for m in self.output_mismatches],
             "nonzero_padded_outputs": self.nonzero_padded_outputs,
             "atol": self.atol,
             "rtol": self.rtol,
         }
 
+    def problems(self) -> list[tuple[str, str, str, float | None]]:
+        """Every problem as ``(what, tensor, where, error)``: one row each, for tables."""
+        out: list[tuple[str, str, str, float | None]] = []
+        out += [("foreign slot changed", c.tensor, f"slot {c.slot}", None) for c in self.changed_slots]
+        out += [("state off reference", m.tensor, f"slot {m.slot}", m.error) for m in self.state_mismatches]
+        out += [("row off reference", m.tensor, f"row {m.row}", m.error) for m in self.intermediate_mismatches]
+        out += [("output off reference", "output", f"token {m.token}", m.error) for m in self.output_mismatches]
+        out += [("padded output not zero", "output", f"token {t}", None) for t in self.nonzero_padded_outputs]
+        return out
+
     def __str__(self) -> str:
         if self.ok:
             return "integrity: clean (no foreign slot changed, live rows match the float64 reference, padding zeros)"
         lines = ["integrity: PROBLEMS"]
-        lines += [f"  slot {s} of {n} changed but no live row owns it" for n, s in self.changed_slots]
-        lines += [f"  {n}[{s}] differs from the float64 reference by {e:.3g}" for n, s, e in self.state_mismatches]
+        lines += [f"  slot {c.slot} of {c.tensor} changed but no live row owns it" for c in self.changed_slots]
         lines += [
-            f"  output token {t} differs from the float64 reference by {e:.3g}" for t, e in self.output_mismatches
+            f"  {m.tensor}[{m.slot}] differs from the float64 reference by {m.error:.3g}" for m in self.state_mismatches
+        ]
+        lines += [
+            f"  {m.tensor} row {m.row} differs from the float64 reference by {m.error:.3g}"
+            for m in self.intermediate_mismatches
+        ]
+        lines += [
+            f"  output token {m.token} differs from the float64 reference by {m.error:.3g}"
+            for m in self.output_mismatches
         ]
         if self.nonzero_padded_outputs:
             lines.append(f"  padded output rows not zero: {self.nonzero_padded_outputs}")
         return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        if self.ok:
+            return f"IntegrityReport(ok, atol={self.atol:.3g}, rtol={self.rtol:.3g})"
+        counts = {
+            "changed_slots": len(self.changed_slots),
+            "state_mismatches": len(self.state_mismatches),
+            "intermediate_mismatches": len(self.intermediate_mismatches),
+            "output_mismatches": len(self.output_mismatches),
+            "nonzero_padded_outputs": len(self.nonzero_padded_outputs),
+        }
+        return "IntegrityReport(FAIL: " + ", ".join(f"{k}={v}" for k, v in counts.items() if v) + ")"
+
+    def _repr_html_(self) -> str:
+        tol = {"atol": self.atol, "rtol": self.rtol}
+        if self.ok:
+            verdict = html.badge(True, "clean: no foreign slot changed, live rows match the float64 reference")
+            return html.block(verdict, html.facts(tol), title="IntegrityReport")
+        rows = [[what, tensor, where, "" if err is None else err] for what, tensor, where, err in self.problems()]
+        table = html.table(["problem", "tensor", "where", "max abs error"], rows, row_kinds=["fail"] * len(rows))
+        verdict = html.badge(False, f"FAIL: {len(rows)} problem(s)")
+        return html.block(verdict, html.facts(tol), table, title="IntegrityReport")
 
 
 def snapshot(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -70,14 +149,14 @@ def snapshot(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: t.detach().clone() for name, t in tensors.items()}
 
 
-def changed_slots(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> list[tuple[str, int]]:
+def changed_slots(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> list[SlotChange]:
     """Every ``(name, slot)`` whose bytes differ (bitwise: NaN-safe, -0.0 vs 0.0 counts as a change)."""
     out = []
     for name, b in before.items():
         a = after[name]
         diff = (a.view(torch.uint8) != b.view(torch.uint8)) if a.is_contiguous() and b.is_contiguous() else a.ne(b)
         rows = diff.reshape(diff.shape[0], -1).any(dim=1).nonzero().flatten().tolist()
-        out += [(name, int(s)) for s in rows]
+        out += [SlotChange(name, int(s)) for s in rows]
     return out
 
 
@@ -99,7 +178,7 @@ def check(
     reference_outputs: torch.Tensor,
     padded_outputs: torch.Tensor | None = None,
     padded_offset: int = 0,
-    extra_pairs: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
+    intermediates: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
     atol: float | None = None,
     rtol: float | None = None,
 ) -> IntegrityReport:
@@ -112,7 +191,8 @@ def check(
         live_outputs, reference_outputs: ``[tokens, ...]`` outputs of the live rows and their reference.
         padded_outputs: outputs of padded token rows (must be exactly zero), if any; their first token row
             is ``padded_offset`` (reported rows are absolute).
-        extra_pairs: more (got, reference) pairs checked row by row, e.g. verify intermediates.
+        intermediates: per-batch-row buffers, name -> ``(got, reference)`` each ``[rows, ...]``, checked row by
+            row (e.g. verify intermediate states); reported in ``intermediate_mismatches``.
         atol, rtol: defaults by the outputs' dtype (``DEFAULT_ATOL`` / ``DEFAULT_RTOL``).
     """
     dtype = live_outputs.dtype
@@ -120,21 +200,21 @@ def check(
     rtol = DEFAULT_RTOL.get(dtype, 1e-3) if rtol is None else rtol
     rep = IntegrityReport(atol=atol, rtol=rtol)
     allowed = set(allowed_slots)
-    rep.changed_slots = [(n, s) for n, s in changed_slots(before, after) if s not in allowed]
+    rep.changed_slots = [c for c in changed_slots(before, after) if c.slot not in allowed]
     for name, ref in reference_state.items():
         for s in live_slots:
             bad, err = _max_err(after[name][s], ref[s], atol, rtol)
             if bad:
-                rep.state_mismatches.append((name, int(s), err))
-    for name, (got, ref) in (extra_pairs or {}).items():
+                rep.state_mismatches.append(StateMismatch(name, int(s), err))
+    for name, (got, ref) in (intermediates or {}).items():
         for row in range(got.shape[0]):
             bad, err = _max_err(got[row], ref[row], atol, rtol)
             if bad:
-                rep.state_mismatches.append((name, row, err))
+                rep.intermediate_mismatches.append(RowMismatch(name, row, err))
     for t in range(live_outputs.shape[0]):
         bad, err = _max_err(live_outputs[t], reference_outputs[t], atol, rtol)
         if bad:
-            rep.output_mismatches.append((t, err))
+            rep.output_mismatches.append(OutputMismatch(t, err))
     if padded_outputs is not None and padded_outputs.numel():
         nz = padded_outputs.reshape(padded_outputs.shape[0], -1).ne(0).any(dim=1).nonzero().flatten()
         rep.nonzero_padded_outputs = [padded_offset + int(i) for i in nz.tolist()]

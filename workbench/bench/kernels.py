@@ -1,6 +1,6 @@
 """CPU timings of the kernels' torch references at engine-like decode shapes, against a copy floor.
 
-    python -m kernels.bench [--quick] [--json PATH]
+    python -m workbench.bench.kernels [--quick] [--json PATH]
 
 Decode is memory-bound: every row reads and writes its whole recurrent state once per step. The floor of
 each measurement is the time to copy the same number of state bytes (`dst.copy_(src)`, preallocated,
@@ -49,7 +49,19 @@ def _case_gdn_recurrent(bs: int, H: int = 16, HV: int = 32, K: int = 128, V: int
     out = torch.empty(bs, HV, V, dtype=torch.bfloat16)
 
     def fn():
-        return gdn.recurrent(q, k, v, g, beta, state, slots, cu, use_qk_l2norm=True, out=out, impl="reference")
+        return gdn.recurrent(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            state=state,
+            state_indices=slots,
+            cu_seqlens=cu,
+            use_qk_l2norm=True,
+            out=out,
+            impl="reference",
+        )
 
     return fn, bs * HV * K * V * 4
 
@@ -180,7 +192,7 @@ def run(quick: bool = False, json_path: str | None = None, ops: list[str] | None
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernels.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m workbench.bench.kernels", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="three batch sizes, short timings")
     parser.add_argument("--json", default=DEFAULT_JSON, help=f"output path (default {DEFAULT_JSON}; '' for none)")
     parser.add_argument("--ops", nargs="*", choices=list(CASES), help="subset of ops (default: all)")

@@ -1,0 +1,101 @@
+"""Argument checks of the public ops (metadata only: types, shapes, dtypes, devices)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NoReturn
+
+import torch
+
+from kernels.dispatch import IMPLS, resolve_impl
+from kernels.dtypes import FLOAT_DTYPES, INDEX_DTYPES
+
+
+class ArgChecker:
+    """Metadata checks of one public op's arguments: types, shapes, dtypes, devices, never tensor values
+    (reading device memory would synchronise the host, which graph capture forbids).
+
+    Every failure is a ValueError whose message starts with the op and names the argument and what is
+    wrong with it, e.g. ``linear_attn.recurrent: k must have shape [3, 2, 4], got [3, 2, 5]``.
+    """
+
+    def __init__(self, op: str, device_of: str) -> None:
+        self.op = op  # as the user calls it, e.g. "mamba2.selective_state_update"
+        self.device_of = device_of  # the argument whose device every other tensor must share
+
+    def fail(self, msg: str) -> NoReturn:
+        raise ValueError(f"{self.op}: {msg}")
+
+    def require(self, cond: bool, msg: str) -> None:
+        if not cond:
+            self.fail(msg)
+
+    def is_tensor(self, name: str, t: object) -> None:
+        if not isinstance(t, torch.Tensor):
+            self.fail(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+
+    def layout(self, name: str, t: object, doc: str, ndim: int, *, length: int | None = None) -> None:
+        """``t`` is a tensor with ``ndim`` dims (and ``length`` entries along the first one, if given).
+
+        Check this before reading sizes off ``t``; ``doc`` describes the expected layout."""
+        self.is_tensor(name, t)
+        if t.dim() != ndim or (length is not None and t.shape[0] != length):
+            self.fail(f"{name} must be {doc}, got shape {list(t.shape)}")
+
+    def leading(self, name: str, t: object, doc: str, ndim: int) -> None:
+        """The argument that fixes the sizes and the device of the others: a floating tensor of ``ndim`` dims."""
+        self.layout(name, t, doc, ndim)
+        if t.dtype not in FLOAT_DTYPES:
+            self.fail(f"{name} must be floating point, got {t.dtype}")
+
+    def tensor(
+        self,
+        name: str,
+        t: object,
+        shape: Sequence[int | None],
+        dtypes: tuple[torch.dtype, ...],
+        device: torch.device,
+    ) -> None:
+        """``t`` is a tensor of ``shape`` (None: any size, e.g. a pool's number of slots), of a dtype in
+        ``dtypes``, on ``device``."""
+        self.is_tensor(name, t)
+        if t.dim() == len(shape):
+            shape = [t.shape[i] if s is None else s for i, s in enumerate(shape)]
+        if tuple(t.shape) != tuple(shape):
+            self.fail(f"{name} must have shape {list(shape)}, got {list(t.shape)}")
+        if t.dtype not in dtypes:
+            self.fail(f"{name} must have dtype in {[str(d) for d in dtypes]}, got {t.dtype}")
+        if t.device != device:
+            self.fail(f"{name} is on {t.device}, expected {device} (the device of {self.device_of})")
+
+    def pool(
+        self,
+        name: str,
+        t: object,
+        doc: str,
+        slot_shape: Sequence[int | None],
+        dtypes: tuple[torch.dtype, ...],
+        device: torch.device,
+    ) -> None:
+        """A pool of per-slot states ``[num_slots, *slot_shape]`` with any number of slots; ``doc`` names its
+        dims, e.g. ``"[num_slots, HV, K, V]"``."""
+        self.layout(name, t, f"a {1 + len(slot_shape)}-D pool {doc}", 1 + len(slot_shape))
+        self.tensor(name, t, (None, *slot_shape), dtypes, device)
+
+    def cu_seqlens(self, cu_seqlens: object, device: torch.device) -> int:
+        """Offsets ``[N+1]`` of N packed sequences; returns N."""
+        self.is_tensor("cu_seqlens", cu_seqlens)
+        if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1:
+            self.fail(f"cu_seqlens must be a 1-D tensor [N+1], got shape {list(cu_seqlens.shape)}")
+        self.tensor("cu_seqlens", cu_seqlens, (None,), INDEX_DTYPES, device)
+        return cu_seqlens.shape[0] - 1
+
+    def impl(self, impl: str, device: torch.device) -> str:
+        """``resolve_impl``, with the op named when ``impl`` is not one of ``IMPLS``."""
+        if impl not in IMPLS:
+            self.fail(f"impl must be one of {IMPLS}, got {impl!r}")
+        return resolve_impl(impl, device)
+
+    def pad_slot_id(self, pad_slot_id: object) -> None:
+        if not (pad_slot_id is None or (isinstance(pad_slot_id, int) and not isinstance(pad_slot_id, bool))):
+            self.fail(f"pad_slot_id must be an int or None, got {pad_slot_id!r}")

@@ -1,0 +1,156 @@
+"""``workbench check-contracts``: options before or after paths, formats, exit codes 0 / 1 / 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from workbench import cli
+from workbench.contracts import check, main
+
+FIXTURES = Path(__file__).parent / "fixtures" / "contracts"
+ENG = FIXTURES / "eng"
+BASE = "eng.layers.attention.mamba_backend:MambaAttnBackendBase"
+OLD_BASE = "ctr_base:MetadataBackend"
+
+
+@pytest.fixture(autouse=True)
+def _in_fixtures(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(FIXTURES)  # shown paths are relative to here
+
+
+@pytest.mark.parametrize(
+    "entry", [main, lambda argv: cli.main(["check-contracts", *argv])], ids=["module", "workbench"]
+)
+@pytest.mark.parametrize(
+    "argv",
+    [["--base", BASE, "eng/hardware"], ["eng/hardware", "--base", BASE], ["eng/hardware"]],
+    ids=["options-first", "options-last", "discovered"],
+)
+def test_exit_one_on_findings_with_options_anywhere(entry, argv: list[str], capsys: pytest.CaptureFixture) -> None:
+    assert entry(argv) == 1
+    out = capsys.readouterr().out
+    assert "eng/hardware/npu/ascend_backend.py:12: AscendMambaBackend._replay_metadata [missing-parameter]" in out
+    assert "    base call: eng/layers/attention/mamba_backend.py:17 in " in out
+    assert out.rstrip().endswith("7 findings")
+
+
+def test_exit_zero_when_clean_and_the_project_default(capsys: pytest.CaptureFixture, monkeypatch) -> None:
+    assert main(["ctr_good.py", "--base", OLD_BASE, "--search-path", "."]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("OK: no findings")
+    monkeypatch.chdir(Path(__file__).parents[1])
+    assert main([]) == 0  # the project's own backends against their base
+    out = capsys.readouterr().out
+    assert "CpuMetadataBackend, CudaMetadataBackend, NpuMetadataBackend" in out
+    assert main(["workbench"]) == 0  # every base class the workbench package defines
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["plugin"],
+            "check-contracts: no class in the targets derives from a class defined in the targets or on the search "
+            "path; found elsewhere or not at all: PluginBackend(eng.layers.attention.mamba_backend:"
+            "MambaAttnBackendBase not found); pass the base's root with --search-path DIR, or --base pkg.mod:Class",
+        ),
+        (
+            ["eng", "--base", "eng.nope:Base"],
+            "check-contracts: base class eng.nope:Base not found: eng.nope (no such module on the search path)",
+        ),  # fmt: skip
+        (
+            ["eng/layers/attention/base_attn_backend.py", "--base", BASE],
+            f"check-contracts: no subclass of {BASE} found in eng/layers/attention/base_attn_backend.py",
+        ),
+        (["no_such_module_for_contracts"], "check-contracts: no module or path named 'no_such_module_for_contracts'"),
+    ],
+    ids=["base-not-on-search-path", "base-not-found", "no-subclass", "no-target"],
+)
+def test_exit_two_with_one_clear_line(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err == message + "\n" and captured.out == ""
+
+
+def test_exit_two_on_a_file_that_does_not_parse(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("def broken(:\n")
+    assert main(["eng", str(bad), "--format", "json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"check-contracts: target file does not parse: {bad} (SyntaxError: ")
+    assert json.loads(captured.out) == {"ok": False, "error": captured.err.removeprefix("check-contracts: ").strip()}
+    assert main(["--no-such-flag"]) == 2
+
+
+def test_usage_errors_and_help(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as raised:
+        cli.main(["check-contracts", "--help"])
+    assert raised.value.code == 0
+    out = capsys.readouterr().out
+    for option in ("--base", "--search-path", "--method", "--format {text,json,github}", "--bench"):
+        assert option in out
+    assert main(["--format", "xml"]) == 2
+
+
+def test_json_format(capsys: pytest.CaptureFixture) -> None:
+    assert main(["eng", "--format", "json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data == json.loads(json.dumps(check(ENG).to_dict())) | {"seconds": data["seconds"]}
+    first = data["findings"][0]
+    assert first["cls"] == "AscendMambaBackend" and first["method"] == "_replay_metadata"
+    assert first["site_line"] == 17 and first["caller"] == "MambaAttnBackendBase.init_forward_metadata_out_graph"
+    assert first["message"] == (
+        "TypeError: AscendMambaBackend._replay_metadata() got an unexpected keyword argument 'in_capture'"
+    )
+    assert data["ok"] is False and len(data["findings"]) == 7
+
+
+def test_github_format(capsys: pytest.CaptureFixture) -> None:
+    assert main(["eng", "--format", "github"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    errors = [line for line in lines if line.startswith("::error ")]
+    assert len(errors) == 7 and lines[-1] == "7 findings"
+    assert errors[0] == (
+        "::error file=eng/hardware/npu/ascend_backend.py,line=12,title=check-contracts missing-parameter::"
+        "AscendMambaBackend._replay_metadata: TypeError: AscendMambaBackend._replay_metadata() got an unexpected "
+        "keyword argument 'in_capture' (base call at eng/layers/attention/mamba_backend.py:17: "
+        "self._replay_metadata(bs, ..., ..., forward_batch.spec_info, ..., num_padding=..., in_capture=in_capture, "
+        "mamba_track_indices=...))"
+    )
+    assert main(["ctr_broken.py", "--base", OLD_BASE, "--format", "github", "--search-path", "."]) == 1
+    errors = [line for line in capsys.readouterr().out.splitlines() if line.startswith("::error ")]
+    assert errors[0] == (
+        "::error file=ctr_broken.py,line=7,title=check-contracts missing-parameter::MissingInCapture."
+        "init_forward_metadata_out_graph: TypeError: MissingInCapture.init_forward_metadata_out_graph() got an "
+        "unexpected keyword argument 'in_capture' (call: obj.init_forward_metadata_out_graph(batch, in_capture=...))"
+    )
+
+
+def test_bench_mode_prints_files_per_second(capsys: pytest.CaptureFixture) -> None:
+    assert main(["--bench", "60", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["files"] == 60 and data["findings"] == data["planted"] == 2
+    assert data["files_per_second"] > 0 and data["text"].endswith("files/s")
+
+
+def test_hook_mode_allows_changed_files_without_subclasses(capsys: pytest.CaptureFixture) -> None:
+    """pre-commit passes the changed files: one with no subclass is nothing to check, not an error."""
+    target = "eng/layers/attention/base_attn_backend.py"
+    assert main([target]) == 2
+    capsys.readouterr()
+    assert main([target, "--allow-nothing"]) == 0
+    assert capsys.readouterr().out.startswith("check-contracts: nothing to check: no class in the targets derives")
+    assert main(["eng/hardware/npu/variants.py", "--allow-nothing"]) == 1  # findings still fail the hook
+
+
+def test_pre_commit_hook_entries_run_this_command() -> None:
+    import yaml
+
+    hooks = yaml.safe_load((Path(__file__).parents[1] / ".pre-commit-hooks.yaml").read_text())
+    assert [hook["id"] for hook in hooks] == ["check-contracts", "check-contracts-system"]
+    for hook in hooks:
+        assert hook["entry"] == "workbench check-contracts --allow-nothing" and hook["types"] == ["python"]
+        argv = hook["entry"].split()[2:] + ["eng/hardware/npu/ascend_backend.py"]
+        assert main(argv) == 1

@@ -1,0 +1,294 @@
+"""The bug zoo: every case breaks unfixed and is clean fixed, and each shows the evidence its mechanism
+predicts (the slot, the row, the keyword, the op and the line)."""
+
+import inspect
+import json
+import math
+import textwrap
+
+import pytest
+
+from workbench import contracts, zoo
+from workbench.cli import main
+from workbench.measure.integrity import IntegrityReport
+from workbench.zoo import contract_drift, host_value, in_capture
+from workbench.zoo.result import (
+    AddressMismatch,
+    IntegrityEvidence,
+    Propagation,
+    RaisedError,
+    RecorderError,
+    RowsDiffer,
+    Survived,
+    ZooError,
+    ZooResult,
+)
+
+NAMES = [
+    "in_capture",
+    "contract_drift",
+    "dummy_slot",
+    "stale_rows",
+    "sentinel_guard",
+    "verify_alias",
+    "uninit_pad",
+    "host_value",
+    "tail_slice",
+    "rebuilt_tensors",
+    "fill_count",
+]
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, tuple[ZooResult, ZooResult]]:
+    """Every case run once each way on the CPU recorder (shared by the tests below)."""
+    return {b.case: (b, f) for b, f in zoo.run_all(backend="cpu")}
+
+
+def one(evidence, kind):
+    found = [e for e in evidence if isinstance(e, kind)]
+    assert len(found) == 1, f"expected one {kind.__name__} in {evidence}"
+    return found[0]
+
+
+# -- every case -----------------------------------------------------------------------------------------
+def test_registry_is_ordered_and_complete():
+    assert zoo.names() == NAMES
+    for case in zoo.cases():
+        assert zoo.get(case.name) is case
+        assert case.issue and case.title and case.profile in ("sglang", "sglang-ascend", "vllm")
+        assert len(case.explanation.split()) > 60  # a paragraph: mechanism, engine, fix
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unfixed_breaks_and_fixed_is_clean(runs, name):
+    broken, fixed = runs[name]
+    assert (broken.case, broken.fixed, fixed.fixed) == (name, False, True)
+    assert broken.broken, broken
+    assert not fixed.broken, fixed
+    assert fixed.summary == "clean"
+    assert any(e.broken for e in broken.evidence)
+    assert not any(e.broken for e in fixed.evidence)
+    # the fixed run did something checkable: an integrity report of a real step, always
+    assert one(fixed.evidence, IntegrityEvidence).report.ok
+    for r in (broken, fixed):
+        json.dumps(r.to_dict())  # JSON-ready
+        assert r.to_dict()["broken"] is r.broken
+        assert name in repr(r) and r.issue in repr(r)
+
+
+def test_html_shows_broken_in_red_and_clean_in_green(runs):
+    broken, fixed = runs["stale_rows"]
+    red, green = "#D55E00", "#009E73"
+    assert f"color:{red}'>broken" in broken._repr_html_()
+    assert f"color:{green}'>clean" in fixed._repr_html_()
+    assert "&lt;" not in fixed._repr_html_() or "<table>" in fixed._repr_html_()
+
+
+def test_broken_is_computed_from_the_evidence():
+    clean = IntegrityEvidence("step", IntegrityReport())
+    dirty = IntegrityEvidence("step", IntegrityReport(changed_slots=[("ssm", 3)]))
+    assert not ZooResult("x", "i", True, (clean, Survived("ok")), "e").broken
+    assert ZooResult("x", "i", True, (clean, dirty), "e").broken
+    assert ZooResult("x", "i", False, (RaisedError("TypeError", "m"),), "e").broken
+    assert (
+        not RowsDiffer("state_indices", []).broken and RowsDiffer("state_indices", [2], got=[-1], expected=[3]).broken
+    )
+    assert not AddressMismatch("f", 1, 1).broken and AddressMismatch("f", 1, 2).broken
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ZooError, match="no zoo case named 'nope'; choose from in_capture"):
+        zoo.get("nope")
+    with pytest.raises(ZooError, match="fixed: expected a bool"):
+        zoo.get("fill_count").run("yes")  # type: ignore[arg-type]
+    with pytest.raises(ZooError, match="backend: 'tpu'"):
+        zoo.get("fill_count").run(True, backend="tpu")
+
+
+def test_default_backend_runs_here():
+    ((broken, fixed),) = zoo.run_all(["fill_count"])
+    assert broken.broken and not fixed.broken
+
+
+# -- the evidence each mechanism predicts -----------------------------------------------------------------
+def test_in_capture_evidence(runs, tmp_path):
+    broken, fixed = runs["in_capture"]
+    err = one(broken.evidence, RaisedError)
+    assert err.type == "TypeError" and "unexpected keyword argument 'in_capture'" in err.message
+    assert "decode bucket 4, the first bucket" in err.where  # capture goes largest first and dies at once
+    assert one(fixed.evidence, Survived).what == "captured 3 graphs"
+    # what check-contracts says of the same override, from its source, without running it
+    path = tmp_path / "ascend_backend.py"
+    head = "from workbench.backends import NpuMetadataBackend\nfrom workbench.batch import Batch\n"
+    head += "from workbench.metadata import Metadata\n\n"
+    path.write_text(head + textwrap.dedent(inspect.getsource(in_capture.backend_class(False))))
+    (finding,) = contracts.check(str(path), "workbench.backends:MetadataBackend").findings
+    assert finding.method == "init_forward_metadata_out_graph" and "'in_capture'" in finding.message
+    fixed_path = tmp_path / "ascend_backend_fixed.py"  # another module name: the first one was imported
+    fixed_path.write_text(head + textwrap.dedent(inspect.getsource(in_capture.backend_class(True))))
+    assert contracts.check(str(fixed_path), "workbench.backends:MetadataBackend").ok
+
+
+def test_contract_drift_evidence(runs, tmp_path):
+    broken, fixed = runs["contract_drift"]
+    survived, err = broken.evidence
+    assert isinstance(survived, Survived) and survived.what.startswith("earlier base: captured")
+    assert isinstance(err, RaisedError) and "unexpected keyword argument 'mamba_track_indices'" in err.message
+    assert [e.what for e in fixed.evidence if isinstance(e, Survived)] == [
+        "earlier base: captured 2 graphs",
+        "later base: captured 2 graphs",
+    ]
+    # check-contracts follows the base's own call of the private hook: it finds the one-keyword
+    # override and passes the **kwargs one
+    path = tmp_path / "ascend_drift.py"
+    src = "from typing import Any\nfrom workbench.zoo.contract_drift import LaterBase as base\n"
+    src += "from workbench.batch import Batch\nfrom workbench.metadata import Metadata\n\n"
+    for fixed_variant in (False, True):
+        src += textwrap.dedent(inspect.getsource(contract_drift.backend_class(fixed_variant))) + "\n\n"
+    path.write_text(src)
+    rep = contracts.check(str(path), "workbench.zoo.contract_drift:LaterBase")  # the base's calls on self
+    (finding,) = rep.findings
+    assert finding.cls == "AscendOneKeywordFix" and finding.method == "_replay_metadata"
+    assert "'mamba_track_indices'" in finding.message
+    assert {"AscendOneKeywordFix", "AscendKwargsFix"} <= set(rep.checked)
+
+
+def test_dummy_slot_evidence(runs):
+    ev = one(runs["dummy_slot"][0].evidence, IntegrityEvidence)
+    # capture wrote slot 0, which the first request (request row 1) owns: its state and output are off
+    assert ev.slots == [0] and ev.owners == {0: 1}
+    assert {s for _, s, _ in ev.report.state_mismatches} == {0}
+    assert [t for t, _ in ev.report.output_mismatches] == [0]
+    assert ev.report.changed_slots == []  # nothing outside the step's own slots
+
+
+def test_stale_rows_evidence(runs):
+    broken, _ = runs["stale_rows"]
+    ev = one(broken.evidence, IntegrityEvidence)
+    # the fourth request (row 4, slot 4) sat out the step; the padded row still named it
+    assert sorted({s for _, s in ev.report.changed_slots}) == [4] and ev.owners == {4: 4}
+    assert ev.report.output_mismatches == [] and ev.report.state_mismatches == []
+    rpi, idx = [e for e in broken.evidence if isinstance(e, RowsDiffer)]
+    assert (rpi.what, rpi.rows, rpi.got, rpi.expected) == ("req_pool_indices", [3], [4], [0])
+    assert (idx.what, idx.rows, idx.got, idx.expected) == ("state_indices", [3], [4], [0])
+
+
+def test_sentinel_guard_evidence(runs):
+    ev = one(runs["sentinel_guard"][0].evidence, IntegrityEvidence)
+    # padded row carries 0; the old guard processes it: slot 0 (request row 1, not in the step) changes
+    assert sorted({s for _, s in ev.report.changed_slots}) == [0] and ev.owners == {0: 1}
+    assert ev.report.output_mismatches == []
+
+
+def test_verify_alias_evidence(runs):
+    ev = one(runs["verify_alias"][0].evidence, IntegrityEvidence)
+    # only request 0 (request row 1, slot 1) accepted a wrong state; its outputs were right
+    assert ev.slots == [1] and ev.owners == {1: 1}
+    assert ev.report.output_mismatches == [] and ev.report.changed_slots == []
+
+
+def test_uninit_pad_evidence(runs):
+    broken, fixed = runs["uninit_pad"]
+    prop = one(broken.evidence, Propagation)
+    assert prop.stages == (("conv output", (3,)), ("ssm output", (3,)), ("layer output", (3,)))
+    ev = one(broken.evidence, IntegrityEvidence)
+    assert ev.report.nonzero_padded_outputs == [3]
+    assert ev.report.output_mismatches == [] and ev.report.state_mismatches == []  # live rows exact
+    assert not one(fixed.evidence, Propagation).broken
+
+
+def test_host_value_evidence(runs):
+    err = one(runs["host_value"][0].evidence, RecorderError)
+    assert err.op.startswith("aten._local_scalar_dense")
+    lines = inspect.getsource(host_value).splitlines()
+    item_line = next(i for i, text in enumerate(lines, start=1) if ".item()" in text and "live =" in text)
+    assert (err.file, err.line, err.function) == ("host_value.py", item_line, "init_forward_metadata_in_graph")
+    assert ".item()" in err.code
+
+
+def test_tail_slice_evidence(runs):
+    ev = one(runs["tail_slice"][0].evidence, IntegrityEvidence)
+    # buf[-4:] of an 8-slot buffer: the slots of the previous step's last four requests (rows 5..8)
+    assert sorted({s for _, s in ev.report.changed_slots}) == [5, 6, 7, 8]
+    assert {s: ev.owners[s] for s in (5, 6, 7, 8)} == {5: 5, 6: 6, 7: 7, 8: 8}
+    # and the three live requests got no update and wrong outputs
+    assert sorted({s for _, s, _ in ev.report.state_mismatches}) == [1, 2, 3]
+    assert [t for t, _ in ev.report.output_mismatches] == [0, 1, 2]
+
+
+def test_rebuilt_tensors_evidence(runs):
+    broken, fixed = runs["rebuilt_tensors"]
+    addr = one(broken.evidence, AddressMismatch)
+    assert addr.recorded_ptr != addr.written_ptr
+    ev = one(broken.evidence, IntegrityEvidence)
+    assert sorted({s for _, s, _ in ev.report.state_mismatches}) == [1, 2, 3]  # every live slot stale
+    fixed_addr = one(fixed.evidence, AddressMismatch)
+    assert fixed_addr.recorded_ptr == fixed_addr.written_ptr
+
+
+def test_fill_count_evidence(runs):
+    broken, _ = runs["fill_count"]
+    # row 0 has the fill value's length, but the tail count drops the LAST live row (row 2, slot 3)
+    rows = one(broken.evidence, RowsDiffer)
+    assert (rows.what, rows.rows, rows.got, rows.expected) == ("state_indices", [2], [-1], [3])
+    ev = one(broken.evidence, IntegrityEvidence)
+    assert [t for t, _ in ev.report.output_mismatches] == [2]
+    assert {s for _, s, _ in ev.report.state_mismatches} == {3}
+    assert ev.report.changed_slots == []
+
+
+def test_recorder_error_parse_needs_op_and_line():
+    assert RecorderError.parse(RuntimeError("no location here")) is None
+    e = RecorderError.parse(RuntimeError("host sync: aten.equal.default reads. At f.py:12 in g: `x == y`."))
+    assert e is not None and (e.op, e.file, e.line, e.function, e.code) == (
+        "aten.equal.default",
+        "f.py",
+        12,
+        "g",
+        "x == y",
+    )
+
+
+def test_rows_differ_reports_non_finite_errors():
+    assert "NaN/inf" in RowsDiffer("out", [1], errors=[math.inf]).summary()
+
+
+# -- command line ---------------------------------------------------------------------------------------
+def test_cli_list(capsys):
+    assert main(["zoo", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == NAMES
+
+
+def test_cli_unknown_name_exits_2_naming_it_and_the_choices(capsys):
+    assert main(["zoo", "fill_count", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "'nope'" in err and "fill_count" in err and "in_capture" in err
+
+
+def test_cli_runs_cases_side_by_side(capsys):
+    assert main(["zoo", "stale_rows", "fill_count", "--backend", "cpu"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("stale_rows") and "broken: second decode: foreign slot(s) [4]" in out[0]
+    assert out[0].endswith("fixed: clean") and out[1].startswith("fill_count")
+    assert out[-1] == "2/2 unfixed runs broke, 2/2 fixed runs clean"
+
+
+def test_cli_json(capsys):
+    assert main(["zoo", "fill_count", "--json", "--backend", "cpu"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is True
+    (pair,) = data["cases"]
+    assert pair["broken"]["broken"] is True and pair["fixed"]["broken"] is False
+    assert pair["broken"]["evidence"][0]["kind"] == "RowsDiffer"
+
+
+def test_cli_exit_1_when_a_fixed_run_still_breaks(monkeypatch, capsys):
+    from workbench.zoo import cli
+
+    bad = ZooResult("fill_count", "i", True, (RaisedError("TypeError", "still"),), "e")
+    good = ZooResult("fill_count", "i", False, (RaisedError("TypeError", "broke"),), "e")
+    monkeypatch.setattr(cli, "run_all", lambda names, backend: [(good, bad)])
+    assert main(["zoo", "fill_count"]) == 1
+    assert "STILL BROKEN: TypeError: still" in capsys.readouterr().out

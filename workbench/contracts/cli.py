@@ -1,0 +1,141 @@
+"""``workbench check-contracts``: options, output formats (text, JSON, GitHub annotations), exit codes.
+
+Exit codes: 0 clean, 1 findings, 2 usage or lookup error (a target or base not found, a target file that
+does not parse, no subclass of the base found).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from workbench.contracts.check import DEFAULT_BASE, DEFAULT_TARGETS, ContractError, NothingToCheck, check
+from workbench.contracts.results import Report, display_path
+
+FORMATS = ("text", "json", "github")
+DESCRIPTION = (
+    "Report subclass methods that cannot take the calls their base class makes on itself "
+    "(self.NAME(...), private hooks included) or promises (its public signatures). Reads source; "
+    "imports nothing. Exit 0: clean, 1: findings, 2: usage or lookup error."
+)
+
+
+def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the check-contracts options to ``parser``."""
+    parser.add_argument(
+        "targets",
+        nargs="*",
+        metavar="module-or-path",
+        help=f"files, folders or dotted module names (default: {' '.join(DEFAULT_TARGETS)} with --base {DEFAULT_BASE})",
+    )
+    parser.add_argument(
+        "--base",
+        default=None,
+        metavar="pkg.mod:Class",
+        help="the contract's class; without it every class the targets derive from and define is one",
+    )
+    parser.add_argument(
+        "--search-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a root for resolving imports in the targets (repeatable), e.g. the engine's python/ folder",
+    )
+    parser.add_argument("--method", action="append", dest="methods", help="check only this method (repeatable)")
+    parser.add_argument(
+        "--allow-nothing",
+        action="store_true",
+        help="exit 0, not 2, when the targets hold no subclass to check (a hook run on changed files)",
+    )
+    parser.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
+    parser.add_argument(
+        "--bench",
+        type=int,
+        default=None,
+        metavar="FILES",
+        help="check a synthetic engine tree of FILES files instead and print files per second",
+    )
+    return parser
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``check-contracts`` on the ``workbench`` command's subparsers; the handler is :func:`run`."""
+    parser = subparsers.add_parser(
+        "check-contracts",
+        help="check subclasses against the calls their base class makes and promises",
+        description=DESCRIPTION,
+    )
+    configure(parser)
+    parser.set_defaults(fn=run)
+    return parser
+
+
+def _escape(text: str, property_value: bool = False) -> str:
+    """GitHub workflow-command escaping (``%``, newlines; ``:`` and ``,`` in property values)."""
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if property_value else text
+
+
+def github_annotations(report: Report) -> str:
+    """One ``::error`` line per finding at the override, naming the base's call site; notes as notices."""
+    lines = [f"::notice::{_escape(note)}" for note in report.notes]
+    for f in report.findings:
+        where = f"file={_escape(display_path(f.file), True)}" + (f",line={f.line}" if f.line else "")
+        title = _escape(f"check-contracts {f.kind}", True)
+        text = f"{f.cls}.{f.method}: {f.message}"
+        if f.site_file:
+            text += f" (base call at {display_path(f.site_file)}:{f.site_line}: {f.call})"
+        elif f.call:
+            text += f" (call: {f.call})"
+        lines.append(f"::error {where},title={title}::{_escape(text)}")
+    lines.append(report.summary())
+    return "\n".join(lines)
+
+
+def _error(message: str, fmt: str) -> int:
+    if fmt == "json":
+        print(json.dumps({"ok": False, "error": message}))
+    elif fmt == "github":
+        print(f"::error title=check-contracts::{_escape(message)}")
+    print(f"check-contracts: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a parsed command line; prints the report and returns the exit code."""
+    if args.bench is not None:
+        from workbench.contracts.synthetic import bench
+
+        result = bench(args.bench)
+        print(json.dumps(result, indent=2) if args.format == "json" else result["text"])
+        return 0
+    targets = args.targets or list(DEFAULT_TARGETS)
+    base = args.base if args.base or args.targets else DEFAULT_BASE
+    try:
+        report = check(targets, base, args.methods, search_path=args.search_path)
+    except NothingToCheck as exc:
+        if not args.allow_nothing:
+            return _error(str(exc), args.format)
+        print(f"check-contracts: nothing to check: {exc}")
+        return 0
+    except ContractError as exc:
+        return _error(str(exc), args.format)
+    if args.format == "json":
+        print(json.dumps(report.to_dict(), indent=2))
+    elif args.format == "github":
+        print(github_annotations(report))
+    else:
+        print(report)
+    return 0 if report.ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``workbench check-contracts [module-or-path ...] [--base pkg.mod:Class] [--format ...]``."""
+    parser = configure(argparse.ArgumentParser(prog="workbench check-contracts", description=DESCRIPTION))
+    try:
+        args = parser.parse_intermixed_args(argv)
+    except SystemExit as exc:  # --help, or a usage error argparse already printed
+        return exc.code if isinstance(exc.code, int) else 2
+    return run(args)

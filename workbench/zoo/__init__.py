@@ -1,0 +1,88 @@
+"""The bug zoo: real production bugs of linear-attention serving, switched on, watched, and fixed.
+
+Each case reproduces one public bug's mechanism with the workbench's own pieces (metadata backends, the
+graph runner, the kernels, the CPU recorder, the integrity check) and runs it unfixed and fixed::
+
+    from workbench import zoo
+    for broken, fixed in zoo.run_all():
+        print(broken.case, broken.summary, "|", fixed.summary)
+    zoo.get("in_capture").run(fixed=False).evidence
+
+A case that cannot fail would be a defect: ``ZooResult.broken`` is computed from what the run produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import import_module
+
+from workbench.zoo.case import Case
+from workbench.zoo.result import (
+    AddressMismatch,
+    Evidence,
+    IntegrityEvidence,
+    Propagation,
+    RaisedError,
+    RecorderError,
+    RowsDiffer,
+    Survived,
+    ZooError,
+    ZooResult,
+)
+
+# In the order the zoo presents them.
+MODULES = (
+    "in_capture",
+    "contract_drift",
+    "dummy_slot",
+    "stale_rows",
+    "sentinel_guard",
+    "verify_alias",
+    "uninit_pad",
+    "host_value",
+    "tail_slice",
+    "rebuilt_tensors",
+    "fill_count",
+)
+
+
+def cases() -> list[Case]:
+    """Every case, in order."""
+    return [import_module(f"workbench.zoo.{m}").CASE for m in MODULES]
+
+
+def names() -> list[str]:
+    return [c.name for c in cases()]
+
+
+def get(name: str) -> Case:
+    """The case called ``name``; ``ZooError`` naming the choices when there is none."""
+    for case in cases():
+        if case.name == name:
+            return case
+    raise ZooError(f"no zoo case named {name!r}; choose from {', '.join(names())}")
+
+
+def run_all(names: Sequence[str] | None = None, *, backend: str = "auto") -> list[tuple[ZooResult, ZooResult]]:
+    """Run each case (all, or those named) unfixed then fixed: ``[(broken run, fixed run), ...]``."""
+    chosen = cases() if names is None else [get(n) for n in names]
+    return [(c.run(False, backend=backend), c.run(True, backend=backend)) for c in chosen]
+
+
+__all__ = [
+    "AddressMismatch",
+    "Case",
+    "Evidence",
+    "IntegrityEvidence",
+    "Propagation",
+    "RaisedError",
+    "RecorderError",
+    "RowsDiffer",
+    "Survived",
+    "ZooError",
+    "ZooResult",
+    "cases",
+    "get",
+    "names",
+    "run_all",
+]

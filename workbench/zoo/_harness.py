@@ -1,0 +1,163 @@
+"""Shared plumbing of the zoo's cases: where to run, small layers and runners, and the checks that turn a
+step into evidence (an integrity report against the float64 reference, a caught exception)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from workbench.backends import MetadataBackend
+from workbench.batch import Batch
+from workbench.graphs import get_backend
+from workbench.layers import GatedDeltaNetLayer, GDNConfig, LayerState, Mamba2Config, Mamba2Layer, float64_reference
+from workbench.measure.integrity import check, snapshot
+from workbench.metadata import build_metadata
+from workbench.pool import StatePool
+from workbench.runner import GraphRunner
+from workbench.zoo.result import IntegrityEvidence, RaisedError, RowsDiffer, ZooError
+
+BACKEND_NAMES = ("auto", "cpu", "cuda", "npu")
+
+
+def resolve_backend(backend: str) -> tuple[str, torch.device]:
+    """The graph backend a case runs on and the device its pool and layer live on.
+
+    "auto" is the CPU recorder, on every machine: the cases show mechanisms, and the recorder shows them
+    the same way everywhere (and names the op and line of a host sync). "cuda" and "npu" put the pool, the
+    layer and the graphs on that device; they are written against the device backends but have not been
+    run on one in this repository's test suite.
+    """
+    if backend not in BACKEND_NAMES:
+        raise ZooError(f"backend: {backend!r} is not one of {BACKEND_NAMES}")
+    gb = get_backend("cpu" if backend == "auto" else backend)
+    return gb.name, gb.device
+
+
+def gdn_layer(device: torch.device) -> GatedDeltaNetLayer:
+    """The small Gated DeltaNet layer every GDN case uses (seed 0)."""
+    return GatedDeltaNetLayer(GDNConfig.small(), seed=0, device=device)
+
+
+def mamba2_layer(device: torch.device) -> Mamba2Layer:
+    """The small Mamba2 layer (seed 0)."""
+    return Mamba2Layer(Mamba2Config.small(), seed=0, device=device)
+
+
+def make_runner(
+    layer,
+    pool: StatePool,
+    backend: str,
+    *,
+    buckets: Sequence[int] = (1, 2, 4),
+    modes: Sequence[str] = ("decode",),
+    metadata_backend: type[MetadataBackend] | None = None,
+    draft_tokens: int = 2,
+) -> GraphRunner:
+    """A runner over a seeded (never zero) state pool."""
+    return GraphRunner(
+        layer,
+        pool,
+        buckets=list(buckets),
+        modes=modes,
+        backend=backend,
+        metadata_backend=metadata_backend,
+        draft_tokens=draft_tokens,
+        state_seed=1,
+    )
+
+
+def inputs_for(runner: GraphRunner, batch: Batch, seed: int) -> torch.Tensor:
+    """Fresh random live inputs ``[live tokens, hidden]`` for ``batch`` (never zeros)."""
+    n = batch.raw_batch_size * (runner.draft_tokens if batch.mode == "target_verify" else 1)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, runner.layer.config.hidden_size, generator=g)
+    return x.to(dtype=runner.layer.dtype, device=runner.pool.device)
+
+
+def owners(pool: StatePool, slots: Iterable[int]) -> dict[int, int | None]:
+    """Slot -> the request-pool row that owns it now (None: no live request)."""
+    by_slot = {s: row for row in pool.live_rows for s in pool.slots_of(row)}
+    return {int(s): by_slot.get(int(s)) for s in slots}
+
+
+def replay_and_check(
+    runner: GraphRunner,
+    batch: Batch,
+    inputs: torch.Tensor,
+    *,
+    what: str,
+    before: LayerState | None = None,
+    may_write: Iterable[int] = (),
+) -> IntegrityEvidence:
+    """Replay ``batch`` and check it against the float64 reference run from ``before``.
+
+    ``before`` is the state as it should be before this step (default: the state now). Slots the step may
+    write: its live rows' slots and ``may_write`` (e.g. a dummy slot nobody owns); any other slot that
+    changed is reported, and every live slot and output row must match the reference.
+    """
+    pool = runner.pool
+    start = runner.state.clone() if before is None else before
+    pre = snapshot(start.tensors())
+    meta_r = build_metadata(batch, pool, bucket=None)
+    layer: Any = runner.layer
+    ref = float64_reference(layer)
+    st_r = start.to(torch.float64)
+    out_r = ref.forward(inputs.double(), meta_r, st_r, None)
+    res = runner.replay(batch, inputs)
+    n = inputs.shape[0]
+    out_g = res.output.clone()
+    padded = (
+        runner.graph(res.mode if res.mode != "idle" else "decode", res.bucket).outputs[n:] if res.replayed else None
+    )
+    live = sorted({int(s) for s in meta_r.state_indices.flatten().tolist()})
+    report = check(
+        pre,
+        runner.state.tensors(),
+        allowed_slots=set(live) | set(may_write),
+        live_slots=live,
+        reference_state=st_r.tensors(),
+        live_outputs=out_g,
+        reference_outputs=out_r,
+        padded_outputs=padded,
+        padded_offset=n,
+    )
+    named = {s for _, s in report.changed_slots} | {s for _, s, _ in report.state_mismatches}
+    return IntegrityEvidence(what, report, owners(pool, named))
+
+
+def _frame_locals(tb: TracebackType | None, func: str, keys: Sequence[str]) -> dict[str, object]:
+    """The locals of the innermost traceback frame running a function named ``func`` that has every one
+    of ``keys`` (empty if none)."""
+    found: dict[str, object] = {}
+    while tb is not None:
+        loc = tb.tb_frame.f_locals
+        if tb.tb_frame.f_code.co_name == func and all(k in loc for k in keys):
+            found = dict(loc)
+        tb = tb.tb_next
+    return found
+
+
+def capture_failure(exc: BaseException, runner: GraphRunner) -> RaisedError:
+    """A caught capture exception, with the bucket ``GraphRunner.capture`` was on when it died."""
+    loc = _frame_locals(exc.__traceback__, "capture", ("mode", "bs"))
+    where = "GraphRunner.capture"
+    if loc:
+        n = len(runner.captured)
+        before = "the first bucket" if n == 0 else f"after {n} graph(s)"
+        where += f" at {loc['mode']} bucket {loc['bs']}, {before}"
+    return RaisedError.of(exc, where)
+
+
+def metadata_rows_differ(runner: GraphRunner, batch: Batch, field_name: str = "state_indices") -> RowsDiffer:
+    """Rows of the runner's last graph metadata that differ from the metadata built eagerly for ``batch``
+    at the same bucket (``workbench.metadata.build_metadata``, the ground truth of padding)."""
+    meta = runner.last_metadata
+    if meta is None:
+        raise ZooError("metadata_rows_differ: the runner has run no step yet")
+    want = build_metadata(batch, runner.pool, bucket=meta.batch_size, buckets=[meta.batch_size])
+    got, exp = getattr(meta, field_name).tolist(), getattr(want, field_name).tolist()
+    rows = [i for i, (g, e) in enumerate(zip(got, exp, strict=True)) if g != e]
+    return RowsDiffer(field_name, rows, got=[got[i] for i in rows], expected=[exp[i] for i in rows])

@@ -1,0 +1,70 @@
+"""host_value: a value read on the host every step inside the captured part (a ``.item()``): a device
+graph cannot hold it, and the CPU recorder refuses it naming the op and the line (sglang PR 16186)."""
+
+from __future__ import annotations
+
+import torch
+
+from workbench.backends import MetadataBackend
+from workbench.batch import Batch
+from workbench.pool import StatePool
+from workbench.zoo import _harness as h
+from workbench.zoo.case import Case
+from workbench.zoo.result import Evidence, RecorderError, Survived
+
+EXPLANATION = (
+    "A graph replays device work on fixed addresses; host code inside the captured region runs once, at "
+    "capture. A per-step value taken to the host there (`.item()`, `int(t)`, a copy from a CPU scalar tensor) "
+    "is either a device-to-host sync that a capturing stream refuses, or a constant frozen at its capture "
+    "value; outside a graph the same line is a stream sync on every step, which sglang removed in PR 16186 "
+    "(a copy from a host scalar became a `fill_`). Here a metadata backend's recorded hook re-derives the "
+    "padded rows from the number of live tokens read with `.item()`: the CPU recorder, like CUDA, refuses "
+    "the host sync at the first capture and names the op, `aten._local_scalar_dense`, and the source line "
+    "that issued it. The fix derives the same mask on the device (`rows >= query_start_loc[-1]`), so the "
+    "graph recomputes it from each step's metadata, and replay matches the float64 reference."
+)
+
+
+def _backend(on_device: bool) -> type[MetadataBackend]:
+    class RecordedPaddingBackend(MetadataBackend):
+        """Re-marks the padded rows inside the graph, from the number of live tokens."""
+
+        def init_forward_metadata_in_graph(self, batch: Batch) -> None:
+            meta = self.forward_metadata
+            assert meta is not None
+            sentinel = meta.profile.sentinel
+            if on_device:
+                rows = torch.arange(meta.batch_size, device=meta.state_indices.device)
+                meta.state_indices.masked_fill_(rows >= meta.query_start_loc[-1], sentinel)
+            else:
+                live = meta.query_start_loc[-1].item()  # a host read on every step
+                meta.state_indices[int(live) :].fill_(sentinel)
+
+    return RecordedPaddingBackend
+
+
+def _run(fixed: bool, backend: str) -> list[Evidence]:
+    name, device = h.resolve_backend(backend)
+    pool = StatePool(16, "sglang", device=device)
+    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=_backend(on_device=fixed))
+    try:
+        runner.capture(progress=False)
+    except RuntimeError as exc:  # CaptureError on the CPU recorder; torch's own error on a device
+        parsed = RecorderError.parse(exc)
+        return [parsed if parsed is not None else h.capture_failure(exc, runner)]
+    rows = pool.alloc(3)
+    batch = Batch.decode(rows, [5, 6, 7], device=device)
+    step = h.replay_and_check(
+        runner, batch, h.inputs_for(runner, batch, 0), what="decode replay", may_write=[pool.profile.dummy_slot]
+    )
+    return [Survived(f"captured {len(runner.captured)} graphs"), step]
+
+
+CASE = Case(
+    name="host_value",
+    title="a per-step .item() inside the captured region: refused at capture",
+    issue="sglang PR 16186",
+    profile="sglang",
+    explanation=EXPLANATION,
+    run_fn=_run,
+)

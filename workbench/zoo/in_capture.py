@@ -1,0 +1,71 @@
+"""in_capture: a device backend's override of the host-side metadata hook lacks the ``in_capture`` keyword
+the base (and the graph runner) pass; capture dies at its first bucket (sglang PR 29598)."""
+
+from __future__ import annotations
+
+from workbench.backends import MetadataBackend, NpuMetadataBackend
+from workbench.batch import Batch
+from workbench.metadata import Metadata
+from workbench.pool import StatePool
+from workbench.zoo import _harness as h
+from workbench.zoo.case import Case
+from workbench.zoo.result import Evidence, Survived
+
+EXPLANATION = (
+    "sglang split graph metadata into an eager hook, a host-side hook run outside the graph and a recorded "
+    "hook, and the base class grew `init_forward_metadata_out_graph(batch, in_capture=False)`: the graph "
+    "runner passes `in_capture=True` while capturing, when there is no padding and every row points at the "
+    "dummy slot. The Ascend backend overrode that hook with the old signature `(self, batch)`. Nothing on the "
+    "CUDA or CPU path ever called the NPU class, so the mismatch surfaced only when the NPU scheduler started "
+    "capturing and Python raised `TypeError: ... unexpected keyword argument 'in_capture'`. Here the same "
+    "override, on the workbench's NPU metadata backend, kills `GraphRunner.capture()` at its first bucket; "
+    "`workbench check-contracts` finds it from source without running it. The fix accepts the keyword and "
+    "forwards it to the base."
+)
+
+
+def _broken_backend() -> type[MetadataBackend]:
+    class AscendBackendWithoutInCapture(NpuMetadataBackend):
+        def init_forward_metadata_out_graph(self, batch: Batch) -> Metadata:  # type: ignore[override]
+            return super().init_forward_metadata_out_graph(batch)
+
+    return AscendBackendWithoutInCapture
+
+
+def _fixed_backend() -> type[MetadataBackend]:
+    class AscendBackend(NpuMetadataBackend):
+        def init_forward_metadata_out_graph(self, batch: Batch, in_capture: bool = False) -> Metadata:
+            return super().init_forward_metadata_out_graph(batch, in_capture=in_capture)
+
+    return AscendBackend
+
+
+def backend_class(fixed: bool) -> type[MetadataBackend]:
+    """The Ascend-style metadata backend of each variant (a fresh class per call)."""
+    return _fixed_backend() if fixed else _broken_backend()
+
+
+def _run(fixed: bool, backend: str) -> list[Evidence]:
+    name, device = h.resolve_backend(backend)
+    pool = StatePool(16, "sglang-ascend", device=device)
+    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=backend_class(fixed))
+    try:
+        runner.capture(progress=False)
+    except TypeError as exc:
+        return [h.capture_failure(exc, runner)]
+    rows = pool.alloc(3)
+    batch = Batch.decode(rows, [5, 6, 7], device=device)
+    step = h.replay_and_check(
+        runner, batch, h.inputs_for(runner, batch, 0), what="decode replay", may_write=[pool.profile.dummy_slot]
+    )
+    return [Survived(f"captured {len(runner.captured)} graphs"), step]
+
+
+CASE = Case(
+    name="in_capture",
+    title="a device backend's metadata hook lacks the in_capture keyword: capture dies",
+    issue="sglang PR 29598",
+    profile="sglang-ascend",
+    explanation=EXPLANATION,
+    run_fn=_run,
+)

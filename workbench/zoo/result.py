@@ -1,0 +1,302 @@
+"""What a zoo case hands back: typed evidence of what one run produced, and the result that wraps it.
+
+Every evidence type answers ``broken`` from its own data (an exception was caught, an integrity report has
+problems, rows differ), so a ``ZooResult`` is broken exactly when one of its pieces of evidence is: nothing
+is set by hand.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from workbench.errors import WorkbenchError
+from workbench.measure.integrity import IntegrityReport
+
+RED, GREEN = "#D55E00", "#009E73"  # Okabe-Ito vermillion and bluish green, as the figures use
+
+
+class ZooError(WorkbenchError, ValueError):
+    """An unknown case name, or a bad argument to a case."""
+
+
+@dataclass(frozen=True)
+class RaisedError:
+    """An exception a run raised and the zoo caught: its type, its message, and where it happened."""
+
+    type: str
+    message: str
+    where: str = ""
+
+    @property
+    def broken(self) -> bool:
+        return True  # only ever made from a caught exception
+
+    def summary(self) -> str:
+        at = f" ({self.where})" if self.where else ""
+        return f"{self.type}: {_LOCALS.sub('', self.message)}{at}"
+
+    @classmethod
+    def of(cls, exc: BaseException, where: str = "") -> RaisedError:
+        return cls(type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "", where)
+
+
+_LOCALS = re.compile(r"[\w.]*<locals>\.")  # qualname prefixes of classes made inside functions
+_RECORDER_AT = re.compile(r"At (?P<file>[^:\s]+):(?P<line>\d+) in (?P<func>\w+)(?:: `(?P<code>.*)`)?\.?\s*$")
+_RECORDER_OP = re.compile(r"(aten\.[\w.]+)")
+
+
+@dataclass(frozen=True)
+class RecorderError:
+    """The CPU recorder refused an op during capture: which op, and the source line that issued it."""
+
+    op: str
+    file: str
+    line: int
+    function: str
+    code: str
+    message: str
+
+    @property
+    def broken(self) -> bool:
+        return True  # only ever made from a caught CaptureError
+
+    def summary(self) -> str:
+        return f"recorder refused {self.op} at {self.file}:{self.line} in {self.function}"
+
+    @classmethod
+    def parse(cls, exc: BaseException) -> RecorderError | None:
+        """Read the op and ``file:line in func: `code``` out of a ``CaptureError`` message (None if absent)."""
+        text = str(exc)
+        at = _RECORDER_AT.search(text)
+        op = _RECORDER_OP.search(text)
+        if at is None or op is None:
+            return None
+        return cls(
+            op=op.group(1).rstrip("."),
+            file=at.group("file"),
+            line=int(at.group("line")),
+            function=at.group("func"),
+            code=at.group("code") or "",
+            message=text.split(". ")[0],
+        )
+
+
+@dataclass(frozen=True)
+class IntegrityEvidence:
+    """An integrity report (``workbench.measure.integrity``) and who owns the slots it names.
+
+    ``what`` says which step was checked; ``owners`` maps each slot the report names to the request-pool
+    row that owns it (None: no live request owns it).
+    """
+
+    what: str
+    report: IntegrityReport
+    owners: dict[int, int | None] = field(default_factory=dict)
+
+    @property
+    def broken(self) -> bool:
+        return not self.report.ok
+
+    @property
+    def slots(self) -> list[int]:
+        """Every slot the report names: changed without an owner in the step, or off the reference."""
+        named = {s for _, s in self.report.changed_slots}
+        named |= {s for n, s, _ in self.report.state_mismatches if not n.startswith("intermediate")}
+        return sorted(named)
+
+    @property
+    def rows(self) -> list[int]:
+        """Output token rows off the reference, then padded rows that are not zeros."""
+        return sorted({t for t, _ in self.report.output_mismatches} | set(self.report.nonzero_padded_outputs))
+
+    def summary(self) -> str:
+        r = self.report
+        if r.ok:
+            return f"{self.what}: clean"
+        parts = []
+        if r.changed_slots:
+            slots = sorted({s for _, s in r.changed_slots})
+            parts.append(f"foreign slot(s) {slots} written" + self._owned(slots))
+        bad_state = sorted({s for n, s, _ in r.state_mismatches if not n.startswith("intermediate")})
+        if bad_state:
+            err = max(e for n, _, e in r.state_mismatches if not n.startswith("intermediate"))
+            parts.append(f"live slot(s) {bad_state} off the reference by {err:.3g}" + self._owned(bad_state))
+        if r.output_mismatches:
+            rows = [t for t, _ in r.output_mismatches]
+            parts.append(f"output row(s) {rows} off by {max(e for _, e in r.output_mismatches):.3g}")
+        if r.nonzero_padded_outputs:
+            parts.append(f"padded output row(s) {r.nonzero_padded_outputs} not zero")
+        return f"{self.what}: " + "; ".join(parts)
+
+    def _owned(self, slots: list[int]) -> str:
+        owned = [self.owners[s] for s in slots if self.owners.get(s) is not None]
+        return f" (owned by request row(s) {owned})" if owned else ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "what": self.what,
+            "report": self.report.to_dict(),
+            "owners": {str(k): v for k, v in self.owners.items()},
+        }
+
+
+@dataclass(frozen=True)
+class RowsDiffer:
+    """Rows of one quantity that differ from what they should hold, each with its error or values.
+
+    ``rows[i]`` differs by ``errors[i]`` (max abs error; ``inf`` where the row is not finite), or holds
+    ``got[i]`` where ``expected[i]`` was due (index metadata).
+    """
+
+    what: str
+    rows: list[int]
+    errors: list[float] = field(default_factory=list)
+    got: list[Any] = field(default_factory=list)
+    expected: list[Any] = field(default_factory=list)
+
+    @property
+    def broken(self) -> bool:
+        return bool(self.rows)
+
+    def summary(self) -> str:
+        if not self.rows:
+            return f"{self.what}: every row as expected"
+        if self.got:
+            pairs = ", ".join(
+                f"row {r}: {g} (want {e})" for r, g, e in zip(self.rows, self.got, self.expected, strict=True)
+            )
+            return f"{self.what}: {pairs}"
+        errs = ", ".join(f"row {r}: {_err(e)}" for r, e in zip(self.rows, self.errors, strict=True))
+        return f"{self.what}: {errs}"
+
+
+def _err(e: float) -> str:
+    return f"{e:.3g}" if math.isfinite(e) else "NaN/inf"
+
+
+@dataclass(frozen=True)
+class AddressMismatch:
+    """The tensor a graph recorded is not the one written before replay (``data_ptr`` of each)."""
+
+    field_name: str
+    recorded_ptr: int
+    written_ptr: int
+
+    @property
+    def broken(self) -> bool:
+        return self.recorded_ptr != self.written_ptr
+
+    def summary(self) -> str:
+        if not self.broken:
+            return f"{self.field_name}: written in place at the recorded address"
+        return f"{self.field_name}: written at {self.written_ptr:#x}, the graph reads {self.recorded_ptr:#x}"
+
+
+@dataclass(frozen=True)
+class Propagation:
+    """Rows holding non-finite values (NaN, inf) at each stage of a pipeline, in pipeline order."""
+
+    stages: tuple[tuple[str, tuple[int, ...]], ...]
+
+    @property
+    def broken(self) -> bool:
+        return any(rows for _, rows in self.stages)
+
+    def summary(self) -> str:
+        hit = [(name, rows) for name, rows in self.stages if rows]
+        if not hit:
+            return "every stage finite: " + " -> ".join(name for name, _ in self.stages)
+        rows = sorted({r for _, rs in hit for r in rs})
+        return f"NaN in row(s) {rows}: " + " -> ".join(name for name, _ in hit)
+
+
+@dataclass(frozen=True)
+class Survived:
+    """A run that was expected to be able to fail went through: what it did (for the record)."""
+
+    what: str
+
+    @property
+    def broken(self) -> bool:
+        return False
+
+    def summary(self) -> str:
+        return self.what
+
+
+Evidence = RaisedError | RecorderError | IntegrityEvidence | RowsDiffer | AddressMismatch | Propagation | Survived
+
+
+def _evidence_dict(e: Evidence) -> dict[str, Any]:
+    d = e.to_dict() if isinstance(e, IntegrityEvidence) else asdict(e)
+    return {"kind": type(e).__name__, "broken": e.broken, "summary": e.summary(), **d}
+
+
+@dataclass(frozen=True)
+class ZooResult:
+    """One run of one case, unfixed or fixed.
+
+    Attributes:
+        case: the case's name; issue: its public reference; fixed: which variant ran.
+        evidence: what the run produced (typed, see this module); ``broken`` is computed from it.
+        explanation: the mechanism, what the engine did, and the fix, in one paragraph.
+    """
+
+    case: str
+    issue: str
+    fixed: bool
+    evidence: tuple[Evidence, ...]
+    explanation: str
+
+    @property
+    def broken(self) -> bool:
+        """True when any evidence shows a failure (an exception, an integrity problem, differing rows)."""
+        return any(e.broken for e in self.evidence)
+
+    @property
+    def summary(self) -> str:
+        """One short line: the first failure's evidence, or "clean"."""
+        bad = [e for e in self.evidence if e.broken]
+        return bad[0].summary() if bad else "clean"
+
+    @property
+    def variant(self) -> str:
+        return "fixed" if self.fixed else "unfixed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "case": self.case,
+            "issue": self.issue,
+            "fixed": self.fixed,
+            "broken": self.broken,
+            "summary": self.summary,
+            "evidence": [_evidence_dict(e) for e in self.evidence],
+            "explanation": self.explanation,
+        }
+
+    def __repr__(self) -> str:
+        state = "BROKEN" if self.broken else "clean"
+        return f"<ZooResult {self.case} ({self.variant}, {self.issue}): {state}: {self.summary}>"
+
+    def _repr_html_(self) -> str:
+        esc: Callable[[object], str] = lambda s: html.escape(str(s))
+        colour = RED if self.broken else GREEN
+        state = "broken" if self.broken else "clean"
+        rows = "".join(
+            f"<tr><td>{esc(type(e).__name__)}</td>"
+            f"<td style='color:{RED if e.broken else GREEN}'>{'broken' if e.broken else 'clean'}</td>"
+            f"<td style='text-align:left'>{esc(e.summary())}</td></tr>"
+            for e in self.evidence
+        )
+        return (
+            f"<div><b>{esc(self.case)}</b> ({esc(self.issue)}), {self.variant}: "
+            f"<b style='color:{colour}'>{state}</b>"
+            f"<table><tr><th>evidence</th><th>state</th><th>what</th></tr>{rows}</table>"
+            f"<details><summary>mechanism and fix</summary><p style='max-width:60em'>{esc(self.explanation)}</p>"
+            "</details></div>"
+        )

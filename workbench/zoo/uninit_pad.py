@@ -1,0 +1,121 @@
+"""uninit_pad: the conv update skips padded rows and leaves their outputs uninitialised; fed onward to the
+SSM, the garbage comes out of the layer in the padded rows (sglang PR 30974)."""
+
+from __future__ import annotations
+
+import torch
+
+import kernels.causal_conv1d as conv1d
+import kernels.mamba2 as mamba2
+from kernels.padding import skipped_rows
+from workbench.batch import Batch
+from workbench.layers import Intermediate, LayerState, Mamba2Config, Mamba2Layer, _gated_rmsnorm
+from workbench.metadata import Metadata
+from workbench.pool import StatePool
+from workbench.zoo import _harness as h
+from workbench.zoo.case import Case
+from workbench.zoo.result import Evidence, Propagation
+
+EXPLANATION = (
+    "The Triton `causal_conv1d_update` of sglang skips rows whose slot is the pad id and never writes their "
+    "outputs, which live in a `torch.empty` buffer: whatever memory was there. That buffer goes straight into "
+    "the Mamba2 state update, which for a padded row reads no state and writes none but still computes an "
+    "output from its input; the padded rows' hidden states then travel through the rest of the model, "
+    "where garbage or NaN can make a later kernel misbehave (the PR saw a multi-node run hang). Here the "
+    "conv output of padded rows is left unwritten (the zoo shows never-written memory as NaN, so it is "
+    "visible and the run deterministic), the SSM computes padded rows the engine's way, and the layer does "
+    "not mask its output: NaN appears in the padded rows of the conv output, of the SSM output and of the "
+    "layer output, while the live rows stay exact. The fix zeroes padded rows' conv outputs before the SSM: "
+    "from zero input and zero state the SSM, the norm and the projection give exact zeros."
+)
+
+STAGES = ("conv output", "ssm output", "layer output")
+
+
+class EngineMamba2(Mamba2Layer):
+    """Mamba2 decode as the engine ran it around PR 30974: the conv leaves padded rows' outputs unwritten
+    (unless ``zero_pad_outputs``), the SSM still computes padded rows' outputs (from a zero state, writing
+    no state), and the layer output is not masked. Keeps each stage's tensor of the last call in
+    ``probes[batch_size]`` (on a graph: the static tensors each replay overwrites)."""
+
+    zero_pad_outputs = False
+
+    def forward(
+        self, x: torch.Tensor, meta: Metadata, state: LayerState, intermediate: Intermediate | None = None
+    ) -> torch.Tensor:
+        c, w = self.config, self.weights
+        n = meta.state_indices.shape[0]
+        pad = meta.profile.kernel_pad_slot_id
+        nh, hd, ng, ds = c.num_heads, c.head_dim, c.n_groups, c.state_size
+        z, xbc, dt = (x @ w["w_in"]).split([c.d_inner, c.conv_dim, nh], dim=-1)
+        conv = conv1d.update(
+            xbc.reshape(n, 1, c.conv_dim), state.conv, w["conv_w"], w["conv_b"],
+            conv_state_indices=meta.state_indices, activation="silu", pad_slot_id=pad, impl=self.impl,
+        ).reshape(n, c.conv_dim)  # fmt: skip
+        skipped = skipped_rows(meta.state_indices, pad)
+        if not self.zero_pad_outputs:
+            never_written = torch.full_like(conv, float("nan"))  # torch.empty's contents, made visible
+            conv = torch.where(skipped[:, None], never_written, conv)
+        xs, B, C = conv.split([c.d_inner, ng * ds, ng * ds], dim=-1)
+        A = -torch.exp(w["A_log"].float()).to(w["A_log"].dtype)
+        args = (
+            xs.reshape(n, nh, hd), dt[:, :, None].expand(n, nh, hd), A[:, None, None].expand(nh, hd, ds),
+            B.reshape(n, ng, ds), C.reshape(n, ng, ds),
+        )  # fmt: skip
+        kw = {"D": w["D"][:, None].expand(nh, hd), "dt_bias": w["dt_bias"][:, None].expand(nh, hd)}
+        y_live = mamba2.selective_state_update(
+            state.ssm, *args, **kw, dt_softplus=True, state_batch_indices=meta.state_indices, pad_slot_id=pad,
+            impl=self.impl,
+        )  # fmt: skip
+        # padded rows as the engine's SSM kernel treats them: state read as zeros, output computed, no write
+        zero_state = torch.zeros((n, nh, hd, ds), dtype=state.ssm.dtype, device=state.ssm.device)
+        rows = torch.arange(n, dtype=torch.int32, device=x.device)
+        y_pad = mamba2.selective_state_update(
+            zero_state, *args, **kw, dt_softplus=True, state_batch_indices=rows, pad_slot_id=None, impl=self.impl
+        )
+        y = torch.where(skipped[:, None, None], y_pad, y_live)
+        out = _gated_rmsnorm(y.reshape(n, c.d_inner), z, w["norm_w"], c.rms_eps) @ w["w_out"]
+        # (Layer.to() copies weights without __init__, so the dict is made on first use)
+        self.__dict__.setdefault("probes", {})[n] = dict(zip(STAGES, (conv, y, out), strict=True))
+        return out
+
+
+class ZeroPadMamba2(EngineMamba2):
+    zero_pad_outputs = True
+
+
+def nonfinite_rows(stages: dict[str, torch.Tensor]) -> Propagation:
+    """Rows of each stage's output holding a NaN or an inf."""
+    found = []
+    for name in STAGES:
+        t = stages[name]
+        rows = (~torch.isfinite(t.reshape(t.shape[0], -1))).any(dim=1).nonzero().flatten().tolist()
+        found.append((name, tuple(rows)))
+    return Propagation(tuple(found))
+
+
+def _run(fixed: bool, backend: str) -> list[Evidence]:
+    name, device = h.resolve_backend(backend)
+    pool = StatePool(16, "sglang", device=device)
+    cls = ZeroPadMamba2 if fixed else EngineMamba2
+    layer = cls(Mamba2Config.small(), seed=0, device=device)
+    runner = h.make_runner(layer, pool, name)
+    runner.capture(progress=False)
+    rows = pool.alloc(3)
+    batch = Batch.decode(rows, [5, 6, 7], device=device)
+    step = h.replay_and_check(
+        runner, batch, h.inputs_for(runner, batch, 0), what="decode replay", may_write=[pool.profile.dummy_slot]
+    )
+    bucket = runner.last_metadata.batch_size if runner.last_metadata is not None else 0
+    stages = layer.__dict__["probes"][bucket]
+    return [nonfinite_rows(stages), step]
+
+
+CASE = Case(
+    name="uninit_pad",
+    title="conv update leaves padded outputs uninitialised: NaN flows on through the SSM",
+    issue="sglang PR 30974",
+    profile="sglang",
+    explanation=EXPLANATION,
+    run_fn=_run,
+)
