@@ -83,7 +83,7 @@ def test_state_pool(small_machine, data) -> None:
 
 @SETTINGS
 @given(kind=st.sampled_from(["decode", "target_verify", "extend", "idle", "for_capture"]), data=st.data())
-def test_batch_constructors(kind, data) -> None:
+def test_batch_constructors(small_machine, kind, data) -> None:
     draw = data.draw
     r = draw(st.integers(0, 5))
     rpi = mostly(draw, draw(st.lists(st.integers(0, 2**40), min_size=r, max_size=r, unique=True)), lists_or_tensors)

@@ -121,6 +121,13 @@ def test_batch_shapes_and_types() -> None:
     )
     assert message(Batch.for_capture, "decode", None) == "batch_size must be an int, got None"
     assert message(Batch.for_capture, "decode", 0) == "batch_size = 0: must be in [1, 2,147,483,647]"
+
+
+def test_capture_batch_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "host_memory_bytes", lambda: 8 * 2**30)
+    assert message(Batch.for_capture, "decode", 2**30) == (
+        "batch_size=1073741824 needs 12 GiB for 1,073,741,824 capture rows of 12 B; this machine has 8.0 GiB"
+    )
     assert message(Batch.idle, device=True) == "device must be a str, torch.device or CUDA ordinal, got True"
 
 

@@ -10,7 +10,7 @@ import torch
 from workbench import html
 from workbench.devices import canonical_device
 from workbench.errors import MetadataError
-from workbench.limits import INT32_MAX, as_device, check_fits, check_int
+from workbench.limits import INT32_MAX, as_device, check_fits, check_int, check_memory
 
 MODES = ("decode", "target_verify", "extend", "idle")
 IntsLike = Sequence[int] | torch.Tensor
@@ -179,6 +179,9 @@ class Batch:
         check_int("batch_size", batch_size, 1, INT32_MAX)
         check_int("draft_tokens", draft_tokens, 1, INT32_MAX)
         device = as_device(device)
+        check_memory(
+            f"batch_size={batch_size}", 12 * batch_size, f"{batch_size:,} capture rows of 12 B", device or "cpu"
+        )
         rpi = torch.zeros(batch_size, dtype=torch.int64, device=device)
         d = draft_tokens if mode == "target_verify" else 1
         return cls(mode, rpi, torch.ones(batch_size, dtype=torch.int32, device=device), draft_tokens=d)
