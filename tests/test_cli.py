@@ -132,7 +132,7 @@ def machine_24gib(monkeypatch):
         (
             ["--seq-lens", "1", "--num-slots", "10000000000"],
             "argument --num-slots: 10000000000 needs 37 GiB for a slot mapping of 10,000,000,000 rows of 4 B; "
-            "this machine has 24 GiB (see 'workbench metadata --help')",
+            "this machine has 24 GiB free (see 'workbench metadata --help')",
         ),
         (["--mode", "target_verify", "--seq-lens", "7,3"], "--draft-tokens is required for --mode target_verify"),
         (
@@ -185,7 +185,7 @@ def machine_24gib(monkeypatch):
         ),
         (
             ["--seq-lens", "1", "--buckets", "2000000000"],
-            "--buckets 2000000000 needs 54 GiB for metadata of 2,000,000,000 padded rows; this machine has 24 GiB",
+            "--buckets 2000000000 needs 54 GiB for metadata of 2,000,000,000 padded rows; this machine has 24 GiB free",
         ),
         (
             ["--seq-lens", "1", "--bucket", "none", "--buckets", "1,2"],

@@ -103,7 +103,7 @@ def _bucket(text: str) -> int | str | None:
 
 
 def _num_slots(text: str) -> int:
-    """argparse type of --num-slots: an int >= 2 whose slot mapping fits this machine's memory."""
+    """argparse type of --num-slots: an int >= 2 whose slot mapping fits this machine's free memory."""
     value = _int_in(2, 2**63 - 1)(text)
     try:
         check_memory(str(value), 4 * value, f"a slot mapping of {value:,} rows of 4 B")  # as StatePool

@@ -9,7 +9,6 @@ torch: the command line runs these checks before torch is loaded.
 from __future__ import annotations
 
 import os
-from functools import cache
 from typing import Any
 
 from workbench.errors import MetadataError
@@ -37,18 +36,19 @@ def check_fits(name: str, values: list[int], dtype: str) -> None:
             raise MetadataError(f"{where} = {v}: does not fit {dtype} (range [{lo}, {hi}])")
 
 
-@cache
 def host_memory_bytes() -> int:
-    """Total memory of this machine (``/proc/meminfo``, else ``sysconf``); 0 when unknown."""
+    """Memory this machine can hand out now (``MemAvailable`` of ``/proc/meminfo``, else ``sysconf``'s
+    available pages); 0 when unknown. Not the total: on a shared machine an allocation that fits the total
+    but not what is free gets the process killed, not a clear error."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemTotal:"):
+                if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
     except (OSError, ValueError, AttributeError):
         return 0
 
@@ -66,15 +66,15 @@ def as_device(device: object) -> Any:
 
 
 def device_memory_bytes(device: object) -> tuple[int, str]:
-    """(total bytes, a name for the message) of the memory tensors on ``device`` live in."""
+    """(free bytes, a name for the message) of the memory tensors on ``device`` live in."""
     kind = getattr(device, "type", str(device).split(":")[0])
     if kind == "cuda":
         import torch
 
         try:
             index = getattr(device, "index", None)
-            props = torch.cuda.get_device_properties(0 if index is None else index)
-            return int(props.total_memory), f"{kind} device has"
+            free, _ = torch.cuda.mem_get_info(0 if index is None else index)
+            return int(free), f"cuda:{0 if index is None else index} has"
         except (RuntimeError, AssertionError, ValueError):
             return 0, ""
     if kind == "cpu":
@@ -92,12 +92,12 @@ def gib(nbytes: float) -> str:
 
 
 def check_memory(name: str, nbytes: int, what: str, device: object = "cpu") -> None:
-    """Refuse an argument that would allocate more than the device's total memory.
+    """Refuse an argument that would allocate more than the device has free.
 
     ``name`` names the argument and its value, ``what`` says what the bytes are for; the message reads
     ``num_slots=10000000000 needs 37 GiB for a slot mapping of 10,000,000,000 rows of 4 B; this machine
-    has 24 GiB``. The limit is the total memory: above it the allocation can only fail (or swap the machine).
+    has 24 GiB free``. Above that the allocation fails, or, on the host, the kernel kills the process.
     """
-    total, whose = device_memory_bytes(device)
-    if total and nbytes > total:
-        raise MetadataError(f"{name} needs {gib(nbytes)} for {what}; {whose} {gib(total)}")
+    free, whose = device_memory_bytes(device)
+    if free and nbytes > free:
+        raise MetadataError(f"{name} needs {gib(nbytes)} for {what}; {whose} {gib(free)} free")
