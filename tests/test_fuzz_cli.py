@@ -155,9 +155,24 @@ def test_doctor_any_argv(extra: list[str]) -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    command=st.sampled_from(["bench", "demo", "check-contracts", "zoo", "nope", ""]),
+    command=st.sampled_from(["bench", "report", "demo", "check-contracts", "zoo", "nope", ""]),
     rest=st.lists(
-        st.sampled_from(["metadata", "replay", "kernels", "--quick", "--json", "--out", "x.json", "-h2"]) | values,
+        st.sampled_from(
+            [
+                "metadata",
+                "replay",
+                "kernels",
+                "--quick",
+                "--json",
+                "--out",
+                "x.json",
+                "-h2",
+                "--threads",
+                "--device",
+                "--plot",
+            ]
+        )
+        | values,
         max_size=4,
     ),
 )
@@ -171,7 +186,7 @@ def test_other_subcommands_parse_or_one_line(command: str, rest: list[str]) -> N
             code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else 2
-    if command in ("bench", "demo", "check-contracts", "zoo"):
+    if command in ("bench", "report", "demo", "check-contracts", "zoo"):
         assert_one_named_line(command, argv, code, err.getvalue())
     else:
         assert code == 2 and len(err.getvalue().strip().splitlines()) == 1

@@ -300,24 +300,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from workbench.devices import canonical_device
+    from workbench.bench.cli import run_bench
 
-    device = canonical_device(args.device)  # "cpu:0" -> cpu, "cuda" -> cuda:0: results named by device type
-    json_path = args.json or f"benchmarks/results/{args.what}_{device.type}.json"
-    if args.what == "kernels":
-        if device.type != "cpu":
-            print("error: bench kernels times the CPU references; use benchmarks/gpu_kernels.py on a GPU")
-            return 2
-        from workbench.bench import kernels as kernels_bench
-
-        kernels_bench.run(quick=args.quick, json_path=json_path)
-        return 0
-    if args.what == "metadata":
-        from workbench.bench import metadata as bench
-    else:
-        from workbench.bench import replay as bench  # type: ignore[no-redef]
-    bench.run(quick=args.quick, json_path=json_path, device=str(device))
-    return 0
+    return run_bench(args)
 
 
 def _cmd_zoo(args: argparse.Namespace) -> int:
@@ -329,7 +314,15 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from workbench.demo import run_demo
 
-    return run_demo(out=args.out)
+    return run_demo(out=args.out, quick=args.quick)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from workbench.report import write_report
+
+    path = write_report(args.out, device=args.device, quick=args.quick, progress=True)
+    print(f"wrote {path}")
+    return 0
 
 
 def add_doctor_parser(sub: Any) -> None:
@@ -341,17 +334,36 @@ def add_doctor_parser(sub: Any) -> None:
 
 
 def add_bench_parser(sub: Any) -> None:
-    b = _subcommand(sub, "bench", "benchmarks: print figures and write JSON", "workbench bench metadata --quick")
+    b = _subcommand(
+        sub,
+        "bench",
+        "benchmarks: print figures and write JSON (bench-results/<what>_<device>.json)",
+        "workbench bench metadata --quick --device cpu",
+    )
     b.add_argument("what", choices=["metadata", "kernels", "replay"], help="which benchmark")
     b.add_argument("--quick", action="store_true", help="fewer sizes, shorter runs")
-    b.add_argument("--device", default="cpu", help="cpu, cpu:0, cuda, cuda:1, npu ... (metadata, replay)")
+    b.add_argument("--device", default="auto", help="auto (cuda, then npu, else cpu) | cpu | cuda | npu")
     b.add_argument(
-        "--json",
-        default=None,
-        metavar="PATH",
-        help="output path (default benchmarks/results/<what>_<device type>.json)",
+        "--json", default=None, help="output path; its folder must exist (default bench-results/<what>_<device>.json)"
+    )
+    b.add_argument(
+        "--threads", type=int, default=None, help="CPU threads to time with (default: torch's, here all cores)"
+    )
+    b.add_argument("--plot", default=None, metavar="FILE.html", help="also draw the figures into FILE.html")
+    b.add_argument(
+        "--from", dest="from_json", default=None, metavar="FILE.json", help="redraw --plot from saved JSON; run nothing"
     )
     b.set_defaults(fn=_cmd_bench)
+
+
+def add_report_parser(sub: Any) -> None:
+    r = _subcommand(
+        sub, "report", "one self-contained HTML report (opens offline)", "workbench report --quick --out report.html"
+    )
+    r.add_argument("--device", default="auto", help="auto (cuda, then npu, else cpu) | cpu | cuda | npu")
+    r.add_argument("--out", default="report.html", help="output file; its folder must exist (default report.html)")
+    r.add_argument("--quick", action="store_true", help="fewer sizes, shorter timings (seconds)")
+    r.set_defaults(fn=_cmd_report)
 
 
 def add_check_contracts_parser(sub: Any) -> None:
@@ -372,8 +384,9 @@ def add_zoo_parser(sub: Any) -> None:
 
 
 def add_demo_parser(sub: Any) -> None:
-    e = _subcommand(sub, "demo", "headless tour: run the main job and write the report", "workbench demo")
-    e.add_argument("--out", default=None, metavar="PATH", help="report path (default: print only)")
+    e = _subcommand(sub, "demo", "headless tour: run the main job and write the report", "workbench demo --quick")
+    e.add_argument("--out", default="report.html", help="report path; its folder must exist (default report.html)")
+    e.add_argument("--quick", action="store_true", help="a quick report (seconds)")
     e.set_defaults(fn=_cmd_demo)
 
 
@@ -382,6 +395,7 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_metadata_parser,
     add_doctor_parser,
     add_bench_parser,
+    add_report_parser,
     add_check_contracts_parser,
     add_zoo_parser,
     add_demo_parser,

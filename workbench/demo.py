@@ -1,4 +1,5 @@
-"""`workbench demo` / `make demo`: a headless tour of the metadata engine for every profile and mode."""
+"""`workbench demo` / `make demo`: a headless tour of the metadata engine for every profile and mode, then
+the HTML report (``workbench.report``) written to ``--out``."""
 
 from __future__ import annotations
 
@@ -26,6 +27,15 @@ def metadata_tour() -> str:
     return "\n\n".join(parts)
 
 
-def run_demo(out: str | None = None) -> int:
+def run_demo(out: str | None = "report.html", *, quick: bool = False, device: str = "auto") -> int:
+    """Print the tour; write the report to ``out`` (its folder must exist; None: tour only) and say where."""
     print(metadata_tour())
+    if out is None:
+        return 0
+    from pathlib import Path
+
+    from workbench.report import write_report
+
+    path = write_report(out, device=device, quick=quick, progress=True)
+    print(f"\nreport: {Path(path).resolve()}")
     return 0

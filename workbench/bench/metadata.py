@@ -9,13 +9,12 @@ graph's buffer, and patch ``query_start_loc`` by slice assignment.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
 
 import torch
 
 from workbench.batch import Batch
 from workbench.buckets import capture_buckets
-from workbench.measure.timing import time_callable, write_json
+from workbench.measure.timing import Results, compare, environment, time_fn
 from workbench.metadata import MetadataBuffers
 from workbench.pool import StatePool
 
@@ -56,8 +55,14 @@ class EngineStyleUpdate:
         qsl[r + 1 :] = r
 
 
-def run(quick: bool = False, json_path: str | None = None, device: str = "cpu") -> dict[str, Any]:
-    """Time both updates for each batch size; print a table; write JSON when ``json_path`` is given."""
+def run(quick: bool = False, json_path: str | None = None, device: str = "cpu", progress: bool = True) -> Results:
+    """Time both updates for each batch size; print a table; write JSON when ``json_path`` is given.
+
+    Records: ``what="metadata_update"``, ``shape={"bs", "raw_bs"}``, ``impl`` "in_place" | "engine_style",
+    ``mode="update"``.
+    """
+    from tqdm.auto import tqdm
+
     sizes = SIZES[::3] if quick else SIZES
     buckets = capture_buckets(max(sizes))
     pool = StatePool(num_slots=max(sizes) + 1, profile="sglang", device=device)
@@ -65,29 +70,28 @@ def run(quick: bool = False, json_path: str | None = None, device: str = "cpu") 
     ours = MetadataBuffers(pool, "decode", buckets=buckets)
     base = EngineStyleUpdate(pool, buckets)
     min_time = 0.05 if quick else 0.3
-    results = []
-    print(f"{'bs':>5} {'raw_bs':>6} {'in-place us':>12} {'engine-style us':>16} {'ratio':>7}")
-    for bs in sizes:
+    results = Results(meta={"benchmark": "metadata", "profile": "sglang", "quick": quick})
+    lines = []
+    for bs in tqdm(sizes, desc=f"metadata bench ({device})", disable=not progress):
         prev = [b for b in buckets if b < bs]
         raw = (prev[-1] + 1) if prev else bs  # the smallest batch that still lands in bucket bs
         perm = torch.randperm(max(sizes))[:raw]
         # seq_lens > fill value: the baseline would count a real row of length 1 as padding
         batch = Batch.decode(rows[perm], torch.randint(2, 4096, (raw,), dtype=torch.int32).tolist(), device=device)
-        t_ours = time_callable(partial(ours.update, batch), f"in-place bs={bs}", min_time)
-        t_base = time_callable(partial(base, batch, bs), f"engine-style bs={bs}", min_time)
-        ratio = t_base.median_us / t_ours.median_us
-        results.append(
-            {
-                "bs": bs,
-                "raw_bs": raw,
-                "in_place": t_ours.to_dict(),
-                "engine_style": t_base.to_dict(),
-                "speedup": ratio,
-            }
+        shape = {"bs": bs, "raw_bs": raw}
+        timed = partial(
+            time_fn, what="metadata_update", device=device, shape=shape, mode="update", min_run_time=min_time
         )
-        print(f"{bs:5d} {raw:6d} {t_ours.median_us:12.2f} {t_base.median_us:16.2f} {ratio:6.2f}x")
-    payload = {"benchmark": "metadata", "device": device, "results": results}
+        t_ours = timed(partial(ours.update, batch), impl="in_place")
+        t_base = timed(partial(base, batch, bs), impl="engine_style")
+        results.append(t_ours)
+        results.append(t_base)
+        lines.append(
+            f"{bs:5d} {raw:6d} {t_ours.median_us:12.2f} {t_base.median_us:16.2f} {compare(t_base, t_ours):6.2f}x"
+        )
+    print(f"{'bs':>5} {'raw_bs':>6} {'in-place us':>12} {'engine-style us':>16} {'ratio':>7}")
+    print("\n".join(lines))
+    results.meta["environment"] = environment(device)
     if json_path:
-        write_json(json_path, payload)
-        print(f"wrote {json_path}")
-    return payload
+        print(f"wrote {results.save(json_path)}")
+    return results

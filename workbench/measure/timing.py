@@ -1,53 +1,527 @@
-"""Small timing helpers over torch.utils.benchmark (medians, device-synchronised where needed)."""
+"""One timer per device and one record schema for every benchmark.
+
+``time_fn`` times a callable the way its device needs: CUDA events (or ``torch.npu.Event``) around each
+repetition after a warm-up, synchronised, on a GPU/NPU; ``torch.utils.benchmark.Timer`` on the CPU (which
+also records the thread count the timer really ran with: Timer sets its own, 1 unless told). Always medians
+and interquartile ranges over many repetitions, never one run.
+
+Every benchmark writes :class:`TimingRecord` rows into a :class:`Results` (records + ``meta``), saved as
+JSON, loaded back, shown as a pandas frame or an HTML table, and compared with :func:`compare`.
+
+    >>> rec = time_fn(lambda: sum(range(100)), what="sum", device="cpu", min_run_time=0.01)
+    >>> rec.median_us > 0 and rec.n >= 1 and rec.threads >= 1
+    True
+    >>> compare(rec, rec)
+    1.0
+"""
 
 from __future__ import annotations
 
+import html
 import json
+import math
 import os
 import platform
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any
+import statistics
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import Any, overload
 
 import torch
-from torch.utils import benchmark
+
+from workbench.errors import WorkbenchError
+
+SCHEMA = "workbench.timing/1"
+# the fields that identify what was measured (two records with the same key measured the same thing)
+KEY_FIELDS = ("what", "device", "shape", "impl", "mode")
+# fewest repetitions behind a median and an IQR
+MIN_REPS = 5
 
 
-@dataclass(frozen=True)
-class Timing:
-    """Median and interquartile range of one timed callable, in microseconds."""
+class TimingError(WorkbenchError, ValueError):
+    """A bad timing request or a results file that does not follow the schema."""
 
-    label: str
+
+def _fmt_us(us: float) -> str:
+    if us >= 1e4:
+        return f"{us / 1e3:.1f} ms"
+    if us >= 1e3:
+        return f"{us / 1e3:.2f} ms"
+    return f"{us:.1f} us"
+
+
+def _shape_text(shape: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in shape.items())
+
+
+@dataclass
+class TimingRecord:
+    """One timed thing: the median and IQR of ``n`` repetitions, in microseconds.
+
+    Attributes:
+        what: the benchmark's subject ("gdn_recurrent", "layer_step", "metadata_update", "copy", ...).
+        device: "cpu" | "cuda" | "npu" (the type only; the model name is in ``env``).
+        shape: the sizes that define the case, e.g. ``{"bs": 8}``.
+        impl: the implementation timed ("reference", "triton", "in_place", ...).
+        mode: "eager" | "replay" | "kernel" | ... (how it ran).
+        median_us, iqr_us: median and interquartile range of the per-call times.
+        n: repetitions (CPU: timed blocks of ``Timer.blocked_autorange``; GPU/NPU: event pairs).
+        threads: CPU threads the timed code really ran with (``torch.get_num_threads()`` inside the timer).
+        bytes, flops: what one call must move and compute (from the kernels' cost functions), or None.
+        env: versions and device names, as strings.
+        measurement: for inspection, never saved to JSON: the ``torch.utils.benchmark.Measurement`` on the
+            CPU, the list of per-call event times (us) on a GPU/NPU.
+    """
+
+    what: str
+    device: str
+    shape: dict[str, int]
+    impl: str
+    mode: str
     median_us: float
     iqr_us: float
-    runs: int
+    n: int
+    threads: int
+    bytes: int | None = None
+    flops: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    measurement: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """What was measured (``KEY_FIELDS``), hashable."""
+        return tuple(tuple(sorted(self.shape.items())) if f == "shape" else getattr(self, f) for f in KEY_FIELDS)
+
+    @property
+    def gbps(self) -> float | None:
+        """Achieved bandwidth, GB/s (``bytes`` over the median), or None without a byte count."""
+        return self.bytes / (self.median_us * 1e3) if self.bytes is not None and self.median_us > 0 else None
+
+    @property
+    def tflops(self) -> float | None:
+        """Achieved compute rate, TFLOP/s, or None without a FLOP count."""
+        return self.flops / (self.median_us * 1e6) if self.flops is not None and self.median_us > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-ready dict of every field but ``measurement``."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "measurement"}
+        d["shape"], d["env"] = dict(self.shape), dict(self.env)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TimingRecord:
+        """Inverse of :meth:`to_dict`; raises :class:`TimingError` naming a missing or unknown field."""
+        if not isinstance(d, dict):
+            raise TimingError(f"record: expected a dict, got {type(d).__name__}")
+        names = {f.name for f in fields(cls)} - {"measurement"}
+        required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+        missing, unknown = sorted(required - set(d)), sorted(set(d) - names)
+        if missing or unknown:
+            raise TimingError(f"record: missing fields {missing}, unknown fields {unknown} (schema {SCHEMA})")
+        rec = cls(**{k: d[k] for k in names if k in d})
+        rec.shape = {str(k): int(v) for k, v in rec.shape.items()}
+        rec.env = {str(k): str(v) for k, v in rec.env.items()}
+        return rec
+
+    def __repr__(self) -> str:
+        extra = f", {self.gbps:.1f} GB/s" if self.gbps is not None else ""
+        return (
+            f"TimingRecord({self.what} [{_shape_text(self.shape)}] {self.impl}/{self.mode} on {self.device}: "
+            f"{_fmt_us(self.median_us)} median, IQR {_fmt_us(self.iqr_us)}, n={self.n}, "
+            f"threads={self.threads}{extra})"
+        )
+
+    def _repr_html_(self) -> str:
+        return Results([self])._repr_html_()
 
 
-def time_callable(fn: Callable[[], Any], label: str, min_run_time: float = 0.2) -> Timing:
-    """Time ``fn()`` with ``Timer.blocked_autorange`` (which syncs CUDA around each block)."""
-    fn()  # warm-up: first-call costs (allocator, lazy init) are not the steady state
-    m = benchmark.Timer(stmt="fn()", globals={"fn": fn}, label=label).blocked_autorange(min_run_time=min_run_time)
-    return Timing(label, m.median * 1e6, m.iqr * 1e6, len(m.times))
+@dataclass
+class Results:
+    """Timing records of one run plus ``meta`` (benchmark name, environment, ceilings, settings).
+
+    A sequence of :class:`TimingRecord`: ``len``, iteration, indexing, ``filter(**field=value)``.
+    """
+
+    records: list[TimingRecord] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self) -> Iterator[TimingRecord]:
+        return iter(self.records)
+
+    def __getitem__(self, i: int) -> TimingRecord:
+        return self.records[i]
+
+    def append(self, rec: TimingRecord) -> None:
+        self.records.append(rec)
+
+    def filter(self, **where: Any) -> Results:
+        """Records whose fields equal ``where`` (``shape`` entries by name: ``filter(bs=4)``)."""
+        top = {k: v for k, v in where.items() if k in {f.name for f in fields(TimingRecord)}}
+        inner = {k: v for k, v in where.items() if k not in top}
+        keep = [
+            r
+            for r in self.records
+            if all(getattr(r, k) == v for k, v in top.items()) and all(r.shape.get(k) == v for k, v in inner.items())
+        ]
+        return Results(keep, dict(self.meta))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "meta": self.meta, "records": [r.to_dict() for r in self.records]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Results:
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+            got = d.get("schema") if isinstance(d, dict) else type(d).__name__
+            raise TimingError(f"schema: expected {SCHEMA!r}, got {got!r} (re-run the benchmark to write it anew)")
+        return cls([TimingRecord.from_dict(r) for r in d.get("records", [])], dict(d.get("meta", {})))
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write JSON to ``path``; its folder must exist (nothing is created silently)."""
+        p = Path(path)
+        if not p.parent.is_dir():
+            raise TimingError(f"path: folder {str(p.parent)!r} of {str(p)!r} does not exist")
+        p.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
+        return p
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Results:
+        p = Path(path)
+        if not p.is_file():
+            raise TimingError(f"path: no results file at {str(p)!r}")
+        try:
+            data = json.loads(p.read_text())
+        except json.JSONDecodeError as e:
+            raise TimingError(f"path: {str(p)!r} is not JSON ({e})") from None
+        return cls.from_dict(data)
+
+    def to_frame(self) -> Any:
+        """A pandas DataFrame, one row per record; ``shape`` entries become columns (pandas: ``lab`` extra)."""
+        import pandas as pd
+
+        rows = []
+        for r in self.records:
+            row = {k: v for k, v in r.to_dict().items() if k not in ("shape", "env")}
+            row.update(r.shape)
+            row["gbps"], row["tflops"] = r.gbps, r.tflops
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def __repr__(self) -> str:
+        head = f"Results({self.meta.get('benchmark', '?')}: {len(self)} records)"
+        return "\n".join([head] + [f"  {r!r}" for r in self.records[:20]] + (["  ..."] if len(self) > 20 else []))
+
+    def _repr_html_(self) -> str:
+        cols = ["what", "shape", "impl", "mode", "device", "median", "IQR", "n", "threads", "GB/s"]
+        head = "".join(f"<th>{c}</th>" for c in cols)
+        body = []
+        for r in self.records:
+            noisy = r.iqr_us > 0.25 * r.median_us  # a spread over a quarter of the median: rerun on a quiet machine
+            style = ' style="background:#fde9d9"' if noisy else ""
+            cells = [
+                r.what,
+                _shape_text(r.shape),
+                r.impl,
+                r.mode,
+                r.device,
+                _fmt_us(r.median_us),
+                _fmt_us(r.iqr_us),
+                str(r.n),
+                str(r.threads),
+                f"{r.gbps:.1f}" if r.gbps is not None else "",
+            ]
+            body.append(f"<tr{style}>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+        title = html.escape(str(self.meta.get("benchmark", "timings")))
+        return (
+            f"<table class='timing'><caption>{title}: {len(self)} records (IQR above 25% of the median shaded)"
+            f"</caption><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        )
 
 
-def environment() -> dict[str, Any]:
-    """What a result JSON records about the machine that produced it."""
+@dataclass
+class Ratios:
+    """``a.median / b.median`` for every key the two sides share (>1: ``a`` takes longer)."""
+
+    rows: list[tuple[dict[str, Any], float]]
+    fields: tuple[str, ...]
+
+    def values(self) -> list[float]:
+        return [r for _, r in self.rows]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def to_frame(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame([{**k, "ratio": r} for k, r in self.rows])
+
+    def __repr__(self) -> str:
+        lines = [f"Ratios(a/b over {', '.join(self.fields)}: {len(self)} pairs)"]
+        lines += [f"  {k}: {r:.3f}" for k, r in self.rows[:20]]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(f)}</th>" for f in self.fields) + "<th>a / b</th>"
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(str(k[f]))}</td>" for f in self.fields) + f"<td>{r:.3f}</td></tr>"
+            for k, r in self.rows
+        )
+        return f"<table class='ratios'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _constant(values: Iterable[Any]) -> Any:
+    vals = list(values)
+    return vals[0] if vals and all(v == vals[0] for v in vals) else None
+
+
+@overload
+def compare(a: TimingRecord, b: TimingRecord, *, on: Sequence[str] | None = None) -> float: ...
+@overload
+def compare(a: Results, b: Results, *, on: Sequence[str] | None = None) -> Ratios: ...
+def compare(a: TimingRecord | Results, b: TimingRecord | Results, *, on: Sequence[str] | None = None) -> float | Ratios:
+    """Ratios of medians, ``a / b``: two records give a float, two ``Results`` give :class:`Ratios`.
+
+    Records are paired by ``on`` (default: the ``KEY_FIELDS`` that are not one constant value on each side
+    that differs between the sides). So two runs of one benchmark pair by everything; ``compare(
+    res.filter(impl="triton"), res.filter(impl="reference"))`` pairs by shape and mode (two impls);
+    ``filter(mode="eager")`` against ``filter(mode="replay")`` gives the replay speed-up per shape.
+    """
+    if isinstance(a, TimingRecord) and isinstance(b, TimingRecord):
+        if b.median_us <= 0:
+            raise TimingError(f"b.median_us: must be > 0 to divide by, got {b.median_us}")
+        return a.median_us / b.median_us
+    if not (isinstance(a, Results) and isinstance(b, Results)):
+        raise TimingError(
+            f"compare: expected two TimingRecords or two Results, got {type(a).__name__}, {type(b).__name__}"
+        )
+    if on is None:
+        on = []
+        for f in KEY_FIELDS:
+            ca = _constant(r.key[KEY_FIELDS.index(f)] for r in a)
+            cb = _constant(r.key[KEY_FIELDS.index(f)] for r in b)
+            if not (ca is not None and cb is not None and ca != cb):
+                on.append(f)
+    bad = [f for f in on if f not in KEY_FIELDS]
+    if bad:
+        raise TimingError(f"on: {bad} are not record key fields {KEY_FIELDS}")
+    idx = [KEY_FIELDS.index(f) for f in on]
+
+    def sub(r: TimingRecord) -> tuple[Any, ...]:
+        return tuple(r.key[i] for i in idx)
+
+    lookup = {sub(r): r for r in b}
+    rows = []
+    for r in a:
+        other = lookup.get(sub(r))
+        if other is not None and other.median_us > 0:
+            keyd = {f: (r.shape if f == "shape" else getattr(r, f)) for f in on}
+            rows.append((keyd, r.median_us / other.median_us))
+    return Ratios(rows, tuple(on))
+
+
+# -- environment -----------------------------------------------------------------------------------------
+def device_type(device: str | torch.device) -> str:
+    """The device type of ``device`` ("cuda:1" gives "cuda"); raises on anything but cpu, cuda or npu.
+
+    Parsed from the string: ``torch.device("npu")`` itself fails where torch_npu is not imported."""
+    kind = device.type if isinstance(device, torch.device) else str(device).split(":", 1)[0].strip().lower()
+    if kind not in ("cpu", "cuda", "npu"):
+        raise TimingError(f"device: expected cpu, cuda or npu, got {str(device)!r}")
+    return kind
+
+
+def resolve_device(device: str) -> str:
+    """The device a run uses: "auto" is cuda when usable, else npu when torch_npu is already imported and
+    usable, else cpu. A named device that is not usable raises, saying why (``workbench.devices``)."""
+    npu = getattr(torch, "npu", None)
+    npu_ok = npu is not None and bool(npu.is_available())
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "npu" if npu_ok else "cpu"
+    kind, colon, index = str(device).partition(":")
+    if kind not in ("cpu", "cuda", "npu") or (colon and not index.isdigit()):
+        raise TimingError(f"--device: expected auto, cpu, cuda or npu (with an optional index: cuda:1), got {device!r}")
+    if kind == "cpu":
+        return "cpu"  # "cpu:0" is the cpu: results are named by device type
+    if kind == "cuda" and not torch.cuda.is_available():
+        from workbench.devices import devices
+
+        why = {d.name: d.detail for d in devices(probe_npu=False)}["cuda"]
+        raise TimingError(f"--device: cuda is not usable here ({why})")
+    if kind == "npu" and not npu_ok:
+        raise TimingError("--device: npu is not usable here (torch_npu not imported or no Ascend device)")
+    return device
+
+
+def environment(device: str = "cpu") -> dict[str, str]:
+    """Versions and device names a result records about the machine that produced it (strings only)."""
     env = {
         "torch": torch.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),
-        "cpu_threads": torch.get_num_threads(),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "cpu_count": str(os.cpu_count()),
+        "torch_threads": str(torch.get_num_threads()),
     }
+    if hasattr(os, "getloadavg"):  # on a shared machine the load explains a wide IQR
+        env["loadavg_1min"] = f"{os.getloadavg()[0]:.2f}"
+    kind = device_type(device)
+    if kind == "cuda" and torch.cuda.is_available():
+        env["device_name"] = torch.cuda.get_device_name(torch.device(device))
+        env["cuda"] = str(torch.version.cuda)
+    elif kind == "npu":
+        npu = getattr(torch, "npu", None)
+        if npu is not None:
+            env["device_name"] = str(npu.get_device_name(torch.device(device)))
+    else:
+        env["device_name"] = platform.processor() or platform.machine()
     return env
 
 
 def write_json(path: str | os.PathLike, payload: dict[str, Any]) -> None:
-    """Write ``payload`` (plus the environment) as indented JSON, creating the folder."""
+    """Write ``payload`` plus the environment as indented JSON (for the GPU scripts under benchmarks/)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump({"environment": environment(), **payload}, f, indent=2)
         f.write("\n")
+
+
+# -- timers ----------------------------------------------------------------------------------------------
+def _quartiles(xs: list[float]) -> tuple[float, float]:
+    """Median and IQR of ``xs`` (the IQR is 0 for fewer than 2 values)."""
+    if len(xs) < 2:
+        return xs[0], 0.0
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return statistics.median(xs), q[2] - q[0]
+
+
+def _time_cpu(
+    fn: Callable[[], Any], warmup: int, min_run_time: float, threads: int | None
+) -> tuple[float, float, int, int, Any]:
+    from torch.utils import benchmark
+
+    seen: list[int] = []
+    n_threads = threads if threads is not None else torch.get_num_threads()
+    timer = benchmark.Timer(
+        stmt="fn()",
+        setup="seen.append(torch.get_num_threads())",  # runs under the timer's own thread setting
+        globals={"fn": fn, "seen": seen, "torch": torch},
+        num_threads=n_threads,
+    )
+    if warmup:
+        timer.timeit(number=warmup)  # warm-up under the same thread setting as the timed runs
+    m = timer.blocked_autorange(min_run_time=min_run_time)
+    if len(m.times) < MIN_REPS:
+        # a slow call fills min_run_time in one or two blocks: time single calls until there are enough
+        # to give a median and an IQR (per-call times either way)
+        from torch.utils.benchmark.utils.common import Measurement
+
+        extra = [timer.timeit(number=1).median for _ in range(MIN_REPS - len(m.times))]
+        m = Measurement(number_per_run=1, raw_times=list(m.times) + extra, task_spec=m.task_spec)
+    return m.median * 1e6, m.iqr * 1e6, len(m.times), seen[-1] if seen else n_threads, m
+
+
+def _time_events(
+    fn: Callable[[], Any], kind: str, warmup: int, min_run_time: float, device: str
+) -> tuple[float, float, int, list[float]]:
+    mod = torch.cuda if kind == "cuda" else getattr(torch, "npu", None)
+    if mod is None or not mod.is_available():
+        why = "torch_npu is not imported or no Ascend device" if kind == "npu" else "no CUDA device"
+        raise TimingError(f"device: {device!r} is not available here ({why})")
+    dev = torch.device(device)
+    with mod.device(dev):
+        for _ in range(max(warmup, 1)):
+            fn()
+        mod.synchronize()
+        # size the repetitions from one timed pass so the run lasts about min_run_time
+        t0 = time.perf_counter()
+        fn()
+        mod.synchronize()
+        one = max(time.perf_counter() - t0, 1e-6)
+        reps = int(min(10_000, max(10, min_run_time / one)))
+        starts = [mod.Event(enable_timing=True) for _ in range(reps)]
+        ends = [mod.Event(enable_timing=True) for _ in range(reps)]
+        for s, e in zip(starts, ends, strict=True):
+            s.record()
+            fn()
+            e.record()
+        mod.synchronize()
+        times_us = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)]  # elapsed_time is ms
+    med, iqr = _quartiles(times_us)
+    return med, iqr, reps, times_us
+
+
+def time_fn(
+    fn: Callable[[], Any],
+    *,
+    what: str,
+    device: str = "cpu",
+    shape: dict[str, int] | None = None,
+    impl: str = "",
+    mode: str = "kernel",
+    warmup: int = 1,
+    min_run_time: float = 0.2,
+    threads: int | None = None,
+    bytes: int | None = None,
+    flops: int | None = None,
+) -> TimingRecord:
+    """Time ``fn()`` on ``device`` and return its record (median and IQR over many repetitions).
+
+    CPU: ``warmup`` calls, then ``torch.utils.benchmark.Timer.blocked_autorange(min_run_time)`` with
+    ``threads`` threads (default: the caller's ``torch.get_num_threads()``; Timer's own default is 1),
+    topped up with single calls to at least ``MIN_REPS`` measurements; the thread count recorded is the
+    one observed inside the timer. CUDA/NPU: ``warmup`` calls, then as many event-timed calls as fill
+    ``min_run_time`` (at least 10), synchronised once at the end.
+    """
+    if not callable(fn):
+        raise TimingError(f"fn: expected a callable, got {type(fn).__name__}")
+    if not (isinstance(min_run_time, int | float) and math.isfinite(min_run_time) and min_run_time > 0):
+        raise TimingError(f"min_run_time: expected seconds > 0, got {min_run_time!r}")
+    if not isinstance(warmup, int) or warmup < 0:
+        raise TimingError(f"warmup: expected an int >= 0, got {warmup!r}")
+    kind = device_type(device)
+    measurement: Any = None
+    if kind == "cpu":
+        med, iqr, n, used, measurement = _time_cpu(fn, warmup, min_run_time, threads)
+    else:
+        med, iqr, n, measurement = _time_events(fn, kind, warmup, min_run_time, device)
+        used = torch.get_num_threads()
+    return TimingRecord(
+        what=what,
+        device=kind,
+        shape=dict(shape or {}),
+        impl=impl,
+        mode=mode,
+        median_us=med,
+        iqr_us=iqr,
+        n=n,
+        threads=used,
+        bytes=bytes,
+        flops=flops,
+        env=environment(device),
+        measurement=measurement,
+    )
+
+
+def time_callable(fn: Callable[[], Any], label: str, min_run_time: float = 0.2) -> TimingRecord:
+    """Older name: ``time_fn(fn, what=label, device="cpu", min_run_time=...)``."""
+    return time_fn(fn, what=label, device="cpu", min_run_time=min_run_time)
+
+
+__all__ = [
+    "KEY_FIELDS",
+    "SCHEMA",
+    "Ratios",
+    "Results",
+    "TimingError",
+    "TimingRecord",
+    "compare",
+    "device_type",
+    "environment",
+    "resolve_device",
+    "time_fn",
+    "write_json",
+]

@@ -1,0 +1,75 @@
+"""viz.timing: figures from known records have the traces and values their legends say."""
+
+import pytest
+
+from workbench.measure.ceilings import Ceilings
+from workbench.measure.timing import Results, TimingRecord
+from workbench.profiles import sglang_buckets
+from workbench.viz import bucket_waste, latency, roofline
+from workbench.viz.palette import BLUE, ORANGE
+from workbench.viz.timing import waste_table
+
+pytest.importorskip("plotly")
+
+
+def _rec(bs, mode, med, iqr, *, what="step", impl="reference", nbytes=None, flops=None):
+    return TimingRecord(what, "cpu", {"bs": bs}, impl, mode, med, iqr, 9, 1, nbytes, flops, {})
+
+
+def _by_name(fig):
+    return {t.name: t for t in fig.data}
+
+
+def test_latency_lines_and_iqr_bands():
+    res = Results(
+        [
+            _rec(1, "eager", 100.0, 10.0),
+            _rec(4, "eager", 160.0, 20.0),
+            _rec(1, "replay", 40.0, 4.0),
+            _rec(4, "replay", 50.0, 6.0),
+        ]  # fmt: skip
+    )
+    fig = latency(res)
+    t = _by_name(fig)
+    assert set(t) == {"eager", "eager IQR", "replay", "replay IQR"}
+    assert list(t["eager"].x) == [1, 4] and list(t["eager"].y) == [100.0, 160.0]
+    assert list(t["replay"].y) == [40.0, 50.0] and t["replay"].line.color == BLUE and t["eager"].line.color == ORANGE
+    band = t["replay IQR"]  # a closed polygon: upper edge left to right, lower edge back
+    assert list(band.x) == [1, 4, 4, 1] and list(band.y) == [42.0, 53.0, 47.0, 38.0] and band.fill == "toself"
+    assert fig.layout.yaxis.title.text == "latency per step (us)"
+    assert fig.layout.xaxis.title.text.startswith("batch size")
+
+
+def test_roofline_fractions_of_the_measured_ceilings():
+    ceil = Ceilings(copy_gbps=10.0, matmul_tflops=1.0)
+    res = Results(
+        [
+            _rec(1, "kernel", 100.0, 1.0, what="gdn", nbytes=500_000, flops=10_000_000),  # 5 GB/s, 0.1 TFLOP/s
+            _rec(8, "kernel", 200.0, 1.0, what="gdn", nbytes=2_000_000, flops=40_000_000),  # 10 GB/s, 0.2
+            _rec(1, "kernel", 100.0, 1.0, what="conv", nbytes=100_000, flops=None),  # 1 GB/s, no FLOP count
+        ]
+    )
+    fig = roofline(res, ceil)
+    by = {(t.name, t.xaxis): t for t in fig.data}
+    assert list(by[("gdn", "x")].y) == pytest.approx([0.5, 1.0]) and list(by[("gdn", "x")].x) == [1, 8]
+    assert list(by[("gdn", "x2")].y) == pytest.approx([0.1, 0.2])
+    assert list(by[("conv", "x")].y) == pytest.approx([0.1]) and ("conv", "x2") not in by  # no flops: left out
+    assert "10.0 GB/s" in fig.layout.annotations[0].text
+    assert roofline(res, ceil.to_dict()).to_dict()["data"] == fig.to_dict()["data"]  # a dict from JSON works too
+
+
+def test_bucket_waste_two_lists_side_by_side():
+    lists = {"engine": sglang_buckets(16), "mine": [1, 2, 4]}
+    assert sglang_buckets(16) == [1, 2, 4, 8, 12, 16]
+    fig = bucket_waste(lists, 6, state_bytes_per_row=2**20)
+    by = {(t.name, t.xaxis, t.yaxis): t for t in fig.data}
+    engine_rows = by[("padded rows", "x", "y")]
+    assert list(engine_rows.x) == [1, 2, 3, 4, 5, 6] and list(engine_rows.y) == [0, 0, 1, 0, 3, 2]
+    mine_rows = by[("padded rows", "x2", "y2")]
+    assert list(mine_rows.x) == [1, 2, 3, 4] and list(mine_rows.y) == [0, 0, 1, 0]
+    eager = by[("eager: above the largest bucket", "x2", "y2")]
+    assert list(eager.x) == [5, 6]  # above bucket 4: no graph, no padding
+    traffic = by[("wasted state traffic (MiB)", "x3", "y3")]
+    assert list(traffic.y) == [0, 0, 2, 0, 6, 4]  # read + write of 1 MiB per padded row
+    assert ("eager: above the largest bucket", "x", "y") not in by  # the engine list covers 1..6
+    assert waste_table([1, 2, 4], 5)[-1] == (5, None, 0)

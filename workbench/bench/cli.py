@@ -1,0 +1,109 @@
+"""`workbench bench <what>`: run one benchmark on a device, save its records, optionally draw them.
+
+Results go to ``bench-results/<what>_<device>.json`` (git-ignored) unless ``--json`` names a file whose
+folder exists; the device is always in the name and a ``--json`` name that says another device is refused.
+``--plot FILE.html`` draws the figures of the run (or of ``--from FILE.json``, without running anything).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from workbench.errors import WorkbenchError
+from workbench.measure.timing import Results, resolve_device
+
+DEFAULT_DIR = Path("bench-results")
+
+
+def _module(what: str) -> ModuleType:
+    import importlib
+
+    if what == "kernels":
+        try:  # the kernels bench is moving out of the compute package; take whichever is present
+            return importlib.import_module("workbench.bench.kernels")
+        except ImportError:
+            return importlib.import_module("kernels.bench")
+    return importlib.import_module(f"workbench.bench.{what}")
+
+
+def json_path_for(what: str, device: str, given: str | None) -> Path:
+    """Where results go; raises when ``given``'s folder is missing or its name says another device."""
+    if given is None:
+        DEFAULT_DIR.mkdir(exist_ok=True)  # the documented default, git-ignored; one level, never a chain
+        return DEFAULT_DIR / f"{what}_{device}.json"
+    p = Path(given)
+    if not p.parent.is_dir():
+        raise WorkbenchError(f"--json: folder {str(p.parent)!r} does not exist (create it first)")
+    named = re.search(r"_(cpu|cuda|npu)\.json$", p.name)
+    if named and named.group(1) != device:
+        raise WorkbenchError(f"--json: {p.name!r} names device {named.group(1)!r} but this run is on {device!r}")
+    return p
+
+
+def plot_results(res: Results, path: str | Path) -> Path:
+    """Draw the figures of ``res`` (latency; the roofline when ceilings are recorded) into one HTML file."""
+    from workbench.measure.ceilings import Ceilings
+    from workbench.report.page import Page
+    from workbench.viz import latency, roofline
+
+    p = Path(path)
+    if not p.parent.is_dir():
+        raise WorkbenchError(f"--plot: folder {str(p.parent)!r} does not exist (create it first)")
+    name = res.meta.get("benchmark", "bench")
+    page = Page(f"workbench bench {name}")
+    parts = page.section("latency", "Latency by batch size")
+    parts.append(page.figure(latency(res)))
+    if res.meta.get("ceilings") and any(r.bytes for r in res):
+        page.section("roofline", "Roofline").append(
+            page.figure(roofline(res, Ceilings.from_dict(res.meta["ceilings"])))
+        )
+    page.section("records", "Records").append(res._repr_html_())
+    p.write_text(page.render(), encoding="utf-8")
+    return p
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """The `bench` command (see the module docstring)."""
+    if args.from_json:
+        if not args.plot:
+            raise WorkbenchError("--from: redraws figures, so it needs --plot FILE.html")
+        res = Results.load(args.from_json)
+        print(f"wrote {plot_results(res, args.plot)}")
+        return 0
+    if args.plot and not Path(args.plot).parent.is_dir():
+        raise WorkbenchError(f"--plot: folder {str(Path(args.plot).parent)!r} does not exist (create it first)")
+    device = resolve_device(args.device)
+    threads = getattr(args, "threads", None)
+    if threads is not None:
+        if threads < 1:
+            raise WorkbenchError(f"--threads: expected an int >= 1, got {threads}")
+        import torch
+
+        torch.set_num_threads(threads)  # the timers record the count they really ran with
+    mod = _module(args.what)
+    sig = inspect.signature(mod.run)
+    params = sig.parameters
+    if args.plot and "Results" not in str(sig.return_annotation):  # refuse before a long run, not after
+        raise WorkbenchError(f"--plot: `bench {args.what}` still writes its older JSON schema; it cannot be drawn")
+    if "device" not in params and device != "cpu":
+        if args.device != "auto":
+            raise WorkbenchError(
+                f"--device: `bench {args.what}` times the CPU only; on {device} use benchmarks/gpu_*.py"
+            )
+        print(f"note: `bench {args.what}` times the CPU only; running on cpu ({device} is here: benchmarks/gpu_*.py)")
+        device = "cpu"
+    path = json_path_for(args.what, device, args.json)
+    kwargs: dict[str, Any] = {"quick": args.quick, "json_path": str(path)}
+    if "device" in params:
+        kwargs["device"] = device
+    out = mod.run(**kwargs)
+    if args.plot:
+        if not isinstance(out, Results):
+            raise WorkbenchError(f"--plot: `bench {args.what}` returned {type(out).__name__}, not Results")
+        print(f"wrote {plot_results(out, args.plot)}")
+    return 0
