@@ -495,7 +495,7 @@ def integrity_heatmap(
     )
     fig.update_layout(
         title="Integrity: slots changed by each step (red: changed but no live row owns it)",
-        height=160 + 28 * len(steps),
+        height=max(300, 160 + 28 * len(steps)),  # room for the four colour-bar labels
         margin=dict(l=120, r=20, t=60, b=50),
     )
     fig.update_xaxes(title_text="state slot", type="category")

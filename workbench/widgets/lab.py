@@ -166,4 +166,4 @@ class CaptureReplayLab(W.VBox):
         with self.heatmap.batch_update():
             hm = self.heatmap.data[0]
             hm.z, hm.x, hm.y, hm.customdata = codes, [str(s) for s in slots], steps, words
-            self.heatmap.layout.height = 160 + 28 * len(steps)
+            self.heatmap.layout.height = max(300, 160 + 28 * len(steps))
