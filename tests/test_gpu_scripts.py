@@ -54,7 +54,6 @@ def test_gpu_kernels_dry_run_checks_and_times_every_op(tmp_path):
         assert "fla comparison skipped" in done.stdout and "skipped" in report["fla"][0]
 
 
-@pytest.mark.slow  # a dry run: the Triton interpreter or the replay path on the CPU, seconds
 def test_gpu_kernels_exits_non_zero_when_a_check_fails(tmp_path, monkeypatch, capsys):
     mod = _load("gpu_kernels.py")
     monkeypatch.setattr(mod, "rel_err", lambda env, got, want: 1.0)  # every comparison off

@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from workbench.devices import canonical_device
 from workbench.errors import WorkbenchError
-from workbench.measure.timing import Results, resolve_device
+from workbench.measure.timing import Results, device_type, resolve_device
 
 DEFAULT_DIR = Path("bench-results")
 
@@ -24,6 +25,16 @@ def _module(what: str) -> ModuleType:
     import importlib
 
     return importlib.import_module(f"workbench.bench.{what}")
+
+
+def _bench_device(given: str) -> str:
+    """The device a bench runs on: "auto" resolved (``resolve_device``); a kind with an index ("cpu:0",
+    "cuda:1") checked by its kind and made canonical ("cpu:0" -> "cpu"); anything else refused."""
+    kind = given.split(":", 1)[0].strip().lower()
+    if given == "auto" or kind not in ("cpu", "cuda", "npu"):
+        return resolve_device(given)
+    resolve_device(kind)  # raises, saying why, when that kind is not usable here
+    return str(canonical_device(given))
 
 
 def json_path_for(what: str, device: str, given: str | None) -> Path:
@@ -73,7 +84,7 @@ def run_bench(args: argparse.Namespace) -> int:
         return 0
     if args.plot and not Path(args.plot).parent.is_dir():
         raise WorkbenchError(f"--plot: folder {str(Path(args.plot).parent)!r} does not exist (create it first)")
-    device = resolve_device(args.device)
+    device = _bench_device(args.device)
     threads = getattr(args, "threads", None)
     if threads is not None:
         if threads < 1:
@@ -81,7 +92,7 @@ def run_bench(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(threads)  # the timers record the count they really ran with
-    path = json_path_for(args.what, device, args.json)
+    path = json_path_for(args.what, device_type(device), args.json)
     out: Results = _module(args.what).run(quick=args.quick, json_path=str(path), device=device)
     if args.plot:
         print(f"wrote {plot_results(out, args.plot)}")
