@@ -103,7 +103,6 @@ def test_cli_bench_names_results_by_device_type(tmp_path, monkeypatch, capsys):
     data = json.loads((tmp_path / "bench-results" / "metadata_cpu.json").read_text())
     assert data["records"] and {r["device"] for r in data["records"]} == {"cpu"}
     capsys.readouterr()
-    assert main(["bench", "kernels", "--quick", "--device", "meta"]) == 2  # cpu, cuda or npu only
-    assert "--device: expected auto, cpu, cuda or npu, got 'meta'" in capsys.readouterr().err
+    assert main(["bench", "kernels", "--quick", "--device", "meta"]) == 2  # no graph device of that name
     assert main(["bench", "replay", "--device", "nodevice"]) == 2  # a clear error, no traceback
-    assert "got 'nodevice'" in capsys.readouterr().err
+    assert "'nodevice'" in capsys.readouterr().err

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from workbench.devices import canonical_device
 from workbench.errors import WorkbenchError
 from workbench.measure.timing import Results, device_type, resolve_device
 
@@ -25,16 +24,6 @@ def _module(what: str) -> ModuleType:
     import importlib
 
     return importlib.import_module(f"workbench.bench.{what}")
-
-
-def _bench_device(given: str) -> str:
-    """The device a bench runs on: "auto" resolved (``resolve_device``); a kind with an index ("cpu:0",
-    "cuda:1") checked by its kind and made canonical ("cpu:0" -> "cpu"); anything else refused."""
-    kind = given.split(":", 1)[0].strip().lower()
-    if given == "auto" or kind not in ("cpu", "cuda", "npu"):
-        return resolve_device(given)
-    resolve_device(kind)  # raises, saying why, when that kind is not usable here
-    return str(canonical_device(given))
 
 
 def json_path_for(what: str, device: str, given: str | None) -> Path:
@@ -84,7 +73,7 @@ def run_bench(args: argparse.Namespace) -> int:
         return 0
     if args.plot and not Path(args.plot).parent.is_dir():
         raise WorkbenchError(f"--plot: folder {str(Path(args.plot).parent)!r} does not exist (create it first)")
-    device = _bench_device(args.device)
+    device = resolve_device(args.device)
     threads = getattr(args, "threads", None)
     if threads is not None:
         if threads < 1:
