@@ -1,6 +1,8 @@
 """The `workbench` command line: tables and JSON for every profile and mode, errors, doctor."""
 
+import argparse
 import json
+import shlex
 import subprocess
 import sys
 
@@ -42,13 +44,30 @@ def test_metadata_table_text(capsys):
     assert "query_start_loc = [0, 1, 2, 3, 3]" in out
 
 
+def error_line(argv, capsys):
+    """The one stderr line of a refused command (argparse exits 2 through SystemExit, commands return 2)."""
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    captured = capsys.readouterr()
+    assert code == 2 and not captured.out
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    return lines[0]
+
+
 def test_metadata_errors_are_clear(capsys):
-    assert main(["metadata", "--mode", "decode", "--seq-lens", "3,0"]) == 2
-    assert "seq_lens[1] = 0" in capsys.readouterr().err
-    assert main(["metadata", "--mode", "decode"]) == 2
-    assert "--seq-lens is required" in capsys.readouterr().err
-    assert main(["metadata", "--seq-lens", "1,2,3", "--bucket", "2", "--buckets", "1,2"]) == 2
-    assert "larger than bucket 2" in capsys.readouterr().err
+    assert error_line(["metadata", "--mode", "decode", "--seq-lens", "3,0"], capsys) == (
+        "workbench metadata: error: argument --seq-lens: 0 (item 1) is out of range: expected ints in "
+        "[1, 2147483647] (see 'workbench metadata --help')"
+    )
+    assert error_line(["metadata", "--mode", "decode"], capsys) == (
+        "workbench metadata: error: --seq-lens is required for --mode decode"
+    )
+    assert error_line(["metadata", "--seq-lens", "1,2,3", "--bucket", "2", "--buckets", "1,2"], capsys) == (
+        "workbench metadata: error: --bucket 2 is smaller than the batch of 3 requests; a batch is never truncated"
+    )
 
 
 @pytest.mark.slow  # a fresh interpreter (subprocess)
@@ -82,3 +101,171 @@ def test_demo_prints_tour(capsys):
     assert run_demo(out=None) == 0
     out = capsys.readouterr().out
     assert out.count("profile=") == 6
+
+
+# -- issue 12: every bad input is one line naming the argument, the value and the accepted range ----------------
+@pytest.fixture
+def machine_24gib(monkeypatch):
+    from workbench import limits
+
+    monkeypatch.setattr(limits, "host_memory_bytes", lambda: 24 * 2**30)
+
+
+@pytest.mark.parametrize(
+    "argv,line",
+    [
+        (
+            ["--seq-lens", "99999999999,1"],
+            "argument --seq-lens: 99999999999 (item 0) is out of range: expected ints in [1, 2147483647] "
+            "(see 'workbench metadata --help')",
+        ),
+        (
+            ["--seq-lens", "1", "--num-slots", "10000000000"],
+            "argument --num-slots: 10000000000 needs 37 GiB for a slot mapping of 10,000,000,000 rows of 4 B; "
+            "this machine has 24 GiB free (see 'workbench metadata --help')",
+        ),
+        (["--mode", "target_verify", "--seq-lens", "7,3"], "--draft-tokens is required for --mode target_verify"),
+        (
+            ["--mode", "decode", "-D", "3", "--seq-lens", "7,3"],
+            "--draft-tokens does not apply to --mode decode (it reads --seq-lens)",
+        ),
+        (
+            ["--mode", "idle", "--seq-lens", "1,2"],
+            "--seq-lens does not apply to --mode idle (it reads no per-request flag)",
+        ),
+        (
+            ["--mode", "extend", "--extend-lens", "4,1", "--seq-lens", "5,5"],
+            "--seq-lens does not apply to --mode extend (it reads --extend-lens, --prefix-lens)",
+        ),
+        (
+            ["--num-slots", "2", "--seq-lens", "1,2,3"],
+            "--num-slots 2 is too small for 3 request(s): they need 4 slots with the reserved dummy slot; "
+            "pass --num-slots 4 or more",
+        ),
+        (
+            ["--profile", "vllm", "--mode", "target_verify", "-D", "3", "--seq-lens", "1,2", "--num-slots", "6"],
+            "--num-slots 6 is too small for 2 request(s) of 3 slots each (the profile keeps one per draft token): they "
+            "need 7 slots with the reserved dummy slot; pass --num-slots 7 or more",
+        ),
+        (
+            ["--mode", "extend", "--extend-lens", "2000000000,2000000000"],
+            "--extend-lens sums to 4,000,000,000 tokens in one step; the total must fit int32 (2,147,483,647)",
+        ),
+        (
+            ["--mode", "extend", "--extend-lens", "5,2000000000", "--prefix-lens", "0,2000000000"],
+            "--prefix-lens + --extend-lens = 4,000,000,000 (item 1): a sequence length must fit int32 (2,147,483,647)",
+        ),
+        (
+            ["--mode", "target_verify", "-D", "2000000000", "--seq-lens", "1,2"],
+            "--draft-tokens 2000000000 x 2 request(s) = 4,000,000,000 tokens in one step; the total must fit "
+            "int32 (2,147,483,647)",
+        ),
+        (
+            ["--mode", "extend", "--extend-lens", "4,1", "--prefix-lens", "0"],
+            "--prefix-lens has 1 values for 2 requests in --extend-lens",
+        ),
+        (
+            ["--seq-lens", "1", "--bucket", "3"],
+            "--bucket 3 is not a captured size; captured (the sglang list for --num-slots 64): "
+            "[1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 63]",
+        ),
+        (
+            ["--seq-lens", "1", "--bucket", "3", "--buckets", "1,2"],
+            "--bucket 3 is not a captured size; captured (--buckets): [1, 2]",
+        ),
+        (
+            ["--seq-lens", "1", "--buckets", "2000000000"],
+            "--buckets 2000000000 needs 54 GiB for metadata of 2,000,000,000 padded rows; this machine has 24 GiB free",
+        ),
+        (
+            ["--seq-lens", "1", "--bucket", "none", "--buckets", "1,2"],
+            "--buckets does not apply with --bucket none (no padding, no captured sizes)",
+        ),
+        (
+            ["--seq-lens", "1", "--buckets", "4,2"],
+            "--buckets must be strictly increasing: 2 (item 1) after 4",
+        ),
+        (
+            ["--seq-lens", "1,,2"],
+            "argument --seq-lens: item 1 of '1,,2' is '': expected comma-separated ints "
+            "(see 'workbench metadata --help')",
+        ),
+        (
+            ["--seq-lens", "1", "-D", "x"],
+            "argument --draft-tokens/-D: expected an int, got 'x' (see 'workbench metadata --help')",
+        ),
+    ],
+)
+def test_metadata_bad_input_is_one_exact_line(argv, line, capsys, machine_24gib):
+    got = error_line(["metadata", *argv], capsys)
+    prefix = "workbench metadata: error: "
+    assert got == prefix + line
+
+
+def test_large_pool_is_allowed(capsys, machine_24gib):
+    """10^8 slots (400 MB of mapping) is allowed and builds no per-slot Python list (it took 33 s and 9 GB)."""
+    assert main(["metadata", "--num-slots", "100000000", "--seq-lens", "3,4", "--bucket", "none", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["state_indices"] == [1, 2] and out["query_start_loc"] == [0, 1, 2]
+
+
+def test_unknown_flag_is_one_line(capsys):
+    assert error_line(["metadata", "--seq-lens", "1", "--bogus"], capsys) == (
+        "workbench: error: unrecognized arguments: --bogus (see 'workbench --help')"
+    )
+
+
+def subcommand_parsers():
+    from workbench.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return sub.choices
+
+
+@pytest.mark.parametrize("name", ["metadata", "doctor", "bench", "report", "check-contracts", "zoo", "demo"])
+def test_help_has_text_defaults_and_a_parsable_example(name):
+    from workbench.cli import build_parser
+
+    parser = subcommand_parsers()[name]
+    formatter = parser._get_formatter()
+    for action in parser._actions:
+        assert action.help, f"{name} {action.option_strings or action.dest} has no help text"
+        if action.default not in (None, False, argparse.SUPPRESS):
+            shown = formatter._get_help_string(action)
+            assert "default" in shown, f"{name} {action.option_strings or action.dest}: default not shown"
+    example = parser.epilog.split("example:\n", 1)[1].strip()
+    assert example.startswith(f"workbench {name}")
+    build_parser().parse_args(shlex.split(example)[1:])  # the example itself is valid
+
+
+def test_help_and_argument_errors_never_import_torch():
+    """`workbench X --help` and a bad argument must not pay for torch (1.5 s): it is imported after parsing."""
+    code = (
+        "import sys, contextlib, io\n"
+        "import workbench.cli as cli\n"
+        "for argv in (['metadata', '--help'], ['doctor', '--help'], ['bench', '--help'], ['demo', '--help'],\n"
+        "             ['metadata', '--seq-lens', '99999999999'], ['metadata', '--mode', 'idle', '--seq-lens', '1']):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+        "        try:\n"
+        "            cli.main(argv)\n"
+        "        except SystemExit:\n"
+        "            pass\n"
+        "print(sorted(m for m in ('torch', 'triton', 'numpy') if m in sys.modules))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.strip() == "[]"
+
+
+def test_package_names_load_lazily():
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, workbench; assert 'torch' not in sys.modules; from workbench import StatePool, devices; "
+            "import workbench.devices; print(StatePool.__name__, callable(workbench.devices), 'torch' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert res.stdout.split() == ["StatePool", "True", "True"]

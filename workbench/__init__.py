@@ -7,13 +7,49 @@
 ([1, 2, 3, -1], [0, 1, 2, 3, 3])
 """
 
-from workbench.batch import Batch
-from workbench.buckets import capture_buckets, choose_bucket
-from workbench.devices import devices
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from workbench.devices import devices  # eager: the name would otherwise be the submodule's
 from workbench.errors import CaptureError, DeviceUnavailable, MetadataError, WorkbenchError
-from workbench.metadata import Metadata, MetadataBuffers, build_metadata, validate
-from workbench.pool import StatePool
-from workbench.profiles import PROFILES, Profile, get_profile
+
+if TYPE_CHECKING:
+    from workbench.batch import Batch
+    from workbench.buckets import capture_buckets, choose_bucket
+    from workbench.metadata import Metadata, MetadataBuffers, build_metadata, validate
+    from workbench.pool import StatePool
+    from workbench.profiles import PROFILES, Profile, get_profile
+
+# Loaded on first use (PEP 562), so that `import workbench.cli` and `workbench --help` never import torch.
+_LAZY = {
+    "Batch": "workbench.batch",
+    "capture_buckets": "workbench.buckets",
+    "choose_bucket": "workbench.buckets",
+    "Metadata": "workbench.metadata",
+    "MetadataBuffers": "workbench.metadata",
+    "build_metadata": "workbench.metadata",
+    "validate": "workbench.metadata",
+    "StatePool": "workbench.pool",
+    "PROFILES": "workbench.profiles",
+    "Profile": "workbench.profiles",
+    "get_profile": "workbench.profiles",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'workbench' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup skips this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "PROFILES",

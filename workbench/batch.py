@@ -10,6 +10,7 @@ import torch
 from workbench import html
 from workbench.devices import canonical_device
 from workbench.errors import MetadataError
+from workbench.limits import INT32_MAX, as_device, check_fits, check_int, check_memory
 
 MODES = ("decode", "target_verify", "extend", "idle")
 IntsLike = Sequence[int] | torch.Tensor
@@ -17,6 +18,7 @@ IntsLike = Sequence[int] | torch.Tensor
 
 def _ints(name: str, values: IntsLike, dtype: torch.dtype, device: torch.device | str | None) -> torch.Tensor:
     """Lists become tensors; tensors must hold integers and be 1-D. Values are checked by the caller."""
+    device = as_device(device)
     if isinstance(values, torch.Tensor):
         if values.dtype.is_floating_point or values.dtype.is_complex or values.dtype == torch.bool:
             raise MetadataError(f"{name}: expected an integer tensor, got dtype {values.dtype}")
@@ -24,12 +26,34 @@ def _ints(name: str, values: IntsLike, dtype: torch.dtype, device: torch.device 
             raise MetadataError(f"{name}: expected a 1-D tensor, got shape {tuple(values.shape)}")
         if device is not None and values.device != canonical_device(device):
             raise MetadataError(f"{name}: on device {values.device}, expected {device}")
+        if values.device.type == "cpu" and values.numel() and values.dtype.itemsize > dtype.itemsize:
+            info = torch.iinfo(dtype)  # .to() would wrap silently: 2**32 + 5 becomes 5
+            bad = ((values < info.min) | (values > info.max)).nonzero()
+            if bad.numel():
+                i = int(bad[0, 0])
+                check_fits(f"{name}[{i}]", [int(values[i])], _DTYPE_NAMES[dtype])
         return values.to(dtype)
-    values = list(values)
+    try:
+        if isinstance(values, str | bytes):
+            raise TypeError
+        values = list(values)
+    except TypeError:
+        raise MetadataError(f"{name}: expected a list of ints or a 1-D integer tensor, got {values!r}") from None
     for i, v in enumerate(values):
         if isinstance(v, bool) or not isinstance(v, int):
             raise MetadataError(f"{name}[{i}]: expected an int, got {v!r}")
+    check_fits(name, values, _DTYPE_NAMES[dtype])
     return torch.tensor(values, dtype=dtype, device=device)
+
+
+_DTYPE_NAMES = {torch.int32: "int32", torch.int64: "int64"}
+
+
+def _check_total(name: str, t: torch.Tensor) -> None:
+    """Token counts are summed into int32 ``query_start_loc``: the sum must fit too (CPU only, as above)."""
+    total = int(t.sum(dtype=torch.int64)) if t.device.type == "cpu" and t.numel() else 0
+    if total > INT32_MAX:
+        raise MetadataError(f"{name}: {total:,} tokens in one step; the total must fit int32 (max {INT32_MAX:,})")
 
 
 def _check_min(name: str, t: torch.Tensor, minimum: int) -> None:
@@ -87,6 +111,11 @@ class Batch:
         if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or draft_tokens < 1:
             raise MetadataError(f"draft_tokens must be an int >= 1, got {draft_tokens!r}")
         rpi, sl = cls._common(req_pool_indices, seq_lens, device)
+        if max(1, rpi.numel()) * draft_tokens > INT32_MAX:
+            raise MetadataError(
+                f"draft_tokens={draft_tokens}: {rpi.numel()} requests x {draft_tokens} tokens = "
+                f"{rpi.numel() * draft_tokens:,} tokens in one step; the total must fit int32 (max {INT32_MAX:,})"
+            )
         acc = None
         if num_accepted_tokens is not None:
             acc = _ints("num_accepted_tokens", num_accepted_tokens, torch.int32, rpi.device)
@@ -118,13 +147,22 @@ class Batch:
                 raise MetadataError(f"{name}: {t.numel()} values for {rpi.numel()} requests")
         _check_min("extend_lens", ext, 1)
         _check_min("prefix_lens", pre, 0)
+        _check_total("extend_lens", ext)
+        if ext.device.type == "cpu" and ext.numel():
+            total = pre.to(torch.int64) + ext.to(torch.int64)
+            i = int(total.argmax())
+            if int(total[i]) > INT32_MAX:
+                raise MetadataError(
+                    f"prefix_lens[{i}] + extend_lens[{i}] = {int(total[i]):,}: a sequence length must fit int32 "
+                    f"(max {INT32_MAX:,})"
+                )
         cls._check_rows(rpi)
         return cls("extend", rpi, pre + ext, draft_tokens=0, extend_lens=ext, prefix_lens=pre)
 
     @classmethod
     def idle(cls, *, device: torch.device | str | None = None) -> Batch:
         """No live request (a data-parallel rank with nothing to do still runs the captured graph)."""
-        empty = torch.zeros(0, dtype=torch.int64, device=device)
+        empty = torch.zeros(0, dtype=torch.int64, device=as_device(device))
         return cls("idle", empty, empty.to(torch.int32), draft_tokens=0)
 
     @classmethod
@@ -138,6 +176,12 @@ class Batch:
         """
         if mode not in ("decode", "target_verify"):
             raise MetadataError(f"mode: graphs are captured for decode and target_verify, got {mode!r}")
+        check_int("batch_size", batch_size, 1, INT32_MAX)
+        check_int("draft_tokens", draft_tokens, 1, INT32_MAX)
+        device = as_device(device)
+        check_memory(
+            f"batch_size={batch_size}", 12 * batch_size, f"{batch_size:,} capture rows of 12 B", device or "cpu"
+        )
         rpi = torch.zeros(batch_size, dtype=torch.int64, device=device)
         d = draft_tokens if mode == "target_verify" else 1
         return cls(mode, rpi, torch.ones(batch_size, dtype=torch.int32, device=device), draft_tokens=d)

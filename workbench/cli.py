@@ -5,17 +5,85 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
-from workbench.errors import WorkbenchError
-from workbench.profiles import PROFILES
+from workbench.errors import MetadataError, WorkbenchError
+from workbench.limits import INT32_MAX, check_memory
+from workbench.profiles import PROFILES, get_profile
+
+# torch is imported only inside the commands (after parsing), so `--help` and argument errors are instant.
+MODES = ("decode", "target_verify", "extend", "idle")  # workbench.batch.MODES, without importing torch
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}") from None
+class _Parser(argparse.ArgumentParser):
+    """An argument error is one line (``workbench metadata: error: argument --x: ...``) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Help shows every default and keeps the line breaks of the description and the example epilog
+    (each line still wrapped). Options without a value default (None: the help text says what happens;
+    a switch: off) and help texts that already state theirs show no extra ``(default: ...)``."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(
+            textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent) if line else ""
+            for line in text.splitlines()
+        )
+
+
+def _subcommand(sub: Any, name: str, summary: str, example: str) -> argparse.ArgumentParser:
+    """A subparser with the house help style: defaults shown, one example in the epilog."""
+    return sub.add_parser(
+        name, help=summary, description=summary, epilog=f"example:\n  {example}", formatter_class=_Formatter
+    )
+
+
+def _int_in(lo: int, hi: int = INT32_MAX) -> Callable[[str], int]:
+    """argparse type: one int in ``[lo, hi]``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an int, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: expected an int in [{lo}, {hi}]")
+        return value
+
+    return parse
+
+
+def _int_list(lo: int, hi: int = INT32_MAX) -> Callable[[str], list[int]]:
+    """argparse type: comma-separated ints, each in ``[lo, hi]`` (hi: int32, as the metadata tensors)."""
+
+    def parse(text: str) -> list[int]:
+        items = text.split(",")
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}")
+        out = []
+        for i, item in enumerate(items):
+            try:
+                value = int(item)
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"item {i} of {text!r} is {item!r}: expected comma-separated ints"
+                ) from None
+            if not lo <= value <= hi:
+                raise argparse.ArgumentTypeError(f"{value} (item {i}) is out of range: expected ints in [{lo}, {hi}]")
+            out.append(value)
+        return out
+
+    return parse
 
 
 def _bucket(text: str) -> int | str | None:
@@ -24,23 +92,134 @@ def _bucket(text: str) -> int | str | None:
     if text == "none":
         return None
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"bucket must be 'auto', 'none' or an int, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or an int, got {text!r}") from None
+    if not 1 <= value <= INT32_MAX:
+        raise argparse.ArgumentTypeError(
+            f"{value} is out of range: expected 'auto', 'none' or an int in [1, {INT32_MAX}]"
+        )
+    return value
 
 
-def metadata_for_cli(args: argparse.Namespace):
+def _num_slots(text: str) -> int:
+    """argparse type of --num-slots: an int >= 2 whose slot mapping fits this machine's free memory."""
+    value = _int_in(2, 2**63 - 1)(text)
+    try:
+        check_memory(str(value), 4 * value, f"a slot mapping of {value:,} rows of 4 B")  # as StatePool
+    except MetadataError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
+# -- metadata ---------------------------------------------------------------------------------------------
+# Which of the per-request flags each mode reads; the others are an error, not ignored.
+_MODE_FLAGS = {
+    "decode": {"--seq-lens": True},
+    "target_verify": {"--seq-lens": True, "--draft-tokens": True},
+    "extend": {"--extend-lens": True, "--prefix-lens": False},
+    "idle": {},
+}
+_FLAG_DEST = {
+    "--seq-lens": "seq_lens",
+    "--extend-lens": "extend_lens",
+    "--prefix-lens": "prefix_lens",
+    "--draft-tokens": "draft_tokens",
+}
+
+
+def check_metadata_args(args: argparse.Namespace) -> None:
+    """Cross-flag rules of `metadata` (argparse checks each flag alone); raise MetadataError naming the flag."""
+    allowed = _MODE_FLAGS[args.mode]
+    for flag, dest in _FLAG_DEST.items():
+        given = getattr(args, dest) is not None
+        if given and flag not in allowed:
+            reads = ", ".join(allowed) or "no per-request flag"
+            raise MetadataError(f"{flag} does not apply to --mode {args.mode} (it reads {reads})")
+        if not given and allowed.get(flag):
+            raise MetadataError(f"{flag} is required for --mode {args.mode}")
+    if args.bucket is None and args.buckets is not None:
+        raise MetadataError("--buckets does not apply with --bucket none (no padding, no captured sizes)")
+    if args.buckets is not None:
+        for i in range(1, len(args.buckets)):
+            if args.buckets[i] <= args.buckets[i - 1]:
+                raise MetadataError(
+                    f"--buckets must be strictly increasing: {args.buckets[i]} (item {i}) after {args.buckets[i - 1]}"
+                )
+    if args.mode == "extend" and args.prefix_lens is not None and len(args.prefix_lens) != len(args.extend_lens):
+        raise MetadataError(
+            f"--prefix-lens has {len(args.prefix_lens)} values for {len(args.extend_lens)} requests in --extend-lens"
+        )
+    lens = args.extend_lens if args.mode == "extend" else args.seq_lens
+    n = len(lens or [])
+    _check_token_totals(args, n)
+    spr = get_profile(args.profile).slots_per_request(args.draft_tokens if args.mode == "target_verify" else 1)
+    need = n * spr + 1  # + the reserved dummy slot
+    if need > args.num_slots:
+        per = f" of {spr} slots each (the profile keeps one per draft token)" if spr > 1 else ""
+        raise MetadataError(
+            f"--num-slots {args.num_slots} is too small for {n} request(s){per}: they need {need:,} slots "
+            f"with the reserved dummy slot; pass --num-slots {need} or more"
+        )
+    _check_bucket(args, n, spr)
+
+
+def _check_token_totals(args: argparse.Namespace, n: int) -> None:
+    """The step's tokens are summed into int32 ``query_start_loc``, sequence lengths are int32."""
+    if args.mode == "extend":
+        total = sum(args.extend_lens)
+        if total > INT32_MAX:
+            raise MetadataError(
+                f"--extend-lens sums to {total:,} tokens in one step; the total must fit int32 ({INT32_MAX:,})"
+            )
+        for i, (pre, ext) in enumerate(zip(args.prefix_lens or [0] * n, args.extend_lens, strict=True)):
+            if pre + ext > INT32_MAX:
+                raise MetadataError(
+                    f"--prefix-lens + --extend-lens = {pre + ext:,} (item {i}): "
+                    f"a sequence length must fit int32 ({INT32_MAX:,})"
+                )
+    if args.mode == "target_verify" and n * args.draft_tokens > INT32_MAX:
+        raise MetadataError(
+            f"--draft-tokens {args.draft_tokens} x {n} request(s) = {n * args.draft_tokens:,} tokens in one step; "
+            f"the total must fit int32 ({INT32_MAX:,})"
+        )
+
+
+def _check_bucket(args: argparse.Namespace, n: int, spr: int) -> None:
+    """--bucket against the captured list (--buckets, or the profile's list for the pool), and its memory."""
+    if args.bucket is None or (args.bucket == "auto" and args.buckets is None):
+        return  # the default list holds the batch within the pool's capacity, which --num-slots checked
+    if args.buckets is not None:
+        buckets, source = args.buckets, "--buckets"
+    else:
+        from workbench.buckets import capture_buckets  # no torch: profiles and errors only
+
+        capacity = (args.num_slots - 1) // spr
+        buckets = capture_buckets(capacity, args.mode == "target_verify", args.profile)
+        source = f"the {args.profile} list for --num-slots {args.num_slots}"
+    if isinstance(args.bucket, int):
+        bs, flag = args.bucket, "--bucket"
+        if bs not in buckets:
+            shown = buckets if len(buckets) <= 40 else [*buckets[:20], "...", *buckets[-5:]]
+            raise MetadataError(f"--bucket {bs} is not a captured size; captured ({source}): {shown}")
+        if n > bs:
+            raise MetadataError(f"--bucket {bs} is smaller than the batch of {n} requests; a batch is never truncated")
+    else:
+        bs, flag = next((b for b in buckets if b >= n), n), "--buckets"
+    # The padded metadata is allocated at the bucket's size, as build_metadata does.
+    check_memory(f"{flag} {bs}", bs * (4 * spr + 25), f"metadata of {bs:,} padded rows")
+
+
+def metadata_for_cli(args: argparse.Namespace) -> Any:
     """Build the metadata the `metadata` subcommand prints (a fresh pool, requests allocated in order)."""
-    from workbench import Batch, StatePool, build_metadata, get_profile
+    check_metadata_args(args)
+    from workbench import Batch, StatePool, build_metadata
 
     d = args.draft_tokens
     spr = get_profile(args.profile).slots_per_request(d if args.mode == "target_verify" else 1)
     lens = args.extend_lens if args.mode == "extend" else args.seq_lens
-    n = 0 if args.mode == "idle" else len(lens or [])
-    if args.mode != "idle" and not lens:
-        flag = "--extend-lens" if args.mode == "extend" else "--seq-lens"
-        raise WorkbenchError(f"{flag} is required for mode {args.mode!r}")
-    pool = StatePool(num_slots=max(args.num_slots, n * spr + 1), profile=args.profile, slots_per_request=spr)
+    n = 0 if args.mode == "idle" else len(lens)
+    pool = StatePool(num_slots=args.num_slots, profile=args.profile, slots_per_request=spr)
     rows = pool.alloc(n)
     if args.mode == "decode":
         batch = Batch.decode(rows, args.seq_lens)
@@ -57,6 +236,60 @@ def _cmd_metadata(args: argparse.Namespace) -> int:
     meta = metadata_for_cli(args)
     print(json.dumps(meta.to_dict(), indent=2) if args.json else meta.table())
     return 0
+
+
+def add_metadata_parser(sub: Any) -> None:
+    m = _subcommand(
+        sub,
+        "metadata",
+        "print the padded metadata of a batch as a table (or JSON)",
+        "workbench metadata --profile vllm --mode target_verify --seq-lens 7,3,9 -D 2",
+    )
+    m.add_argument("--profile", default="sglang", choices=list(PROFILES), help="engine conventions for padded rows")
+    m.add_argument("--mode", default="decode", choices=MODES, help="forward mode of the step")
+    m.add_argument(
+        "--seq-lens",
+        metavar="N,N,..",
+        type=_int_list(1),
+        help="comma-separated tokens per request after this step (decode, target_verify; required there)",
+    )
+    m.add_argument(
+        "--extend-lens",
+        metavar="N,N,..",
+        type=_int_list(1),
+        help="comma-separated new tokens per request (extend; required)",
+    )
+    m.add_argument(
+        "--prefix-lens",
+        metavar="N,N,..",
+        type=_int_list(0),
+        help="comma-separated cached tokens per request (extend; default 0 each)",
+    )
+    m.add_argument(
+        "--draft-tokens", "-D", type=_int_in(1), metavar="D", help="tokens per request, D (target_verify; required)"
+    )
+    m.add_argument(
+        "--bucket",
+        type=_bucket,
+        default="auto",
+        metavar="auto|none|N",
+        help="'auto', 'none' (no padding) or a captured batch size",
+    )
+    m.add_argument(
+        "--buckets",
+        type=_int_list(1),
+        metavar="N,N,..",
+        help="comma-separated captured batch sizes, increasing (default: the profile's engine list for the pool)",
+    )
+    m.add_argument(
+        "--num-slots",
+        type=_num_slots,
+        default=64,
+        metavar="N",
+        help="state slots in the pool, the reserved dummy slot included",
+    )
+    m.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    m.set_defaults(fn=_cmd_metadata)
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -92,29 +325,22 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="workbench", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
-
-    m = sub.add_parser("metadata", help="print the padded metadata of a batch as a table (or JSON)")
-    m.add_argument("--profile", default="sglang", choices=list(PROFILES))
-    m.add_argument("--mode", default="decode", choices=["decode", "target_verify", "extend", "idle"])
-    m.add_argument("--seq-lens", type=_int_list, help="comma-separated, one per request (decode, verify)")
-    m.add_argument("--extend-lens", type=_int_list, help="comma-separated new tokens per request (extend)")
-    m.add_argument("--prefix-lens", type=_int_list, help="comma-separated cached tokens per request (extend)")
-    m.add_argument("--draft-tokens", "-D", type=int, default=1, help="tokens per request in target_verify")
-    m.add_argument("--bucket", type=_bucket, default="auto", help="'auto', 'none' or a captured batch size")
-    m.add_argument("--buckets", type=_int_list, default=None, help="captured batch sizes (default: engine list)")
-    m.add_argument("--num-slots", type=int, default=64)
-    m.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    m.set_defaults(fn=_cmd_metadata)
-
-    d = sub.add_parser("doctor", help="which devices and backends are usable here, and why not")
+def add_doctor_parser(sub: Any) -> None:
+    d = _subcommand(
+        sub, "doctor", "which devices and backends are usable here, and why not", "workbench doctor --no-npu-probe"
+    )
     d.add_argument("--no-npu-probe", action="store_true", help="skip the torch_npu subprocess probe")
     d.set_defaults(fn=_cmd_doctor)
 
-    b = sub.add_parser("bench", help="benchmarks: print figures and write JSON (bench-results/<what>_<device>.json)")
-    b.add_argument("what", choices=["metadata", "kernels", "replay"])
+
+def add_bench_parser(sub: Any) -> None:
+    b = _subcommand(
+        sub,
+        "bench",
+        "benchmarks: print figures and write JSON (bench-results/<what>_<device>.json)",
+        "workbench bench metadata --quick --device cpu",
+    )
+    b.add_argument("what", choices=["metadata", "kernels", "replay"], help="which benchmark")
     b.add_argument("--quick", action="store_true", help="fewer sizes, shorter runs")
     b.add_argument("--device", default="auto", help="auto (cuda, then npu, else cpu) | cpu | cuda | npu")
     b.add_argument(
@@ -129,36 +355,69 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.set_defaults(fn=_cmd_bench)
 
-    r = sub.add_parser("report", help="one self-contained HTML report (opens offline)")
+
+def add_report_parser(sub: Any) -> None:
+    r = _subcommand(
+        sub, "report", "one self-contained HTML report (opens offline)", "workbench report --quick --out report.html"
+    )
     r.add_argument("--device", default="auto", help="auto (cuda, then npu, else cpu) | cpu | cuda | npu")
     r.add_argument("--out", default="report.html", help="output file; its folder must exist (default report.html)")
     r.add_argument("--quick", action="store_true", help="fewer sizes, shorter timings (seconds)")
     r.set_defaults(fn=_cmd_report)
 
+
+def add_check_contracts_parser(sub: Any) -> None:
     from workbench.contracts.cli import add_parser as add_check_contracts  # stdlib-only: no torch import
 
-    add_check_contracts(sub)
+    parser = add_check_contracts(sub)
+    parser.formatter_class = _Formatter  # defaults shown, like every subcommand
+    parser.epilog = parser.epilog or "example:\n  workbench check-contracts workbench.backends"
 
-    z = sub.add_parser("zoo", help="run known production bugs unfixed and fixed, one line each")
+
+def add_zoo_parser(sub: Any) -> None:
+    z = _subcommand(sub, "zoo", "run known production bugs unfixed and fixed, one line each", "workbench zoo --list")
     z.add_argument("names", nargs="*", metavar="NAME", help="cases to run (default: all)")
     z.add_argument("--list", action="store_true", help="list the cases without running them")
     z.add_argument("--json", action="store_true", help="print JSON instead of lines")
     z.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda", "npu"], help="auto: the CPU recorder")
     z.set_defaults(fn=_cmd_zoo)
 
-    e = sub.add_parser("demo", help="headless tour: run the main job and write the report")
+
+def add_demo_parser(sub: Any) -> None:
+    e = _subcommand(sub, "demo", "headless tour: run the main job and write the report", "workbench demo --quick")
     e.add_argument("--out", default="report.html", help="report path; its folder must exist (default report.html)")
     e.add_argument("--quick", action="store_true", help="a quick report (seconds)")
     e.set_defaults(fn=_cmd_demo)
+
+
+# One small function per subcommand; a new subcommand adds its own beside these.
+SUBCOMMANDS: list[Callable[[Any], None]] = [
+    add_metadata_parser,
+    add_doctor_parser,
+    add_bench_parser,
+    add_report_parser,
+    add_check_contracts_parser,
+    add_zoo_parser,
+    add_demo_parser,
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="workbench", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for add in SUBCOMMANDS:
+        add(sub)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``). Returns the exit status; an argument
+    error exits 2 through ``SystemExit`` (argparse), a WorkbenchError is one ``error:`` line and status 2."""
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
     except WorkbenchError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"workbench {args.command}: error: {e}", file=sys.stderr)
         return 2
 
 

@@ -2,6 +2,11 @@
 
 torch_npu is probed in a subprocess: where Ascend's CANN libraries are missing, importing it fails (or,
 through torch's backend autoload, breaks ``import torch`` itself), and that must not happen in this process.
+torch itself is imported inside the functions, so that ``import workbench`` stays cheap.
+
+Triton is reported per device, compiled and interpreted apart: compiled kernels need a GPU (CUDA, or an
+Ascend NPU with triton-ascend); on a CPU Triton only runs interpreted, with ``TRITON_INTERPRET=1`` set
+before a kernel module is imported (and then it interprets on every device).
 """
 
 from __future__ import annotations
@@ -11,10 +16,12 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from workbench.errors import DeviceUnavailable
+
+if TYPE_CHECKING:
+    import torch
 
 
 def canonical_device(device: str | torch.device | int) -> torch.device:
@@ -26,6 +33,8 @@ def canonical_device(device: str | torch.device | int) -> torch.device:
     although both name the same GPU. Raises ``DeviceUnavailable`` (naming the device) where torch cannot
     allocate on it, e.g. ``"cuda"`` on a CPU-only build.
     """
+    import torch
+
     if isinstance(device, torch.device) and device.type == "cpu":
         return torch.device("cpu")  # the common case, without an allocation
     try:
@@ -60,6 +69,8 @@ def _probe_npu(timeout: float = 60.0) -> DeviceStatus:
 
 
 def _cuda() -> DeviceStatus:
+    import torch
+
     if not torch.cuda.is_available():
         why = "torch is a CPU build" if torch.version.cuda is None else "no CUDA device visible"
         return DeviceStatus("cuda", False, why)
@@ -67,29 +78,50 @@ def _cuda() -> DeviceStatus:
     return DeviceStatus("cuda", True, f"{torch.cuda.device_count()} x {name}")
 
 
-def _triton() -> DeviceStatus:
+def _triton(cuda: DeviceStatus, npu: DeviceStatus) -> list[DeviceStatus]:
+    """One line per device: how Triton kernels run there (compiled, interpreted, or not at all)."""
     try:
         import triton
     except Exception as e:  # a broken triton must not break the reference path
-        return DeviceStatus("triton", False, f"triton failed to import: {e}")
-    mode = "interpreter on (TRITON_INTERPRET=1)" if os.environ.get("TRITON_INTERPRET") == "1" else "compiled"
-    return DeviceStatus("triton", True, f"triton {triton.__version__}, {mode}")
+        why = f"triton failed to import: {e}"
+        return [DeviceStatus(f"triton:{d}", False, why) for d in ("cpu", "cuda", "npu")]
+    ver = f"triton {triton.__version__}"
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    if interpret:
+        cpu = DeviceStatus("triton:cpu", True, f"{ver}, interpreted (TRITON_INTERPRET=1): slow, fp32/fp16 only")
+    else:
+        cpu = DeviceStatus(
+            "triton:cpu", False, f"{ver} has no compiled CPU backend; set TRITON_INTERPRET=1 to interpret"
+        )
+    out = [cpu]
+    for dev, status in (("cuda", cuda), ("npu", npu)):
+        if not status.usable:
+            out.append(DeviceStatus(f"triton:{dev}", False, f"not compiled: {dev} unusable ({status.detail})"))
+        elif interpret:
+            out.append(
+                DeviceStatus(f"triton:{dev}", True, f"{ver}, interpreted: TRITON_INTERPRET=1 disables compiling")
+            )
+        elif dev == "npu" and importlib.util.find_spec("triton_ascend") is None and "ascend" not in ver.lower():
+            out.append(DeviceStatus(f"triton:{dev}", False, f"{ver} is not triton-ascend: no NPU compiler"))
+        else:
+            out.append(DeviceStatus(f"triton:{dev}", True, f"{ver}, compiled"))
+    return out
 
 
 def devices(probe_npu: bool = True) -> list[DeviceStatus]:
-    """Status of cpu, cuda, npu and triton. ``probe_npu=False`` skips the (slow) torch_npu subprocess."""
-    out = [
-        DeviceStatus("cpu", True, f"torch {torch.__version__}, {torch.get_num_threads()} threads"),
-        _cuda(),
-    ]
-    out.append(_probe_npu() if probe_npu else DeviceStatus("npu", False, "not probed"))
-    out.append(_triton())
-    return out
+    """Status of cpu, cuda, npu, then Triton on each of them (``triton:cpu`` etc., compiled or
+    interpreted). ``probe_npu=False`` skips the (slow) torch_npu subprocess."""
+    import torch
+
+    cpu = DeviceStatus("cpu", True, f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    cuda = _cuda()
+    npu = _probe_npu() if probe_npu else DeviceStatus("npu", False, "not probed (--no-npu-probe)")
+    return [cpu, cuda, npu, *_triton(cuda, npu)]
 
 
 def doctor_text(probe_npu: bool = True) -> str:
     """What `workbench doctor` prints."""
-    lines = [f"{'device':8} {'usable':7} detail"]
+    lines = [f"{'device':12} {'usable':7} detail"]
     for d in devices(probe_npu):
-        lines.append(f"{d.name:8} {'yes' if d.usable else 'no':7} {d.detail}")
+        lines.append(f"{d.name:12} {'yes' if d.usable else 'no':7} {d.detail}")
     return "\n".join(lines)

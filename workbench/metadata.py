@@ -22,6 +22,7 @@ from workbench import html
 from workbench.batch import Batch
 from workbench.buckets import above_largest, capture_buckets, check_buckets, choose_bucket, resolve_bucket
 from workbench.errors import MetadataError
+from workbench.limits import INT32_MAX, check_memory
 from workbench.pool import StatePool
 from workbench.profiles import Profile
 from workbench.tables import format_table
@@ -227,6 +228,17 @@ def _default_buckets(pool: StatePool, speculative: bool) -> list[int]:
     return capture_buckets(pool.capacity, speculative, pool.profile)
 
 
+def _row_bytes(pool: StatePool) -> int:
+    """Metadata bytes per padded row: state indices (one int32 per slot a request owns), qsl, seq_lens,
+    num_accepted, intermediate indices (int32), req_pool_indices (int64), has_initial_state (bool)."""
+    return 4 * pool.slots_per_request + 4 * 4 + 8 + 1
+
+
+def _check_padded_memory(name: str, rows: int, pool: StatePool) -> None:
+    # A bucket is a user-given int: 10^10 would otherwise reach torch.full as an out-of-memory error.
+    check_memory(name, rows * _row_bytes(pool), f"metadata of {rows:,} padded rows", pool.device)
+
+
 def _check_allocated(batch: Batch, pool: StatePool) -> None:
     for i, row in enumerate(batch.req_pool_indices.tolist()):
         if not pool.is_allocated(row):
@@ -264,12 +276,15 @@ def build_metadata(
     """
     if not isinstance(batch, Batch):
         raise MetadataError(f"batch must be a workbench.Batch, got {type(batch).__name__}")
+    if not isinstance(pool, StatePool):
+        raise MetadataError(f"pool must be a workbench.StatePool, got {type(pool).__name__}")
     if batch.device != pool.device:
         raise MetadataError(f"batch.req_pool_indices is on {batch.device}, the pool on {pool.device}")
     _check_allocated(batch, pool)
     prof = pool.profile
     r = batch.raw_batch_size
     bs, captured, reason = _resolve_bucket(batch, pool, bucket, buckets)
+    _check_padded_memory(f"bucket={bs}", bs, pool)
     dev = pool.device
     mode = batch.mode
     d = batch.draft_tokens
@@ -488,6 +503,8 @@ class MetadataBuffers:
         buckets: Sequence[int] | None = None,
         draft_tokens: int = 1,
     ) -> None:
+        if not isinstance(pool, StatePool):
+            raise MetadataError(f"pool must be a workbench.StatePool, got {type(pool).__name__}")
         if mode not in GRAPH_MODES:
             raise MetadataError(f"mode: graphs are captured for {GRAPH_MODES}, got {mode!r} (extend runs eagerly)")
         if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or draft_tokens < 1:
@@ -498,6 +515,13 @@ class MetadataBuffers:
         self.mode = mode
         self.draft_tokens = draft_tokens
         self.buckets = _default_buckets(pool, mode == "target_verify") if buckets is None else check_buckets(buckets)
+        shown = self.buckets if len(self.buckets) <= 4 else [*self.buckets[:3], "...", self.buckets[-1]]
+        _check_padded_memory(f"buckets={shown}", sum(self.buckets) + self.buckets[-1], pool)
+        if (self.buckets[-1] + 1) * draft_tokens > INT32_MAX:
+            raise MetadataError(
+                f"draft_tokens={draft_tokens}: bucket {self.buckets[-1]} x {draft_tokens} tokens does not fit "
+                f"int32 query_start_loc (max {INT32_MAX:,})"
+            )
         prof, dev, d = pool.profile, pool.device, draft_tokens
         self._table = _live_index_table(pool, mode, d)
         self._qsl_steps = torch.arange(0, (self.buckets[-1] + 1) * d, d, dtype=torch.int32, device=dev)

@@ -9,6 +9,7 @@ dummy written at capture, vLLM's null block), nor is request-pool row ``profile.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 
 import torch
@@ -16,6 +17,7 @@ import torch
 from workbench import html
 from workbench.devices import canonical_device
 from workbench.errors import MetadataError
+from workbench.limits import check_memory
 from workbench.profiles import Profile, get_profile
 
 
@@ -25,6 +27,42 @@ def _as_int(name: str, value: object, minimum: int) -> int:
     if value < minimum:
         raise MetadataError(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+class LowestFirst:
+    """The free members of ``range(n)`` minus one reserved value, handed out lowest first.
+
+    Never-used members are a counter, returned ones a heap, so a pool of 10^8 slots costs no Python list.
+    Every returned member is below the counter (it was handed out before), so the heap comes first.
+    """
+
+    def __init__(self, n: int, reserved: int) -> None:
+        self.n, self.reserved = n, reserved
+        self.fresh = 0  # lowest never-handed-out member
+        self.returned: list[int] = []
+
+    def __len__(self) -> int:
+        untouched = self.n - self.fresh - (1 if self.fresh <= self.reserved < self.n else 0)
+        return len(self.returned) + untouched
+
+    def take(self, k: int) -> list[int]:
+        out: list[int] = []
+        while len(out) < k:
+            if self.returned:
+                out.append(heapq.heappop(self.returned))
+                continue
+            if self.fresh == self.reserved:
+                self.fresh += 1
+            out.append(self.fresh)
+            self.fresh += 1
+        return out
+
+    def give(self, members: Iterable[int]) -> None:
+        for m in members:
+            heapq.heappush(self.returned, m)
+
+    def sorted(self) -> list[int]:
+        return sorted(self.returned) + [m for m in range(self.fresh, self.n) if m != self.reserved]
 
 
 class StatePool:
@@ -62,11 +100,16 @@ class StatePool:
         self.max_requests = usable if max_requests is None else _as_int("max_requests", max_requests, 1)
         self.device = canonical_device(device)
         num_rows = self.max_requests + 1  # + the reserved row
+        culprit = f"num_slots={num_slots}" if max_requests is None else f"max_requests={max_requests}"
+        row_bytes = 4 * self.slots_per_request  # one int32 per slot a request owns
+        check_memory(
+            culprit, num_rows * row_bytes, f"a slot mapping of {num_rows:,} rows of {row_bytes} B", self.device
+        )
         self.mapping = torch.full(
             (num_rows, self.slots_per_request), self.profile.dummy_slot, dtype=torch.int32, device=self.device
         )
-        self._free_slots = [s for s in range(self.num_slots) if s != self.profile.dummy_slot]
-        self._free_rows = [r for r in range(num_rows) if r != self.profile.reserved_request_row]
+        self._free_slots = LowestFirst(self.num_slots, self.profile.dummy_slot)
+        self._free_rows = LowestFirst(num_rows, self.profile.reserved_request_row)
         self._slots_of: dict[int, list[int]] = {}
 
     # -- queries --------------------------------------------------------------------------------------
@@ -98,7 +141,7 @@ class StatePool:
         return {s for slots in self._slots_of.values() for s in slots}
 
     def free_slots(self) -> list[int]:
-        return sorted(self._free_slots)
+        return self._free_slots.sorted()
 
     # -- alloc / free ---------------------------------------------------------------------------------
     def alloc(self, n: int) -> torch.Tensor:
@@ -112,13 +155,9 @@ class StatePool:
                 f"pool exhausted: asked for {n} requests, {self.num_free} free "
                 f"({len(self._free_slots)} free slots, {self.slots_per_request} per request)"
             )
-        self._free_slots.sort()
-        self._free_rows.sort()
-        rows = self._free_rows[:n]
-        del self._free_rows[:n]
+        rows = self._free_rows.take(n)
         for row in rows:
-            slots = self._free_slots[: self.slots_per_request]
-            del self._free_slots[: self.slots_per_request]
+            slots = self._free_slots.take(self.slots_per_request)
             self._slots_of[row] = slots
             self.mapping[row] = torch.tensor(slots, dtype=torch.int32, device=self.device)
         return torch.tensor(rows, dtype=torch.int64, device=self.device)
@@ -134,8 +173,8 @@ class StatePool:
                 raise MetadataError(f"free: rows[{i}]={row} is not allocated (freed twice, or never allocated)")
             seen.add(row)
         for row in rows:
-            self._free_slots.extend(self._slots_of.pop(row))
-            self._free_rows.append(row)
+            self._free_slots.give(self._slots_of.pop(row))
+            self._free_rows.give([row])
             self.mapping[row] = self.profile.dummy_slot
 
     def __repr__(self) -> str:

@@ -20,10 +20,12 @@ from workbench.backends import MetadataBackend, metadata_backend_for
 from workbench.batch import Batch
 from workbench.buckets import above_largest
 from workbench.errors import MetadataError, WorkbenchError
+from workbench.graphs import NAMES as BACKEND_NAMES
 from workbench.graphs import Graph, get_backend
 from workbench.layers import Intermediate, LayerState
+from workbench.limits import INT32_MAX, check_int, check_memory
 from workbench.measure.compare import Comparison, compare_replay
-from workbench.metadata import Metadata, tokens_per_row, validate
+from workbench.metadata import GRAPH_MODES, Metadata, tokens_per_row, validate
 from workbench.pool import StatePool
 from workbench.profiles import get_profile
 
@@ -77,6 +79,67 @@ class StepResult:
         return html.block(*parts, title="StepResult")
 
 
+def _prod(shape: Sequence[int]) -> int:
+    out = 1
+    for n in shape:
+        out *= n
+    return out
+
+
+def _check_runner_args(
+    layer: object,
+    pool: object,
+    draft_tokens: object,
+    modes: object,
+    backend: object,
+    state_seed: object,
+    validate_metadata: object,
+) -> None:
+    """GraphRunner's arguments, each alone, before anything is allocated."""
+    missing = [a for a in ("forward", "new_state", "config", "dtype", "supported_modes") if not hasattr(layer, a)]
+    if missing:
+        raise MetadataError(f"layer: {type(layer).__name__} is not a workbench layer (it lacks {', '.join(missing)})")
+    if not isinstance(pool, StatePool):
+        raise MetadataError(f"pool must be a workbench.StatePool, got {type(pool).__name__}")
+    check_int("draft_tokens", draft_tokens, 1, INT32_MAX)
+    if modes is not None:
+        if isinstance(modes, str) or not isinstance(modes, Sequence):
+            raise MetadataError(f"modes must be a list of graph modes, got {modes!r}")
+        for i, m in enumerate(modes):
+            if m not in GRAPH_MODES:
+                raise MetadataError(f"modes[{i}] = {m!r}: graphs are captured for {GRAPH_MODES}")
+    if backend not in BACKEND_NAMES:
+        raise MetadataError(f"backend must be one of {BACKEND_NAMES}, got {backend!r}")
+    if state_seed is not None:
+        check_int("state_seed", state_seed, 0)
+    if not isinstance(validate_metadata, bool):
+        raise MetadataError(f"validate_metadata must be a bool, got {validate_metadata!r}")
+
+
+def _check_runner_parts(layer: Any, pool: StatePool, buckets: object, state: object, metadata_backend: object) -> None:
+    """The per-mode bucket lists, a given state pool and a metadata backend class."""
+    if isinstance(buckets, dict):
+        for key in buckets:
+            if key not in GRAPH_MODES:
+                raise MetadataError(f"buckets: key {key!r} is not a graph mode; keys are {GRAPH_MODES}")
+    if metadata_backend is not None and not (
+        isinstance(metadata_backend, type) and issubclass(metadata_backend, MetadataBackend)
+    ):
+        raise MetadataError(f"metadata_backend must be a MetadataBackend subclass, got {metadata_backend!r}")
+    if state is None:
+        return
+    if not isinstance(state, LayerState):
+        raise MetadataError(f"state must be a LayerState (layer.new_state(num_slots)), got {type(state).__name__}")
+    shapes = getattr(layer, "_state_shapes", None)
+    if shapes is not None:
+        for name, got, want in zip(("conv", "ssm"), (state.conv, state.ssm), shapes(pool.num_slots), strict=True):
+            if tuple(got.shape) != tuple(want):
+                raise MetadataError(
+                    f"state.{name}: shape {tuple(got.shape)}, expected {tuple(want)} "
+                    f"for the pool's {pool.num_slots} slots"
+                )
+
+
 class GraphRunner:
     """Captured graphs of one layer step for every bucket of decode and target-verify.
 
@@ -112,6 +175,8 @@ class GraphRunner:
         metadata_backend: type[MetadataBackend] | None = None,
         validate_metadata: bool = False,
     ) -> None:
+        _check_runner_args(layer, pool, draft_tokens, modes, backend, state_seed, validate_metadata)
+        _check_runner_parts(layer, pool, buckets, state, metadata_backend)
         if profile is not None and get_profile(profile).name != pool.profile.name:
             raise MetadataError(f"profile: {profile!r} given, but the pool follows {pool.profile.name!r}")
         self.layer, self.pool, self.draft_tokens = layer, pool, draft_tokens
@@ -123,6 +188,7 @@ class GraphRunner:
             raise MetadataError(f"modes: {tuple(wanted)} none supported by {type(layer).__name__}")
         cls = metadata_backend or metadata_backend_for(self.graph_backend.name)
         self.meta_backend = cls(pool, buckets, draft_tokens, modes=self.modes)
+        self._check_memory(state is None)
         self.state = state if state is not None else layer.new_state(pool.num_slots, seed=state_seed)
         hidden = layer.config.hidden_size
         self.static_x = {
@@ -138,6 +204,28 @@ class GraphRunner:
         self._last_intermediate: Intermediate | None = None
         self._graphs: dict[tuple[str, int], Graph] = {}
         self.last_metadata: Metadata | None = None
+
+    def _check_memory(self, new_state: bool) -> None:
+        """The state pool, the static inputs and the verify buffers must fit the device, before allocating."""
+        shapes = getattr(self.layer, "_state_shapes", None)
+        slot_bytes = 0
+        if shapes is not None:
+            slot_bytes = 4 * sum(_prod(s[1:]) for s in shapes(1))  # float32 state per slot
+        dev, d = self.pool.device, self.draft_tokens
+        if new_state and slot_bytes:
+            n = self.pool.num_slots
+            check_memory(
+                f"pool.num_slots={n}", n * slot_bytes, f"a layer state of {n:,} slots of {slot_bytes:,} B", dev
+            )
+        item = torch.empty((), dtype=self.layer.dtype).element_size()
+        hidden = self.layer.config.hidden_size
+        rows = sum(self.buckets(m)[-1] * tokens_per_row(m, d) for m in self.modes)
+        largest = max(self.buckets(m)[-1] for m in self.modes)
+        name = f"draft_tokens={d}" if "target_verify" in self.modes else f"buckets up to {largest}"
+        check_memory(name, rows * hidden * item, f"static inputs of {rows:,} tokens", dev)
+        if "target_verify" in self.modes and slot_bytes:
+            n = self.buckets("target_verify")[-1] * d
+            check_memory(f"draft_tokens={d}", n * slot_bytes, f"verify buffers for {n:,} tokens", dev)
 
     def buckets(self, mode: str) -> list[int]:
         """The captured batch sizes of ``mode``."""

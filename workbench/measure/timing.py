@@ -342,14 +342,17 @@ def resolve_device(device: str) -> str:
     npu_ok = npu is not None and bool(npu.is_available())
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "npu" if npu_ok else "cpu"
-    if device not in ("cpu", "cuda", "npu"):
-        raise TimingError(f"--device: expected auto, cpu, cuda or npu, got {device!r}")
-    if device == "cuda" and not torch.cuda.is_available():
+    kind, colon, index = str(device).partition(":")
+    if kind not in ("cpu", "cuda", "npu") or (colon and not index.isdigit()):
+        raise TimingError(f"--device: expected auto, cpu, cuda or npu (with an optional index: cuda:1), got {device!r}")
+    if kind == "cpu":
+        return "cpu"  # "cpu:0" is the cpu: results are named by device type
+    if kind == "cuda" and not torch.cuda.is_available():
         from workbench.devices import devices
 
         why = {d.name: d.detail for d in devices(probe_npu=False)}["cuda"]
         raise TimingError(f"--device: cuda is not usable here ({why})")
-    if device == "npu" and not npu_ok:
+    if kind == "npu" and not npu_ok:
         raise TimingError("--device: npu is not usable here (torch_npu not imported or no Ascend device)")
     return device
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.batch import Batch
-from workbench.pool import StatePool
+from workbench.pool import LowestFirst, StatePool
 from workbench.profiles import Profile
 from workbench.zoo import _harness as h
 from workbench.zoo.case import Case
@@ -30,7 +30,7 @@ class AllocatesDummySlot(StatePool):
 
     def __init__(self, num_slots: int, profile: str | Profile = "sglang", **kwargs: Any) -> None:
         super().__init__(num_slots, profile, **kwargs)
-        self._free_slots = list(range(self.num_slots))
+        self._free_slots = LowestFirst(self.num_slots, reserved=-1)  # nothing reserved: slot 0 too
 
 
 def _run(fixed: bool, backend: str) -> list[Evidence]:

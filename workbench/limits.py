@@ -1,0 +1,103 @@
+"""Checks at the public boundaries: ints that must fit a dtype, and memory a request would need.
+
+Every check raises :class:`MetadataError` with one line that names the argument, the value and the accepted
+range. Limits that protect the machine come from the memory an argument would make the workbench allocate,
+compared with what this machine (or the device) has, so the message says both numbers. Nothing here imports
+torch: the command line runs these checks before torch is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from workbench.errors import MetadataError
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+RANGES = {"int32": (-(2**31), INT32_MAX), "int64": (-(2**63), INT64_MAX)}
+
+
+def check_int(name: str, value: object, minimum: int, maximum: int = INT64_MAX) -> int:
+    """``value`` as an int in ``[minimum, maximum]`` (bools refused), or a MetadataError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MetadataError(f"{name} must be an int, got {value!r}")
+    if not minimum <= value <= maximum:
+        raise MetadataError(f"{name} = {value}: must be in [{minimum}, {maximum:,}]")
+    return value
+
+
+def check_fits(name: str, values: list[int], dtype: str) -> None:
+    """Every value fits ``dtype`` ("int32" or "int64"); names the first that does not."""
+    lo, hi = RANGES[dtype]
+    for i, v in enumerate(values):
+        if not lo <= v <= hi:
+            where = name if len(values) == 1 and name.endswith("]") else f"{name}[{i}]"
+            raise MetadataError(f"{where} = {v}: does not fit {dtype} (range [{lo}, {hi}])")
+
+
+def host_memory_bytes() -> int:
+    """Memory this machine can hand out now (``MemAvailable`` of ``/proc/meminfo``, else ``sysconf``'s
+    available pages); 0 when unknown. Not the total: on a shared machine an allocation that fits the total
+    but not what is free gets the process killed, not a clear error."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (OSError, ValueError, AttributeError):
+        return 0
+
+
+def as_device(device: object) -> Any:
+    """``device`` through ``workbench.devices.canonical_device`` (None stays None); a bool is refused
+    (torch would read True as CUDA ordinal 1)."""
+    if device is None:
+        return None
+    if isinstance(device, bool):
+        raise MetadataError(f"device must be a str, torch.device or CUDA ordinal, got {device!r}")
+    from workbench.devices import canonical_device
+
+    return canonical_device(device)  # type: ignore[arg-type]  # it names a bad device in DeviceUnavailable
+
+
+def device_memory_bytes(device: object) -> tuple[int, str]:
+    """(free bytes, a name for the message) of the memory tensors on ``device`` live in."""
+    kind = getattr(device, "type", str(device).split(":")[0])
+    if kind == "cuda":
+        import torch
+
+        try:
+            index = getattr(device, "index", None)
+            free, _ = torch.cuda.mem_get_info(0 if index is None else index)
+            return int(free), f"cuda:{0 if index is None else index} has"
+        except (RuntimeError, AssertionError, ValueError):
+            return 0, ""
+    if kind == "cpu":
+        return host_memory_bytes(), "this machine has"
+    return 0, ""  # npu and others: no check here; the device's own allocator reports
+
+
+def gib(nbytes: float) -> str:
+    """Bytes as a short readable size (``37.3 GiB``, ``512 MiB``)."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= size:
+            value = nbytes / size
+            return f"{value:.0f} {unit}" if value >= 10 else f"{value:.1f} {unit}"
+    return f"{int(nbytes)} B"
+
+
+def check_memory(name: str, nbytes: int, what: str, device: object = "cpu") -> None:
+    """Refuse an argument that would allocate more than the device has free.
+
+    ``name`` names the argument and its value, ``what`` says what the bytes are for; the message reads
+    ``num_slots=10000000000 needs 37 GiB for a slot mapping of 10,000,000,000 rows of 4 B; this machine
+    has 24 GiB free``. Above that the allocation fails, or, on the host, the kernel kills the process.
+    """
+    free, whose = device_memory_bytes(device)
+    if free and nbytes > free:
+        raise MetadataError(f"{name} needs {gib(nbytes)} for {what}; {whose} {gib(free)} free")
