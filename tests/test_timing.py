@@ -114,7 +114,9 @@ def test_bad_inputs_get_a_line():
     if not torch.cuda.is_available():
         with pytest.raises(TimingError, match="device: 'cuda' is not available here \\(no CUDA device\\)"):
             time_fn(lambda: None, what="x", device="cuda")
-    with pytest.raises(TimingError, match="--device: expected auto, cpu, cuda or npu, got 'tpu'"):
+    with pytest.raises(
+        TimingError, match=r"--device: expected auto, cpu, cuda or npu \(with an optional index: cuda:1\), got 'tpu'"
+    ):
         resolve_device("tpu")
 
 
