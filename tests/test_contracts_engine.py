@@ -308,6 +308,7 @@ def test_report_and_finding_show_themselves() -> None:
     assert data["contracts"][0]["base"] == BASE
 
 
+@pytest.mark.slow  # 2,000 generated files parsed; the discovery tests above cover the logic on the fixtures
 def test_synthetic_two_thousand_file_tree() -> None:
     """A 2,000-file engine tree in one run (discovery, no --base): every planted break, nothing else.
 

@@ -30,6 +30,7 @@ def _load(script: str) -> ModuleType:
     return mod
 
 
+@pytest.mark.slow  # a dry run: the Triton interpreter or the replay path on the CPU, seconds
 def test_gpu_kernels_dry_run_checks_and_times_every_op(tmp_path):
     out = tmp_path / "kernels.json"
     done = _run("gpu_kernels.py", "--sweep", "--out", str(out))
@@ -63,6 +64,7 @@ def test_gpu_kernels_exits_non_zero_when_a_check_fails(tmp_path, monkeypatch, ca
     assert mod.main(["--dry-run", "--ops", "nope"]) == 2
 
 
+@pytest.mark.slow  # a dry run: the Triton interpreter or the replay path on the CPU, seconds
 def test_gpu_replay_dry_run(tmp_path):
     out = tmp_path / "replay.json"
     done = _run("gpu_replay.py", "--out", str(out))
@@ -73,6 +75,7 @@ def test_gpu_replay_dry_run(tmp_path):
     assert "engine-style" in report["columns"]["eager_sync_us"]
 
 
+@pytest.mark.slow  # a dry run: the Triton interpreter or the replay path on the CPU, seconds
 def test_gpu_replay_exits_non_zero_when_integrity_fails(tmp_path, monkeypatch):
     from workbench.runner import GraphRunner
 
@@ -90,6 +93,7 @@ def test_gpu_replay_exits_non_zero_when_integrity_fails(tmp_path, monkeypatch):
     assert not json.loads(out.read_text())["checks_ok"]
 
 
+@pytest.mark.slow  # a fresh interpreter (subprocess)
 @pytest.mark.parametrize("script", ["gpu_kernels.py", "gpu_replay.py"])
 def test_scripts_refuse_to_run_without_a_gpu(script):
     import torch

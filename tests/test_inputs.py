@@ -239,3 +239,25 @@ def test_pool_limit_on_a_gpu_is_the_free_device_memory() -> None:
     slots = total // 4 + 2  # a mapping larger than the whole card, so larger than its free memory
     text = message(StatePool, slots, device="cuda:0")
     assert text.startswith(f"num_slots={slots} needs ") and "; cuda:0 has " in text and text.endswith(" free")
+
+
+def test_metadata_buffers_refuse_a_request_row_outside_the_pool():
+    """Found by the fuzzer: a row past the pool's mapping reached index_select as an IndexError."""
+
+    pool = StatePool(4, "sglang")
+    rows = pool.alloc(2)
+    bufs = MetadataBuffers(pool, "decode", buckets=[4])
+    before = {k: t.clone() for k, t in bufs.static[4].tensors().items()}
+    with pytest.raises(MetadataError, match=r"req_pool_indices\[2\] = 9: out of range, the pool has request rows"):
+        bufs.update(Batch.decode([*rows.tolist(), 9], [3, 4, 5]))
+    assert all(torch.equal(t, before[k]) for k, t in bufs.static[4].tensors().items())  # nothing written
+
+
+def test_cli_error_with_a_line_break_character_stays_one_line(capsys):
+    """Found by the fuzzer: U+0085 in an argument split argparse's message into two lines."""
+    from workbench.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "metadata", "\x85"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and "\\x85" in err

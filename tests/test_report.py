@@ -126,6 +126,76 @@ def test_bench_metadata_json_where_asked(tmp_path, capsys):
     assert f"wrote {path}" in capsys.readouterr().out
 
 
+@pytest.fixture
+def tiny_kernels(monkeypatch):
+    """`bench kernels --quick` on the small preset at bs 1 and 2: the schema, not the figures, is under test."""
+    from workbench.bench import kernels
+
+    monkeypatch.setattr(kernels, "QUICK_BATCHES", (1, 2))
+    monkeypatch.setattr(kernels, "QUICK_PRESET", "small")
+    return kernels
+
+
+def test_bench_kernels_writes_results_with_bytes_floors_and_ceilings(tmp_path, capsys, tiny_kernels, one_thread):
+    from workbench.measure.timing import compare
+
+    path = tmp_path / "k_cpu.json"
+    html = tmp_path / "k.html"
+    assert main(["bench", "kernels", "--quick", "--device", "cpu", "--json", str(path), "--plot", str(html)]) == 0
+    data = json.loads(path.read_text())
+    res = Results.load(path)
+    assert Results.from_dict(res.to_dict()).to_dict() == res.to_dict() == data  # JSON round trip, nothing lost
+    assert data["meta"]["benchmark"] == "kernels" and not data["meta"]["errors"]
+    ops = set(tiny_kernels.CASES)
+    kernels, floors = res.filter(mode="kernel"), res.filter(mode="copy-floor")
+    assert {(r.what, r.shape["bs"]) for r in kernels} == {(op, bs) for op in ops for bs in (1, 2)}
+    assert {(r.what, r.shape["bs"]) for r in floors} == {(r.what, r.shape["bs"]) for r in kernels}
+    assert all(r.bytes and r.bytes > 0 and r.median_us > 0 and r.n >= 5 for r in res)  # bytes on every record
+    assert all(r.flops and r.impl == "reference" for r in kernels) and all(r.impl == "copy" for r in floors)
+    # a floor copies the live rows' state: gdn and linear attention keep the same state, conv's is bf16 and small
+    by = {(r.what, r.shape["bs"]): r.bytes for r in floors}
+    p = tiny_kernels.PRESETS["small"]
+    assert by[("gdn_recurrent", 2)] == 2 * 2 * p["HV"] * p["K"] * p["V"] * 4 == by[("linear_attn_recurrent", 2)]
+    assert by[("causal_conv1d_update", 1)] == 2 * p["dim"] * 3 * 2
+    ratios = compare(kernels, floors)
+    assert ratios.fields == ("what", "device", "shape") and len(ratios) == len(kernels)
+    assert all(r > 0 for r in ratios.values())
+    ceil = data["meta"]["ceilings"]
+    assert ceil["device"] == "cpu" and ceil["copy_gbps"] > 0 and ceil["matmul_tflops"] > 0
+    out = capsys.readouterr().out
+    assert "of copy" in out and f"wrote {path}" in out
+    page = html.read_text()
+    assert page.count("class='figure-data'") == 2 and "Roofline" in page  # latency and roofline
+    redraw = tmp_path / "again.html"
+    assert main(["bench", "kernels", "--from", str(path), "--plot", str(redraw)]) == 0
+    assert redraw.read_text().count("class='figure-data'") == 2
+
+
+def test_bench_kernels_reports_a_broken_op_and_keeps_the_others(tmp_path, capsys, monkeypatch, tiny_kernels):
+    def broken(bs, p, device, impl):
+        raise RuntimeError("no such kernel")
+
+    monkeypatch.setattr(tiny_kernels, "QUICK_BATCHES", (1,))
+    monkeypatch.setattr(tiny_kernels, "CASES", {"broken_op": broken, "causal_conv1d_update": tiny_kernels._conv})
+    path = tmp_path / "k_cpu.json"
+    assert main(["bench", "kernels", "--quick", "--device", "cpu", "--json", str(path)]) == 1
+    res = Results.load(path)
+    assert res.meta["errors"] == {"broken_op": "RuntimeError: no such kernel"}
+    assert {r.what for r in res} == {"causal_conv1d_update"} and len(res) == 2
+    assert "bench kernels: failed: broken_op" in capsys.readouterr().err
+
+
+def test_bench_kernels_on_cuda_times_the_triton_kernels(tmp_path, tiny_kernels):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here: `bench kernels --device cuda` times the Triton kernels on one")
+    res = tiny_kernels.run(quick=True, json_path=str(tmp_path / "k_cuda.json"), device="cuda", progress=False)
+    assert not res.meta["errors"] and res.meta["ceilings"]["device"] == "cuda"
+    assert {r.impl for r in res.filter(mode="kernel")} == {"triton"} and {r.device for r in res} == {"cuda"}
+    assert all(r.bytes and r.median_us > 0 for r in res)
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

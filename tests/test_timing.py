@@ -151,7 +151,7 @@ def test_npu_timer_uses_npu_events():
 def test_kernel_sweep_records_the_cost_functions_bytes_and_flops():
     from kernels.causal_conv1d.cost import update_cost
     from kernels.gated_delta_rule.cost import recurrent_cost
-    from workbench.bench import kernel_sweep
+    from workbench.bench import kernels as kernel_sweep
 
     res = kernel_sweep.sweep(
         [2], ops=["gdn_recurrent", "causal_conv1d_update"], preset="small", min_run_time=0.01, progress=False, threads=1

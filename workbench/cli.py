@@ -21,7 +21,9 @@ class _Parser(argparse.ArgumentParser):
     """An argument error is one line (``workbench metadata: error: argument --x: ...``) and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        # an argument may hold a line break or a control character (U+0085...): escape it, keep one line
+        clean = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in message)
+        self.exit(2, f"{self.prog}: error: {clean} (see '{self.prog} --help')\n")
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter):

@@ -587,6 +587,15 @@ class MetadataBuffers:
         m = self.static[bs]
         prof = self.pool.profile
         v = self._views.get((bs, r)) or self._make_views(bs, r)
+        if r and batch.req_pool_indices.device.type == "cpu":  # a host read here costs no device sync
+            rows = self._table.shape[0]
+            bad = (batch.req_pool_indices >= rows).nonzero()
+            if bad.numel():
+                i = int(bad[0, 0])
+                row = int(batch.req_pool_indices[i])
+                raise MetadataError(
+                    f"req_pool_indices[{i}] = {row}: out of range, the pool has request rows [0, {rows})"
+                )
         torch.index_select(self._table, 0, batch.req_pool_indices, out=v.state_live)
         v.state_pad.fill_(prof.sentinel)
         # qsl = min(arange * D, r * D): one op writes live rows and the zero-length padded tail

@@ -8,26 +8,21 @@ folder exists; the device is always in the name and a ``--json`` name that says 
 from __future__ import annotations
 
 import argparse
-import inspect
 import re
+import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from workbench.errors import WorkbenchError
-from workbench.measure.timing import Results, resolve_device
+from workbench.measure.timing import Results, device_type, resolve_device
 
 DEFAULT_DIR = Path("bench-results")
 
 
 def _module(what: str) -> ModuleType:
+    """``workbench.bench.<what>``: every bench module has ``run(quick, json_path, device) -> Results``."""
     import importlib
 
-    if what == "kernels":
-        try:  # the kernels bench is moving out of the compute package; take whichever is present
-            return importlib.import_module("workbench.bench.kernels")
-        except ImportError:
-            return importlib.import_module("kernels.bench")
     return importlib.import_module(f"workbench.bench.{what}")
 
 
@@ -58,9 +53,10 @@ def plot_results(res: Results, path: str | Path) -> Path:
     page = Page(f"workbench bench {name}")
     parts = page.section("latency", "Latency by batch size")
     parts.append(page.figure(latency(res)))
-    if res.meta.get("ceilings") and any(r.bytes for r in res):
+    kernels = Results([r for r in res if r.mode != "copy-floor"], res.meta)  # a copy is no kernel to rate
+    if res.meta.get("ceilings") and any(r.bytes for r in kernels):
         page.section("roofline", "Roofline").append(
-            page.figure(roofline(res, Ceilings.from_dict(res.meta["ceilings"])))
+            page.figure(roofline(kernels, Ceilings.from_dict(res.meta["ceilings"])))
         )
     page.section("records", "Records").append(res._repr_html_())
     p.write_text(page.render(), encoding="utf-8")
@@ -85,25 +81,12 @@ def run_bench(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(threads)  # the timers record the count they really ran with
-    mod = _module(args.what)
-    sig = inspect.signature(mod.run)
-    params = sig.parameters
-    if args.plot and "Results" not in str(sig.return_annotation):  # refuse before a long run, not after
-        raise WorkbenchError(f"--plot: `bench {args.what}` still writes its older JSON schema; it cannot be drawn")
-    if "device" not in params and device != "cpu":
-        if args.device != "auto":
-            raise WorkbenchError(
-                f"--device: `bench {args.what}` times the CPU only; on {device} use benchmarks/gpu_*.py"
-            )
-        print(f"note: `bench {args.what}` times the CPU only; running on cpu ({device} is here: benchmarks/gpu_*.py)")
-        device = "cpu"
-    path = json_path_for(args.what, device, args.json)
-    kwargs: dict[str, Any] = {"quick": args.quick, "json_path": str(path)}
-    if "device" in params:
-        kwargs["device"] = device
-    out = mod.run(**kwargs)
+    path = json_path_for(args.what, device_type(device), args.json)
+    out: Results = _module(args.what).run(quick=args.quick, json_path=str(path), device=device)
     if args.plot:
-        if not isinstance(out, Results):
-            raise WorkbenchError(f"--plot: `bench {args.what}` returned {type(out).__name__}, not Results")
         print(f"wrote {plot_results(out, args.plot)}")
+    errors = out.meta.get("errors")
+    if errors:  # the others ran and were saved; the exit status still says something failed
+        print(f"bench {args.what}: failed: {', '.join(errors)} (see meta['errors'] in {path})", file=sys.stderr)
+        return 1
     return 0

@@ -148,7 +148,7 @@ def timing_section(parts: list[str], page: Page, device: str, quick: bool, progr
 
 
 def roofline_section(parts: list[str], page: Page, device: str, quick: bool, progress: bool) -> None:
-    from workbench.bench.kernel_sweep import sweep
+    from workbench.bench.kernels import sweep
     from workbench.measure.ceilings import measure_ceilings
     from workbench.viz import roofline
 
