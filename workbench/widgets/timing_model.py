@@ -99,7 +99,7 @@ class TimingModel:
 
     def roofline_run(self, ops: Sequence[str] | None = None) -> Results | None:
         """Measure the ceilings (copy bandwidth, matmul rate) and time the kernels at the batch sizes."""
-        from workbench.bench.kernel_sweep import sweep
+        from workbench.bench.kernels import sweep
         from workbench.measure.ceilings import measure_ceilings
 
         self.error = None
