@@ -121,8 +121,9 @@ def machine_24gib(monkeypatch):
         ),
         (
             ["--seq-lens", "1", "--num-slots", "10000000000"],
-            "argument --num-slots: 10000000000 needs 37 GiB for a slot mapping of 10,000,000,000 rows of 4 B; "
-            "this machine has 24 GiB free (see 'workbench metadata --help')",
+            "argument --num-slots: 10000000000 needs 73 GiB for a slot mapping of 10,000,000,000 rows of 4 B and "
+            "the default bucket list (21 GiB), with 25% headroom; this machine has 24 GiB free "
+            "(see 'workbench metadata --help')",
         ),
         (["--mode", "target_verify", "--seq-lens", "7,3"], "--draft-tokens is required for --mode target_verify"),
         (

@@ -52,19 +52,24 @@ def test_exit_zero_when_clean_and_the_project_default(capsys: pytest.CaptureFixt
     [
         (
             ["plugin"],
-            "check-contracts: no class in the targets derives from a class defined in the targets or on the search "
-            "path; found elsewhere or not at all: PluginBackend(eng.layers.attention.mamba_backend:"
+            "workbench check-contracts: error: no class in the targets derives from a class defined in the targets "
+            "or on the search path; found elsewhere or not at all: PluginBackend(eng.layers.attention.mamba_backend:"
             "MambaAttnBackendBase not found); pass the base's root with --search-path DIR, or --base pkg.mod:Class",
         ),
         (
             ["eng", "--base", "eng.nope:Base"],
-            "check-contracts: base class eng.nope:Base not found: eng.nope (no such module on the search path)",
+            "workbench check-contracts: error: base class eng.nope:Base not found: eng.nope "
+            "(no such module on the search path)",
         ),  # fmt: skip
         (
             ["eng/layers/attention/base_attn_backend.py", "--base", BASE],
-            f"check-contracts: no subclass of {BASE} found in eng/layers/attention/base_attn_backend.py",
+            f"workbench check-contracts: error: no subclass of {BASE} found in "
+            "eng/layers/attention/base_attn_backend.py",
         ),
-        (["no_such_module_for_contracts"], "check-contracts: no module or path named 'no_such_module_for_contracts'"),
+        (
+            ["no_such_module_for_contracts"],
+            "workbench check-contracts: error: no module or path named 'no_such_module_for_contracts'",
+        ),
     ],
     ids=["base-not-on-search-path", "base-not-found", "no-subclass", "no-target"],
 )
@@ -79,8 +84,13 @@ def test_exit_two_on_a_file_that_does_not_parse(tmp_path: Path, capsys: pytest.C
     bad.write_text("def broken(:\n")
     assert main(["eng", str(bad), "--format", "json"]) == 2
     captured = capsys.readouterr()
-    assert captured.err.startswith(f"check-contracts: target file does not parse: {bad} (SyntaxError: ")
-    assert json.loads(captured.out) == {"ok": False, "error": captured.err.removeprefix("check-contracts: ").strip()}
+    assert captured.err.startswith(
+        f"workbench check-contracts: error: target file does not parse: {bad} (SyntaxError: "
+    )
+    assert json.loads(captured.out) == {
+        "ok": False,
+        "error": captured.err.removeprefix("workbench check-contracts: error: ").strip(),
+    }
     assert main(["--no-such-flag"]) == 2
 
 

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from workbench.errors import MetadataError, WorkbenchError
-from workbench.limits import INT32_MAX, check_memory
-from workbench.profiles import PROFILES, get_profile
+from workbench.limits import INT32_MAX, check_memory, gib
+from workbench.profiles import PROFILES, default_bucket_bytes, get_profile
 
 # torch is imported only inside the commands (after parsing), so `--help` and argument errors are instant.
 MODES = ("decode", "target_verify", "extend", "idle")  # workbench.batch.MODES, without importing torch
+# More timing threads than cores only makes them spin against each other (and torch refuses huge counts).
+MAX_THREADS = os.cpu_count() or 1
 
 
 class _Parser(argparse.ArgumentParser):
@@ -107,8 +111,12 @@ def _bucket(text: str) -> int | str | None:
 def _num_slots(text: str) -> int:
     """argparse type of --num-slots: an int >= 2 whose slot mapping fits this machine's free memory."""
     value = _int_in(2, 2**63 - 1)(text)
+    # What `metadata` really allocates for it: StatePool's int32 slot mapping and the default bucket list
+    # (Python ints, up to the pool's capacity), with a quarter on top for the interpreter and torch.
+    mapping, buckets = 4 * value, default_bucket_bytes(value)
+    what = f"a slot mapping of {value:,} rows of 4 B and the default bucket list ({gib(buckets)}), with 25% headroom"
     try:
-        check_memory(str(value), 4 * value, f"a slot mapping of {value:,} rows of 4 B")  # as StatePool
+        check_memory(str(value), (mapping + buckets) * 5 // 4, what)
     except MetadataError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return value
@@ -349,7 +357,11 @@ def add_bench_parser(sub: Any) -> None:
         "--json", default=None, help="output path; its folder must exist (default bench-results/<what>_<device>.json)"
     )
     b.add_argument(
-        "--threads", type=int, default=None, help="CPU threads to time with (default: torch's, here all cores)"
+        "--threads",
+        type=_int_in(1, MAX_THREADS),
+        default=None,
+        metavar="N",
+        help=f"CPU threads to time with, 1 to this machine's {MAX_THREADS} cores (default: torch's, here all cores)",
     )
     b.add_argument("--plot", default=None, metavar="FILE.html", help="also draw the figures into FILE.html")
     b.add_argument(
@@ -421,6 +433,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WorkbenchError as e:
         print(f"workbench {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away (`workbench ... | head`): not an error of ours. Point stdout at devnull so the
+        # interpreter's final flush cannot raise again, and exit as a closed pipe does for any Unix tool.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, io.UnsupportedOperation):
+            pass  # stdout is no file (a test's StringIO): nothing to flush into the pipe
+        return 1
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from workbench.buckets import above_largest, capture_buckets, check_buckets, cho
 from workbench.errors import MetadataError
 from workbench.limits import INT32_MAX, check_memory
 from workbench.pool import StatePool
-from workbench.profiles import Profile
+from workbench.profiles import Profile, default_bucket_bytes
 from workbench.tables import format_table
 
 GRAPH_MODES = ("decode", "target_verify")
@@ -225,7 +225,10 @@ def _resolve_bucket(
 
 
 def _default_buckets(pool: StatePool, speculative: bool) -> list[int]:
-    return capture_buckets(pool.capacity, speculative, pool.profile)
+    # a pool of 10^9 slots makes a list of ~31M Python ints: refuse it before building it, not after
+    n = pool.capacity
+    check_memory(f"num_slots={pool.num_slots}", default_bucket_bytes(n), f"the default bucket list up to {n:,}")
+    return capture_buckets(n, speculative, pool.profile)
 
 
 def _row_bytes(pool: StatePool) -> int:

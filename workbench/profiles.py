@@ -6,14 +6,19 @@ slot and request-pool row are reserved, what fills padded ``seq_lens``, and how 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import chain
 
 from workbench.errors import MetadataError
 
 
-def _clip(sizes: list[int], max_bs: int) -> list[int]:
-    kept = sorted({bs for bs in sizes if 1 <= bs <= max_bs})
+def _clip(sizes: Iterable[int], max_bs: int) -> list[int]:
+    """``sizes`` (increasing, the engine's ranges end to end) up to ``max_bs``, with ``max_bs`` appended.
+
+    No set and no sort: at ``max_bs`` = 10^9 the list holds ~31M ints (about 1.1 GB as Python ints), and a
+    set plus a sorted copy of it would triple that."""
+    kept = [bs for bs in sizes if 1 <= bs <= max_bs]
     if not kept or kept[-1] != max_bs:
         kept.append(max_bs)  # engines always capture max_bs itself
     return kept
@@ -22,24 +27,24 @@ def _clip(sizes: list[int], max_bs: int) -> list[int]:
 def sglang_buckets(max_bs: int, speculative: bool = False) -> list[int]:
     """sglang's default capture list, clipped to ``max_bs`` with ``max_bs`` appended."""
     if speculative:
-        sizes = (
-            list(range(1, 9))
-            + list(range(10, 33, 2))
-            + list(range(40, 65, 4))
-            + list(range(72, 257, 8))
-            + list(range(272, max_bs + 1, 16))
-        )
+        sizes = chain(range(1, 9), range(10, 33, 2), range(40, 65, 4), range(72, 257, 8), range(272, max_bs + 1, 16))
     else:
-        sizes = (
-            [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, max_bs + 1, 32))
-        )
+        sizes = chain((1, 2, 4, 8, 12), range(16, 257, 8), range(272, 512, 16), range(512, max_bs + 1, 32))
     return _clip(sizes, max_bs)
 
 
 def vllm_buckets(max_bs: int, speculative: bool = False) -> list[int]:
     """vLLM's default cudagraph capture sizes (1, 2, 4, then every 8 to 256, then every 16), clipped."""
-    sizes = [1, 2, 4] + list(range(8, 257, 8)) + list(range(272, max_bs + 1, 16))
-    return _clip(sizes, max_bs)
+    return _clip(chain((1, 2, 4), range(8, 257, 8), range(272, max_bs + 1, 16)), max_bs)
+
+
+BUCKET_BYTES = 36
+"""Host bytes per entry of a default bucket list: a list slot (8 B) and an int object (28 B)."""
+
+
+def default_bucket_bytes(max_bs: int) -> int:
+    """Upper bound of the host memory of a default bucket list for ``max_bs`` (the densest, every 16)."""
+    return BUCKET_BYTES * (max_bs // 16 + 64)
 
 
 @dataclass(frozen=True)

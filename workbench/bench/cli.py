@@ -76,7 +76,7 @@ def run_bench(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     threads = getattr(args, "threads", None)
     if threads is not None:
-        if threads < 1:
+        if threads < 1:  # argparse checks [1, cores]; a Namespace built by hand may still say 0
             raise WorkbenchError(f"--threads: expected an int >= 1, got {threads}")
         import torch
 

@@ -321,6 +321,11 @@ def check(
                 f"{hint}; pass the base's root with --search-path DIR, or --base pkg.mod:Class"
             )
     contracts = [_contract(ref, index, methods, strict=base is not None) for ref in bases]
+    if base is None and methods is not None:  # with --base, _contract already refused a name the base lacks
+        for name in methods:
+            if not any(name in c.methods or any(s.name == name for s in c.sites) for c in contracts):
+                names = ", ".join(c.label for c in contracts)
+                raise ContractError(f"--method {name!r}: no base class found ({names}) defines or calls it")
     if base is None:
         label = "every base class in the targets"
     else:

@@ -22,6 +22,19 @@ DESCRIPTION = (
 )
 
 
+def _bench_files(text: str) -> int:
+    """argparse type of --bench: a file count the synthetic tree can have (checked before anything is written)."""
+    from workbench.contracts.synthetic import MAX_FILES, MIN_FILES
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int, got {text!r}") from None
+    if not MIN_FILES <= value <= MAX_FILES:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: expected an int in [{MIN_FILES}, {MAX_FILES}]")
+    return value
+
+
 def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the check-contracts options to ``parser``."""
     parser.add_argument(
@@ -52,7 +65,7 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
     parser.add_argument(
         "--bench",
-        type=int,
+        type=_bench_files,
         default=None,
         metavar="FILES",
         help="check a synthetic engine tree of FILES files instead and print files per second",
@@ -99,7 +112,7 @@ def _error(message: str, fmt: str) -> int:
         print(json.dumps({"ok": False, "error": message}))
     elif fmt == "github":
         print(f"::error title=check-contracts::{_escape(message)}")
-    print(f"check-contracts: {message}", file=sys.stderr)
+    print(f"workbench check-contracts: error: {message}", file=sys.stderr)  # as every subcommand says it
     return 2
 
 

@@ -12,8 +12,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from workbench.contracts.check import ContractError
+
 BROKEN_EVERY = 20
 GROUP = 100
+MIN_FILES = 6
+"""The fixed files (package, base module, folders) and at least one backend."""
+MAX_FILES = 100_000
+"""About 400 MB of temporary files; a bigger tree says nothing the rate at this size does not."""
 
 _BASE = '''\
 """Synthetic base backend."""
@@ -69,8 +75,8 @@ class Backend{i}(HybridBackendBase):
 
 def make_tree(root: Path, files: int) -> int:
     """Write an engine-shaped package of exactly ``files`` Python files under ``root``; returns the broken count."""
-    if files < 6:
-        raise ValueError(f"files: a synthetic tree needs at least 6 files, got {files}")
+    if isinstance(files, bool) or not isinstance(files, int) or not MIN_FILES <= files <= MAX_FILES:
+        raise ContractError(f"files = {files!r}: a synthetic tree has {MIN_FILES} to {MAX_FILES:,} files")
     pkg = root / "synth_engine"
     fixed = {
         pkg / "__init__.py": '"""Synthetic engine."""\n',
