@@ -106,3 +106,25 @@ def test_cli_bench_names_results_by_device_type(tmp_path, monkeypatch, capsys):
     assert main(["bench", "kernels", "--quick", "--device", "meta"]) == 2  # no graph device of that name
     assert main(["bench", "replay", "--device", "nodevice"]) == 2  # a clear error, no traceback
     assert "'nodevice'" in capsys.readouterr().err
+
+
+def test_widget_models_take_cpu0():
+    """The widgets' models (no ipywidgets): the timing dashboard sweeps and measures on "cpu:0"; the lab's
+    model takes a backend name, so "cpu:0" there is one clear refusal naming the choices, not a crash."""
+    from workbench.widgets.models import LabModel, TimingModel
+
+    m = TimingModel(batch_sizes="1, 2", modes=("eager", "replay"), device=DEV, min_run_time=0.01)
+    res = m.sweep()
+    assert res is not None, m.error
+    assert {(r.shape["bs"], r.mode) for r in res} == {(1, "eager"), (1, "replay"), (2, "eager"), (2, "replay")}
+    assert {r.device for r in res} == {"cpu"} and all(r.median_us > 0 for r in res)
+    kernels = m.roofline_run(ops=["causal_conv1d_update"])
+    assert kernels is not None, m.error
+    assert {r.device for r in kernels} == {"cpu"} and all(r.median_us > 0 for r in kernels)
+
+    lab = LabModel(backend=DEV, buckets="1, 2")
+    assert not lab.capture() and lab.error is not None and lab.error.startswith("backend: 'cpu:0' is not one of ")
+    lab = LabModel(backend="cpu", buckets="1, 2")
+    assert lab.capture(), lab.error
+    rep = lab.step(2, "decode", time_it=False)
+    assert rep is not None and rep.clean and str(lab.runner.pool.device) == "cpu"

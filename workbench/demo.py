@@ -28,13 +28,17 @@ def metadata_tour() -> str:
 
 
 def run_demo(out: str | None = "report.html", *, quick: bool = False, device: str = "auto") -> int:
-    """Print the tour; write the report to ``out`` (its folder must exist; None: tour only) and say where."""
+    """Print the tour; write the report to ``out`` (its folder must exist; None: tour only) and say where.
+    A bad ``out`` is refused before the tour runs."""
+    from pathlib import Path
+
+    from workbench.report import check_out_path, write_report
+
+    if out is not None:
+        check_out_path(out)
     print(metadata_tour())
     if out is None:
         return 0
-    from pathlib import Path
-
-    from workbench.report import write_report
 
     path = write_report(out, device=device, quick=quick, progress=True)
     print(f"\nreport: {Path(path).resolve()}")

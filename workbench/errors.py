@@ -1,13 +1,19 @@
-"""The workbench's exceptions. Every message names the field, the row (where there is one) and the value."""
+"""The workbench's exceptions. Every message names the field, the row (where there is one) and the value.
+
+Every one is a ``ValueError`` (through :class:`WorkbenchError`): the workbench raises them for input it
+refuses. The two that are also about the machine (a capture a device graph cannot hold, a device or
+backend that cannot run here) are ``RuntimeError`` as well, so code that catches torch's own
+``RuntimeError`` for a missing device or a failed capture keeps catching them.
+"""
 
 from __future__ import annotations
 
 
-class WorkbenchError(Exception):
+class WorkbenchError(ValueError):
     """Base of every error the workbench raises on purpose."""
 
 
-class MetadataError(WorkbenchError, ValueError):
+class MetadataError(WorkbenchError):
     """Bad batch, pool or metadata input: names the field, the row and the value."""
 
 
@@ -16,4 +22,5 @@ class CaptureError(WorkbenchError, RuntimeError):
 
 
 class DeviceUnavailable(WorkbenchError, RuntimeError):
-    """A graph backend or device stack was asked for but cannot run here; the message says why."""
+    """A graph backend or device stack was asked for but cannot run here, or a device name torch cannot
+    allocate on (``device="nope"``); the message says why."""

@@ -62,15 +62,21 @@ def _build(dev: str, quick: bool, progress: bool) -> str:
     return page.render()
 
 
-def write_report(path: str | os.PathLike = "report.html", **kwargs: object) -> Path:
-    """Build the report (``build_report(**kwargs)``) and write it to ``path``, whose folder must exist."""
+def check_out_path(path: str | os.PathLike) -> Path:
+    """``path`` as a Path a report can be written to (its folder exists, it is no folder), else WorkbenchError."""
     p = Path(path)
     if not p.parent.is_dir():
         raise WorkbenchError(f"--out: folder {str(p.parent)!r} of {str(p)!r} does not exist")
     if p.is_dir():
         raise WorkbenchError(f"--out: {str(p)!r} is a folder; give a file name such as report.html")
+    return p
+
+
+def write_report(path: str | os.PathLike = "report.html", **kwargs: object) -> Path:
+    """Build the report (``build_report(**kwargs)``) and write it to ``path``, whose folder must exist."""
+    p = check_out_path(path)
     p.write_text(build_report(**kwargs), encoding="utf-8")  # type: ignore[arg-type]
     return p
 
 
-__all__ = ["SECTIONS", "build_report", "write_report"]
+__all__ = ["SECTIONS", "build_report", "check_out_path", "write_report"]

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from workbench.errors import CaptureError, MetadataError, WorkbenchError
 from workbench.measure.integrity import DEFAULT_ATOL, DEFAULT_RTOL
 
-# padding conventions: name -> the kernels' pad_slot_id (kernels/_common.py)
+# padding conventions: name -> the kernels' pad_slot_id (the skip rule of kernels/padding.py)
 CONVENTIONS: dict[str, int | None] = {"sglang": -1, "vllm": 0, "sglang-ascend": None}
 SENTINEL = {"sglang": -1, "vllm": 0, "sglang-ascend": 0}
 DUMMY_SLOT = 0
