@@ -209,7 +209,7 @@ def test_bench_kernels_on_cuda_times_the_triton_kernels(tmp_path, tiny_kernels):
         ),
         (["bench", "replay", "--from", "x.json"], "--from: redraws figures, so it needs --plot FILE.html"),
         (["bench", "replay", "--device", "cpu", "--plot", "no/dir/p.html"], "--plot: folder 'no/dir' does not exist"),
-        (["bench", "replay", "--from", "x.json", "--plot", "p.html"], "path: no results file at 'x.json'"),
+        (["bench", "replay", "--from", "x.json", "--plot", "p.html"], "--from 'x.json': no results file at 'x.json'"),
         (
             ["bench", "replay", "--device", "tpu"],
             "--device: expected auto, cpu, cuda or npu (with an optional index: cuda:1), got 'tpu'",

@@ -68,7 +68,10 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.from_json:
         if not args.plot:
             raise WorkbenchError("--from: redraws figures, so it needs --plot FILE.html")
-        res = Results.load(args.from_json)
+        try:
+            res = Results.load(args.from_json)
+        except WorkbenchError as e:  # Results.load says "path: ..."; here the path is --from's, as typed
+            raise WorkbenchError(f"--from {args.from_json!r}: {str(e).removeprefix('path: ')}") from None
         print(f"wrote {plot_results(res, args.plot)}")
         return 0
     if args.plot and not Path(args.plot).parent.is_dir():

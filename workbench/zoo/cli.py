@@ -21,7 +21,7 @@ def run_cli(
     unknown = [n for n in selected if n not in names()]
     if unknown:
         print(
-            f"workbench zoo: unknown case {', '.join(map(repr, unknown))}; choose from {', '.join(names())}",
+            f"workbench zoo: error: unknown case {', '.join(map(repr, unknown))}; choose from {', '.join(names())}",
             file=sys.stderr,
         )
         return 2
