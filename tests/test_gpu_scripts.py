@@ -64,6 +64,32 @@ def test_gpu_kernels_exits_non_zero_when_a_check_fails(tmp_path, monkeypatch, ca
     assert mod.main(["--dry-run", "--ops", "nope"]) == 2
 
 
+def test_gpu_kernels_refuses_a_missing_out_folder(tmp_path, capsys):
+    mod = _load("gpu_kernels.py")
+    missing = tmp_path / "no" / "k.json"
+    assert mod.main(["--dry-run", "--out", str(missing)]) == 2
+    assert capsys.readouterr().out == f"--out: folder {str(missing.parent)!r} does not exist (create it first)\n"
+    assert not missing.parent.exists()  # refused before the run, and nothing created
+
+
+def test_fla_comparison_is_a_check_within_two_ulps():
+    import torch
+
+    mod = _load("gpu_kernels.py")
+    env = type("E", (), {"torch": torch})()
+    tol = mod.fla_tolerance(env, torch.bfloat16)
+    assert tol == 2 * 2**-7 and mod.fla_tolerance(env, torch.float16) == 2 * 2**-10
+    assert mod.fla_tolerance(env, torch.float32) == 1e-4
+    rows = [
+        {"skipped": "fla does not import"},
+        {"op": "fla_fused_recurrent_gdn", "bs": 1, "out_diff_vs_ours": tol / 2, "tol": tol},
+        {"op": "fla_fused_recurrent_gdn", "bs": 8, "out_diff_vs_ours": 3 * tol, "tol": tol},
+        {"op": "fla_fused_recurrent_gdn", "bs": 16, "error": "Traceback ..."},
+    ]
+    checks = mod.fla_checks(rows)
+    assert [(c["check"], c["ok"]) for c in checks] == [("fla_vs_ours/bs=1", True), ("fla_vs_ours/bs=8", False)]
+
+
 @pytest.mark.slow  # a dry run: the Triton interpreter or the replay path on the CPU, seconds
 def test_gpu_replay_dry_run(tmp_path):
     out = tmp_path / "replay.json"
