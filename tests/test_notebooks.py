@@ -16,11 +16,15 @@ EXPECTED = {
         "same buffer address as at capture: True",
     ],
     "01_capture_and_replay.ipynb": ["slots written by capture: [0]", "integrity: clean"],
-    "02_padding_conventions.ipynb": ["sglang-ascend wrote slot 0: True | sglang: False | vllm: False"],
+    "02_padding_conventions.ipynb": [
+        "sglang-ascend wrote slot 0: True | sglang: False | vllm: False",
+        "gated delta rule on sglang-ascend wrote slot 0: False",
+    ],
     "04_kernel_prototyping.ipynb": [
         "linear_attn.recurrent [my_linear_attn]: PROBLEMS",
         "capture: FAILED: capture refused",
         "linear_attn.recurrent [my_linear_attn_op]: OK",
+        "causal_conv1d.update [forgets_the_guard]: PROBLEMS",
         "causal_conv1d.update [triton]: OK",
         "mamba2.selective_state_update [triton]: OK",
     ],

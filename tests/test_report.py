@@ -231,3 +231,19 @@ def test_bench_refuses_a_gpu_device_it_cannot_use(capsys):
         pytest.skip("a CUDA device is here: `--device cuda` is usable")
     assert main(["bench", "replay", "--device", "cuda"]) == 2
     assert "--device: cuda is not usable here" in capsys.readouterr().err
+
+
+def test_speedup_rows_flag_noisy_ratios_in_words():
+    from workbench.measure.timing import Results, TimingRecord
+    from workbench.report.sections import speedup_rows
+
+    def rec(bs, mode, med, iqr, n):
+        return TimingRecord("layer_step", "cpu", {"bs": bs}, "reference", mode, med, iqr, n, 1)
+
+    res = Results([rec(1, "eager", 100.0, 10.0, 9), rec(1, "replay", 50.0, 5.0, 7),  # quiet: 2x
+                   rec(2, "eager", 100.0, 90.0, 5), rec(2, "replay", 80.0, 4.0, 5)])  # fmt: skip
+    rows, classes = speedup_rows(res)
+    quiet, noisy = sorted(rows, key=lambda r: r[0])
+    assert quiet[:4] == [1, "reference", "2.00x", "9/7"] and quiet[4] == ""
+    assert noisy[2] == "1.25x" and noisy[4].startswith("noisy: eager IQR over 25%")
+    assert sorted(c[2] for c in classes) == ["", "bad"]

@@ -214,6 +214,16 @@ def test_integrity_reports_a_wrong_live_output():
     assert not cmp.bitwise_equal and not cmp.ok
 
 
+def test_capture_progress_bar_keeps_quiet_in_a_log(capsys):
+    # stderr is no terminal here (as in `make demo > log`): no carriage-return updates go into it
+    layer = GatedDeltaNetLayer(GDNConfig.small(), impl="reference")
+    runner = GraphRunner(layer, StatePool(8, "sglang"), buckets=[1, 2], modes=["decode"], backend="cpu")
+    runner.capture(progress=True)
+    assert runner.captured == [("decode", 1), ("decode", 2)]
+    err = capsys.readouterr().err
+    assert "capture (cpu)" not in err and "\r" not in err
+
+
 def test_profile_argument_must_match_the_pool():
     pool = StatePool(8, "sglang")
     layer = GatedDeltaNetLayer(GDNConfig.small(), impl="reference")

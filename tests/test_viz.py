@@ -66,6 +66,8 @@ def test_padding_map_puts_each_profiles_padded_rows_in_the_trace_the_legend_name
     assert traces[vm.PAD_SKIPPED].marker.pattern.shape != traces[vm.PAD_PROCESSED].marker.pattern.shape
     # hover names the profile, the row and the fate; axes carry units
     assert any("processed on dummy slot 0" in c[4] for c in traces[vm.PAD_PROCESSED].customdata)
+    # what "processed" means, truthfully: the conv writes the slot, the recurrence sees a zero-length row
+    assert all("conv update writes it" in c[4] and "zero-length" in c[4] for c in traces[vm.PAD_PROCESSED].customdata)
     assert "batch row" in fig.layout.xaxis.title.text
 
 

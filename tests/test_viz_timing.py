@@ -40,6 +40,17 @@ def test_latency_lines_and_iqr_bands():
     assert fig.layout.xaxis.title.text.startswith("batch size")
 
 
+def test_latency_in_ms_when_the_largest_median_passes_10_ms():
+    res = Results([_rec(1, "eager", 9_000.0, 400.0), _rec(4, "eager", 72_000.0, 2_000.0)])
+    fig = latency(res)
+    t = _by_name(fig)
+    assert fig.layout.yaxis.title.text == "latency per step (ms)"
+    assert list(t["eager"].y) == [9.0, 72.0] and list(t["eager IQR"].y) == pytest.approx([9.2, 73.0, 71.0, 8.8])
+    assert " ms" in t["eager"].hovertemplate and " us" not in t["eager"].hovertemplate
+    quick = latency(Results([_rec(1, "eager", 9_999.0, 1.0)]))
+    assert quick.layout.yaxis.title.text == "latency per step (us)"  # 10 ms is the switch, not before
+
+
 def test_roofline_fractions_of_the_measured_ceilings():
     ceil = Ceilings(copy_gbps=10.0, matmul_tflops=1.0)
     res = Results(

@@ -54,6 +54,17 @@ def test_explorer_slot_map_focus_follows_the_dropdown():
     assert list(t[vm.SLOT_SKIPPED].x) == [-1] and len(t[vm.SLOT_PROCESSED].x) == 0
 
 
+def test_explorer_focus_names_the_single_profile_shown():
+    e = MetadataExplorer(profile="all", raw_batch_size=3)
+    e.focus.value = "vllm"
+    e.controls["profile"].value = "sglang-ascend"
+    assert e.focus.disabled and e.focus.value == "sglang-ascend"  # not the stale "vllm"
+    t = {tr.name: tr for tr in e.slot_fig.data}
+    assert list(t[vm.SLOT_PROCESSED].x) == [0]  # the slot map does show sglang-ascend
+    e.controls["profile"].value = "all"
+    assert not e.focus.disabled and e.focus.value == "sglang-ascend"
+
+
 def test_lab_capture_replay_accept_by_clicks():
     lab = CaptureReplayLab(backend="cpu", buckets="1, 2, 4")
     assert lab.replay_button.disabled

@@ -129,6 +129,20 @@ def test_lab_timing_restores_the_state(lab):
     assert torch.equal(lab.runner.state.ssm, after_step)  # timing runs did not advance it further
 
 
+@pytest.mark.parametrize("profile", ["vllm", "sglang-ascend"])
+def test_lab_captures_and_replays_under_every_profile(profile):
+    # vLLM owns D slots per request (verify indices [bs, D]); the lab's pool must be sized for it
+    m = LabModel(layer="gdn", preset="small", backend="cpu", buckets="1, 2", draft_tokens=2, profile=profile)
+    assert m.capture(), m.error
+    assert set(m.history[0].changed) <= {m.runner.pool.profile.dummy_slot}  # vLLM skips even the null slot
+    rep = m.step(2, "target_verify", seed=3, time_it=False)
+    assert rep is not None and rep.clean, m.error
+    assert set(rep.changed) <= set(rep.live_slots)  # vLLM writes its per-draft slots; sglang none
+    assert len(rep.live_slots) == 2 * m.runner.pool.slots_per_request
+    rep = m.step(2, "decode", seed=4, time_it=False)
+    assert rep is not None and rep.clean and rep.changed and set(rep.changed) <= set(rep.live_slots)
+
+
 def test_lab_errors_in_words():
     m = LabModel(backend="cpu", buckets="1, x")
     assert not m.capture() and "item 1 is 'x'" in m.error

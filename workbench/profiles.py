@@ -126,7 +126,10 @@ PROFILES: dict[str, Profile] = {
         spec_indices_2d=False,
         verify_intermediate_by_row=True,
         buckets=sglang_buckets,
-        notes="padded rows point at dummy slot 0 and are really processed there; seq-len fill 0",
+        notes=(
+            "padded rows point at dummy slot 0 and are processed there (the conv writes it; zero-length under "
+            "the recurrence); seq-len fill 0"
+        ),
     ),
     "vllm": Profile(
         name="vllm",

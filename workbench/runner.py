@@ -259,7 +259,8 @@ class GraphRunner:
 
         mem_pool = self.graph_backend.new_pool()
         todo = [(m, bs) for m in self.modes for bs in reversed(self.buckets(m))]
-        for mode, bs in tqdm(todo, desc=f"capture ({self.graph_backend.name})", disable=not progress):
+        # None: tqdm keeps quiet where stderr is no terminal (logs, CI); a notebook still shows its bar
+        for mode, bs in tqdm(todo, desc=f"capture ({self.graph_backend.name})", disable=None if progress else True):
             batch = Batch.for_capture(mode, bs, self.draft_tokens, device=self.pool.device)
             meta = self.meta_backend.init_forward_metadata_out_graph(batch, in_capture=True)
             x = self.static_x[mode][: bs * tokens_per_row(mode, self.draft_tokens)]

@@ -208,7 +208,8 @@ def sweep(
         res.meta["floor"] = "dst.copy_(src) of the live rows' state bytes, preallocated; bytes = read + write"
     timed = partial(time_fn, device=device, min_run_time=min_run_time, threads=threads)
     todo = [(o, bs) for o in names for bs in sizes]
-    for op, bs in tqdm(todo, desc=f"kernel sweep ({device})", disable=not progress):
+    # None: tqdm keeps quiet where stderr is no terminal (logs, CI); a notebook still shows its bar
+    for op, bs in tqdm(todo, desc=f"kernel sweep ({device})", disable=None if progress else True):
         if op in res.meta["errors"]:
             continue
         try:

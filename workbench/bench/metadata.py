@@ -72,7 +72,8 @@ def run(quick: bool = False, json_path: str | None = None, device: str = "cpu", 
     min_time = 0.05 if quick else 0.3
     results = Results(meta={"benchmark": "metadata", "profile": "sglang", "quick": quick})
     lines = []
-    for bs in tqdm(sizes, desc=f"metadata bench ({device})", disable=not progress):
+    # None: tqdm keeps quiet where stderr is no terminal (logs, CI); a notebook still shows its bar
+    for bs in tqdm(sizes, desc=f"metadata bench ({device})", disable=None if progress else True):
         prev = [b for b in buckets if b < bs]
         raw = (prev[-1] + 1) if prev else bs  # the smallest batch that still lands in bucket bs
         perm = torch.randperm(max(sizes))[:raw]

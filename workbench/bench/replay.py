@@ -86,7 +86,8 @@ def sweep(
     num_slots = sizes[-1] + 2
     results = Results(meta={"benchmark": "replay", "layer": layer, "preset": preset, "config": dict(cfg.__dict__)})
     todo = [(impl, bs, mode) for impl in impls for bs in sizes for mode in modes]
-    bar = tqdm(total=len(todo), desc=f"replay sweep ({device})", disable=not progress)
+    # None: tqdm keeps quiet where stderr is no terminal (logs, CI); a notebook still shows its bar
+    bar = tqdm(total=len(todo), desc=f"replay sweep ({device})", disable=None if progress else True)
     for impl in impls:
         pool = StatePool(num_slots, "sglang", device=device)
         lay: Any = layer_cls(cfg, seed=0, device=device, impl=impl)

@@ -123,9 +123,38 @@ def _impl_for(device: str) -> str:
     return "reference" if device == "cpu" else "triton"
 
 
+NOISY_IQR = 0.25  # a row whose IQR exceeds this fraction of its median is noise at the report's n
+
+
+def _noisy(rec: Any) -> bool:
+    return bool(rec.iqr_us > NOISY_IQR * rec.median_us)
+
+
+def speedup_rows(res: Any) -> tuple[list[list[Any]], list[list[str]]]:
+    """Rows of the replay speed-up table (batch size, impl, eager / replay, n, note) of a replay sweep's
+    ``Results``, and their cell classes: a ratio whose eager or replay record is noisy (IQR over
+    ``NOISY_IQR`` of the median) is marked "noisy" in words, its ratio cell "bad"."""
+    from workbench.measure.timing import compare
+
+    by_mode = {m: {(r.shape["bs"], r.impl): r for r in res.filter(mode=m)} for m in ("eager", "replay")}
+    rows, classes = [], []
+    for k, ratio in compare(res.filter(mode="eager"), res.filter(mode="replay")).rows:
+        key = (k["shape"]["bs"], k["impl"])
+        recs = {m: by_mode[m].get(key) for m in by_mode}
+        noisy = [m for m, r in recs.items() if r is not None and _noisy(r)]
+        ns = "/".join(str(r.n) for r in recs.values() if r is not None)
+        note = (
+            f"noisy: {' and '.join(noisy)} IQR over {NOISY_IQR:.0%} of the median; not a measured difference"
+            if noisy
+            else ""
+        )
+        rows.append([key[0], key[1], f"{ratio:.2f}x", ns, note])
+        classes.append(["", "", "bad" if noisy else "", "", "bad" if noisy else ""])
+    return rows, classes
+
+
 def timing_section(parts: list[str], page: Page, device: str, quick: bool, progress: bool) -> None:
     from workbench.bench.replay import sweep
-    from workbench.measure.timing import compare
     from workbench.viz import latency
 
     sizes = [1, 2, 4] if quick else [1, 2, 4, 8, 16, 32]
@@ -136,14 +165,16 @@ def timing_section(parts: list[str], page: Page, device: str, quick: bool, progr
     cfg = res.meta["config"]
     parts.append(
         f"<p>Gated DeltaNet decode step (preset {esc(preset)}: hidden {cfg['hidden_size']}, {cfg['num_v_heads']} "
-        f"value heads), graph backend {esc(res.meta['graph_backend'])}. Medians of many repetitions; the band "
-        "is as wide as the interquartile range.</p>"
+        f"value heads), graph backend {esc(res.meta['graph_backend'])}. Medians over n repetitions (n per row "
+        "in the table below); the band is as wide as the interquartile range.</p>"
     )
     parts.append(page.figure(latency(res)))
-    ratios = compare(res.filter(mode="eager"), res.filter(mode="replay"))
-    rows = [[k["shape"]["bs"], k["impl"], f"{r:.2f}x"] for k, r in ratios.rows]
-    parts.append("<p>Replay speed-up (eager median / replay median):</p>")
-    parts.append(table(["batch size", "impl", "eager / replay"], rows))
+    rows, classes = speedup_rows(res)
+    parts.append(
+        "<p>Replay speed-up (eager median / replay median). A ratio is marked noisy where the eager or replay "
+        f"IQR exceeds {NOISY_IQR:.0%} of its median: at that n it is within the noise, not a difference.</p>"
+    )
+    parts.append(table(["batch size", "impl", "eager / replay", "n (eager/replay)", "note"], rows, classes=classes))
     parts.append(res._repr_html_())
 
 

@@ -6,7 +6,9 @@ Each figure has a fixed set of traces named for what they show, so a widget can 
 never missing). Colours come from ``viz.palette`` (Okabe-Ito, colour-blind safe):
 
 - live rows: blue; padded rows the kernel skips (sglang ``-1``, vLLM's null slot ``0``): light grey, hatched;
-  padded rows really processed on the dummy slot (sglang on Ascend): vermillion, cross-hatched.
+  padded rows processed on the dummy slot (sglang on Ascend): vermillion, cross-hatched. Processed means the
+  conv update (one token a row, whatever ``query_start_loc`` says) writes the dummy slot; under the
+  recurrence the padded rows are zero-length, so it computes nothing and stores the slot back unchanged.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ PROCESSED = VERMILLION
 # names of the padding-map traces (the legend): what the kernel does with each row
 LIVE_ROW = "live row"
 PAD_SKIPPED = "padded, skipped by the kernel (no read, no write)"
-PAD_PROCESSED = "padded, processed on the dummy slot (really computed, writes it)"
+PAD_PROCESSED = "padded, processed on the dummy slot (the conv writes it; zero-length under the recurrence)"
 PADDING_TRACES = (LIVE_ROW, PAD_SKIPPED, PAD_PROCESSED)
 
 
@@ -134,7 +136,10 @@ def padding_map_traces(metas: Metadata | Sequence[Metadata]) -> dict[str, dict[s
             what = {
                 "live": f"live: reads and writes slot {_fmt_idx(idx[row])}",
                 "skipped": f"skipped ({prof.guard}): no state read or write, zero output",
-                "processed": f"processed on dummy slot {prof.dummy_slot}: really computed, writes it",
+                "processed": (
+                    f"processed on dummy slot {prof.dummy_slot}: the conv update writes it; "
+                    "zero-length under the recurrence, which leaves it unchanged"
+                ),
             }[fate]
             t = out[names[fate]]
             t["x"].append(row)
@@ -149,8 +154,9 @@ def padding_map(metas: Metadata | Sequence[Metadata]) -> go.Figure:
     kernel does with it.
 
     Live rows blue; padded rows the kernel skips (sglang ``-1``, vLLM's null slot ``0``) light grey and
-    hatched; padded rows processed on the dummy slot (sglang on Ascend: really computed, writes slot 0)
-    vermillion and cross-hatched. Cell text: the row's state index. Hover: profile, row, request row, fate.
+    hatched; padded rows processed on the dummy slot (sglang on Ascend: the conv update writes slot 0, the
+    recurrence sees them zero-length) vermillion and cross-hatched. Cell text: the row's state index.
+    Hover: profile, row, request row, fate.
     """
     import plotly.graph_objects as go
 
@@ -258,7 +264,7 @@ def slot_map_traces(
                 words = f"padded batch row {row} -> {s}: skipped ({prof.guard})"
             else:
                 name = SLOT_PROCESSED
-                words = f"padded batch row {row} -> dummy slot {s}: processed, writes it"
+                words = f"padded batch row {row} -> dummy slot {s}: processed (the conv update writes it)"
             t = out[name]
             t["x"].append(s if s >= 0 else -1)
             t["y"].append(row)

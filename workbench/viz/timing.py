@@ -35,20 +35,23 @@ def _groups(results: Results, fields: Sequence[str]) -> dict[tuple[Any, ...], li
 
 def latency(results: Results, *, title: str | None = None) -> go.Figure:
     """Median latency against batch size, one line per (impl, mode), each with a band as wide as its IQR
-    (median +- IQR/2). Records need ``shape["bs"]``; a line per ``what`` when several are present."""
+    (median +- IQR/2); in ms when the largest median passes 10 ms, else us (the axis title says which).
+    Records need ``shape["bs"]``; a line per ``what`` when several are present."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     groups = _groups(results, ("what", "impl", "mode"))
+    # ms once the largest median passes 10 ms, so the axis never reads "70k" microseconds
+    unit, scale = ("ms", 1e-3) if max((r.median_us for r in results), default=0.0) > 10_000 else ("us", 1.0)
     whats = {k[0] for k in groups}
     impls = {k[1] for k in groups}
     for i, ((what, impl, mode), recs) in enumerate(groups.items()):
         colour = MODE_COLOURS.get(mode, SEQUENCE[i % len(SEQUENCE)])
         name = " ".join(x for x in (what if len(whats) > 1 else "", impl if len(impls) > 1 else "", mode) if x)
         xs = [r.shape["bs"] for r in recs]
-        med = [r.median_us for r in recs]
-        lo = [r.median_us - r.iqr_us / 2 for r in recs]
-        hi = [r.median_us + r.iqr_us / 2 for r in recs]
+        med = [r.median_us * scale for r in recs]
+        lo = [(r.median_us - r.iqr_us / 2) * scale for r in recs]
+        hi = [(r.median_us + r.iqr_us / 2) * scale for r in recs]
         fig.add_trace(
             go.Scatter(
                 x=xs + xs[::-1],
@@ -71,8 +74,9 @@ def latency(results: Results, *, title: str | None = None) -> go.Figure:
                 name=name,
                 legendgroup=name,
                 line=dict(color=colour, dash="dot" if mode == "eager" else "solid"),
-                customdata=[[r.iqr_us, r.n, r.threads] for r in recs],
-                hovertemplate=f"{name}<br>batch size %{{x}}<br>median %{{y:.1f}} us<br>IQR %{{customdata[0]:.1f}} us"
+                customdata=[[r.iqr_us * scale, r.n, r.threads] for r in recs],
+                hovertemplate=f"{name}<br>batch size %{{x}}<br>median %{{y:.1f}} {unit}"
+                f"<br>IQR %{{customdata[0]:.1f}} {unit}"
                 "<br>n=%{customdata[1]}, threads=%{customdata[2]}<extra></extra>",
             )
         )
@@ -82,7 +86,7 @@ def latency(results: Results, *, title: str | None = None) -> go.Figure:
         xaxis=dict(
             title="batch size (captured bucket)", type="log", tickvals=sorted({r.shape.get("bs", 0) for r in results})
         ),
-        yaxis=dict(title="latency per step (us)", rangemode="tozero"),
+        yaxis=dict(title=f"latency per step ({unit})", rangemode="tozero"),
         hovermode="closest",
         margin=dict(l=60, r=20, t=60, b=50),
     )

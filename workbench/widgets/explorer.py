@@ -148,7 +148,7 @@ class MetadataExplorer(W.VBox):
         for name, w in self.controls.items():
             w.observe(self._on_change, names="value")
             w._wb_name = name  # which parameter the control sets
-        self.focus.observe(lambda _: self._render(self.model.state), names="value")
+        self.focus.observe(lambda _: None if self._syncing else self._render(self.model.state), names="value")
         rows = [W.HBox([w, self.errors[n]]) for n, w in self.controls.items()]
         super().__init__(
             [
@@ -199,6 +199,12 @@ class MetadataExplorer(W.VBox):
         shown = [m.profile.name for m in st.metas]
         self.focus.disabled = len(shown) == 1
         k = shown.index(self.focus.value) if self.focus.value in shown else 0
+        if self.focus.value != shown[k]:
+            self._syncing = True  # the dropdown names the profile the slot map shows, even when disabled
+            try:
+                self.focus.value = shown[k]
+            finally:
+                self._syncing = False
         update_padding_map(self.padding_fig, st.metas)
         update_slot_map(self.slot_fig, st.metas[k], st.pools[k])
         update_qsl(self.qsl_fig, st.metas)

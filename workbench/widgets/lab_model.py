@@ -21,6 +21,7 @@ from workbench.layers import GatedDeltaNetLayer, GDNConfig, Mamba2Config, Mamba2
 from workbench.measure.compare import Comparison
 from workbench.measure.integrity import changed_slots, snapshot
 from workbench.pool import StatePool
+from workbench.profiles import get_profile
 from workbench.runner import GraphRunner
 from workbench.widgets.explorer_model import parse_int_list
 
@@ -79,7 +80,8 @@ class LabModel:
     Args:
         layer: "gdn" or "mamba2". preset: "small" or "engine-like". backend: "auto" | "cpu" | "cuda" | "npu".
         buckets: typed comma-separated batch sizes ("" = 1, 2, 4, 8). draft_tokens: D of target_verify.
-        profile: padding convention of the pool. num_slots: state slots (default: twice the largest bucket + 2).
+        profile: padding convention of the pool. num_slots: state slots (default: (twice the largest bucket + 1)
+            x slots per request + 1).
     """
 
     def __init__(
@@ -120,8 +122,10 @@ class LabModel:
                 dev = next((b for b, why in reasons.items() if why is None and b in ("cuda", "npu")), "cpu")
             if dev != "cpu":
                 layer = type(layer)(layer.config, seed=0, device=dev, impl="auto")
-            n = self.num_slots or 2 * max(buckets) + 2
-            pool = StatePool(n, self.profile, device=dev)
+            # vLLM's verify indices are [bs, D]: each request owns D slots
+            per_request = get_profile(self.profile).slots_per_request(self.draft_tokens)
+            n = self.num_slots or (2 * max(buckets) + 1) * per_request + 1
+            pool = StatePool(n, self.profile, device=dev, slots_per_request=per_request)
             runner = GraphRunner(
                 layer, pool, buckets=buckets, draft_tokens=self.draft_tokens, backend=self.backend, state_seed=1
             )
