@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dry_run and not torch.cuda.is_available():
         print("no CUDA device: this script is for a lent GPU (use --dry-run for the CPU run)", file=sys.stderr)
         return 2
+    if args.out and not Path(args.out).parent.is_dir():
+        print(f"--out: folder {str(Path(args.out).parent)!r} does not exist (create it first)", file=sys.stderr)
+        return 2
     name = "cpu" if args.dry_run else "cuda"  # not "cuda:0": the workbench must normalise it
     if args.dry_run:
         buckets, config, iters = [1, 2], GDNConfig.small(), 1  # the interpreter's times mean nothing
@@ -152,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     default = f"gpu_replay_dryrun_{dev.type}.json" if args.dry_run else f"gpu_replay_{dev.type}.json"
     out = Path(args.out or REPO / "benchmarks" / "results" / default)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(exist_ok=True)  # the default folder; a given --out's folder was checked before the run
     out.write_text(json.dumps(payload, indent=1, default=str) + "\n")
     print(f"checks ok: {ok}  wrote {out}")
     return 0 if ok else 1

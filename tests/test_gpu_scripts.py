@@ -72,6 +72,14 @@ def test_gpu_kernels_refuses_a_missing_out_folder(tmp_path, capsys):
     assert not missing.parent.exists()  # refused before the run, and nothing created
 
 
+def test_gpu_replay_refuses_a_missing_out_folder(tmp_path, capsys):
+    mod = _load("gpu_replay.py")
+    missing = tmp_path / "no" / "r.json"
+    assert mod.main(["--dry-run", "--out", str(missing)]) == 2
+    assert capsys.readouterr().err == f"--out: folder {str(missing.parent)!r} does not exist (create it first)\n"
+    assert not missing.parent.exists()  # refused before the run, and nothing created
+
+
 def test_fla_comparison_is_a_check_within_two_ulps():
     import torch
 
