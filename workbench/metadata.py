@@ -141,15 +141,30 @@ class Metadata:
             **{name: t.tolist() for name, t in self.tensors().items()},
         }
 
+    def facts(self) -> dict[str, object]:
+        """The batch facts: profile, mode, raw and padded batch size, bucket, sentinel, guard (and D in verify)."""
+        prof = self.profile
+        out: dict[str, object] = {
+            "profile": prof.name,
+            "mode": self.forward_mode,
+            "raw_bs": self.raw_batch_size,
+            "bs": self.batch_size,
+            "padding": self.num_padding,
+            "bucket": self.bucket,
+            "sentinel": prof.sentinel,
+            "guard": prof.guard,
+        }
+        if self.forward_mode == "target_verify":
+            out["D"] = self.draft_tokens
+        return out
+
+    def facts_line(self) -> str:
+        """:meth:`facts` on one line, as the text table's header shows them."""
+        return "  ".join(f"{k}: {v}" if k == "guard" else f"{k}={v}" for k, v in self.facts().items())
+
     def table(self) -> str:
         """A readable text table: a header with the batch facts, then one line per row (padded rows ``pad``)."""
-        prof = self.profile
-        head = (
-            f"profile={prof.name}  mode={self.forward_mode}  raw_bs={self.raw_batch_size}  bs={self.batch_size}  "
-            f"padding={self.num_padding}  bucket={self.bucket}  sentinel={prof.sentinel}  guard: {prof.guard}"
-        )
-        if self.forward_mode == "target_verify":
-            head += f"  D={self.draft_tokens}"
+        head = self.facts_line()
         if self.eager_reason:
             head += f"\nnote: {self.eager_reason}"
         cols = ["row", "kind", "req_pool_index", "state_index", "seq_len", "qsl_start", "qsl_end", "num_tokens"]
@@ -175,19 +190,7 @@ class Metadata:
         return f"Metadata({head}, {size}, state_indices={idx}, query_start_loc={qsl})"
 
     def _repr_html_(self) -> str:
-        prof = self.profile
-        head: dict[str, object] = {
-            "profile": prof.name,
-            "mode": self.forward_mode,
-            "raw_bs": self.raw_batch_size,
-            "bs": self.batch_size,
-            "padding": self.num_padding,
-            "bucket": self.bucket,
-            "sentinel": prof.sentinel,
-            "guard": prof.guard,
-        }
-        if self.forward_mode == "target_verify":
-            head["D"] = self.draft_tokens
+        head = self.facts()
         cols = ["row", "kind", "req_pool_index", "state_index", "seq_len", "qsl_start", "qsl_end", "num_tokens"]
         if self.num_accepted_tokens is not None:
             cols.append("num_accepted_tokens")

@@ -45,13 +45,7 @@ def records_html(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None =
 def metadata_html(meta: Metadata) -> str:
     """The metadata table as HTML: a header with the batch facts, then one line per batch row; padded rows
     shaded by what the kernel does with them (grey: skipped, vermillion: processed on the dummy slot)."""
-    p = meta.profile
-    facts = (
-        f"<b>{html.escape(p.name)}</b> mode={meta.forward_mode} raw_bs={meta.raw_batch_size} bs={meta.batch_size} "
-        f"padding={meta.num_padding} bucket={meta.bucket} sentinel={p.sentinel} guard: {html.escape(p.guard)}"
-    )
-    if meta.forward_mode == "target_verify":
-        facts += f" D={meta.draft_tokens}"
+    facts = html.escape(meta.facts_line())
     if meta.eager_reason:
         facts += f"<br><i>{html.escape(meta.eager_reason)}</i>"
     rows = meta.rows()
