@@ -76,64 +76,22 @@ class MetadataExplorer(W.VBox):
         self.model = ExplorerModel(**params)
         p = self.model.params
         style = {"description_width": "150px"}
-        lay = W.Layout(width="420px")
+        # every typed or slid control: same width, and it reports on release, not on every drag step
+        row: dict[str, Any] = {"style": style, "layout": W.Layout(width="420px"), "continuous_update": False}
         self.controls: dict[str, W.Widget] = {
             "profile": W.Dropdown(options=PROFILE_CHOICES, value=p.profile, description="profile", style=style),
             "mode": W.Dropdown(
                 options=("decode", "target_verify", "extend", "idle"), value=p.mode, description="mode", style=style
             ),
-            "raw_batch_size": W.IntSlider(
-                value=p.raw_batch_size,
-                min=0,
-                max=256,
-                description="raw batch size",
-                style=style,
-                layout=lay,
-                continuous_update=False,
-            ),
+            "raw_batch_size": W.IntSlider(value=p.raw_batch_size, min=0, max=256, description="raw batch size", **row),
             "seq_lens": W.Text(
-                value=p.seq_lens,
-                description="seq lens",
-                placeholder="empty: random; or 7, 3, 9",
-                style=style,
-                layout=lay,
-                continuous_update=False,
+                value=p.seq_lens, description="seq lens", placeholder="empty: random; or 7, 3, 9", **row
             ),
-            "draft_tokens": W.IntSlider(
-                value=p.draft_tokens,
-                min=1,
-                max=8,
-                description="draft tokens D",
-                style=style,
-                layout=lay,
-                continuous_update=False,
-            ),
-            "buckets": W.Text(
-                value=p.buckets,
-                description="buckets",
-                placeholder="empty: engine default",
-                style=style,
-                layout=lay,
-                continuous_update=False,
-            ),
-            "pool_size": W.IntSlider(
-                value=p.pool_size,
-                min=2,
-                max=1024,
-                description="pool slots",
-                style=style,
-                layout=lay,
-                continuous_update=False,
-            ),
+            "draft_tokens": W.IntSlider(value=p.draft_tokens, min=1, max=8, description="draft tokens D", **row),
+            "buckets": W.Text(value=p.buckets, description="buckets", placeholder="empty: engine default", **row),
+            "pool_size": W.IntSlider(value=p.pool_size, min=2, max=1024, description="pool slots", **row),
             "fragmentation": W.FloatSlider(
-                value=p.fragmentation,
-                min=0.0,
-                max=1.0,
-                step=0.05,
-                description="fragmentation",
-                style=style,
-                layout=lay,
-                continuous_update=False,
+                value=p.fragmentation, min=0.0, max=1.0, step=0.05, description="fragmentation", **row
             ),
         }
         self.focus = W.Dropdown(options=PROFILE_NAMES, value=PROFILE_NAMES[0], description="slot map of", style=style)

@@ -17,7 +17,7 @@ from workbench.measure.integrity import check, snapshot
 from workbench.metadata import build_metadata
 from workbench.pool import StatePool
 from workbench.runner import GraphRunner
-from workbench.zoo.result import IntegrityEvidence, RaisedError, RowsDiffer, ZooError
+from workbench.zoo.result import Evidence, IntegrityEvidence, RaisedError, RowsDiffer, Survived, ZooError
 
 BACKEND_NAMES = ("auto", "cpu", "cuda", "npu")
 
@@ -126,6 +126,16 @@ def replay_and_check(
     )
     named = {s for _, s in report.changed_slots} | {s for _, s, _ in report.state_mismatches}
     return IntegrityEvidence(what, report, owners(pool, named))
+
+
+def decode_after_capture(runner: GraphRunner, pool: StatePool, device: torch.device) -> list[Evidence]:
+    """After a capture that survived: one decode step of three requests, replayed and checked (the dummy
+    slot may be written); the evidence that the fixed variant runs clean."""
+    batch = Batch.decode(pool.alloc(3), [5, 6, 7], device=device)
+    step = replay_and_check(
+        runner, batch, inputs_for(runner, batch, 0), what="decode replay", may_write=[pool.profile.dummy_slot]
+    )
+    return [Survived(f"captured {len(runner.captured)} graphs"), step]
 
 
 def _frame_locals(tb: TracebackType | None, func: str, keys: Sequence[str]) -> dict[str, object]:

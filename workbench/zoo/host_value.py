@@ -10,7 +10,7 @@ from workbench.batch import Batch
 from workbench.pool import StatePool
 from workbench.zoo import _harness as h
 from workbench.zoo.case import Case
-from workbench.zoo.result import Evidence, RecorderError, Survived
+from workbench.zoo.result import Evidence, RecorderError
 
 EXPLANATION = (
     "A graph replays device work on fixed addresses; host code inside the captured region runs once, at "
@@ -52,12 +52,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
     except RuntimeError as exc:  # CaptureError on the CPU recorder; torch's own error on a device
         parsed = RecorderError.parse(exc)
         return [parsed if parsed is not None else h.capture_failure(exc, runner)]
-    rows = pool.alloc(3)
-    batch = Batch.decode(rows, [5, 6, 7], device=device)
-    step = h.replay_and_check(
-        runner, batch, h.inputs_for(runner, batch, 0), what="decode replay", may_write=[pool.profile.dummy_slot]
-    )
-    return [Survived(f"captured {len(runner.captured)} graphs"), step]
+    return h.decode_after_capture(runner, pool, device)
 
 
 CASE = Case(

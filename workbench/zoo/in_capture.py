@@ -9,7 +9,7 @@ from workbench.metadata import Metadata
 from workbench.pool import StatePool
 from workbench.zoo import _harness as h
 from workbench.zoo.case import Case
-from workbench.zoo.result import Evidence, Survived
+from workbench.zoo.result import Evidence
 
 EXPLANATION = (
     "sglang split graph metadata into an eager hook, a host-side hook run outside the graph and a recorded "
@@ -53,12 +53,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
         runner.capture(progress=False)
     except TypeError as exc:
         return [h.capture_failure(exc, runner)]
-    rows = pool.alloc(3)
-    batch = Batch.decode(rows, [5, 6, 7], device=device)
-    step = h.replay_and_check(
-        runner, batch, h.inputs_for(runner, batch, 0), what="decode replay", may_write=[pool.profile.dummy_slot]
-    )
-    return [Survived(f"captured {len(runner.captured)} graphs"), step]
+    return h.decode_after_capture(runner, pool, device)
 
 
 CASE = Case(
