@@ -43,8 +43,8 @@ def metadata_section(parts: list[str], page: Page) -> None:
     parts.append(
         "<p>The same five requests (seq_lens 7, 3, 9, 4, 12), decode and target-verify (D=3), padded to "
         "bucket 8 under each profile. What a padded row does differs: sglang marks it -1 (skipped), vLLM "
-        "points it at the null slot 0 (skipped), sglang on Ascend points it at the dummy slot 0, which the "
-        "kernel really processes.</p>"
+        "points it at the null slot 0 (skipped), sglang on Ascend points it at the dummy slot 0, where the "
+        "kernels process it (the conv update writes slot 0; the recurrence sees a zero-length row).</p>"
     )
     padding_map = getattr(viz, "padding_map", None)
     if padding_map is not None:
