@@ -5,6 +5,8 @@ BIN    := $(VENV)/bin
 # The CPU wheel first, so that the torch range in pyproject.toml never pulls a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
+# MODULE EXTRA PURPOSE: exit 2 with one line naming the extra when MODULE is not installed
+NEED   := $(BIN)/python -c 'import sys, workbench.extras as x; sys.exit(x.main(sys.argv[1:]))'
 
 .PHONY: setup lab app test test-fast lint format demo bench doctor clean
 
@@ -19,10 +21,12 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 lab: $(STAMP)
+	@$(NEED) jupyterlab lab "make lab"
 	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 # the MetadataExplorer as a standalone page (Voila), on http://localhost:8866
 app: $(STAMP)
+	@$(NEED) voila lab "make app"
 	$(BIN)/voila app/metadata_explorer.ipynb --port=8866 --no-browser
 
 test: lint

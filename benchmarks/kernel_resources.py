@@ -112,116 +112,40 @@ def compile_and_report(launch) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ the launches
 
 
-def _gdn(kind: str, **config):
-    from kernels.gated_delta_rule.ops import DEFAULT_CHUNK_SIZE
-    from kernels.gated_delta_rule.triton_chunked import launch_chunked
-    from kernels.gated_delta_rule.triton_recurrent import launch_recurrent
+def _launch(op: str, variant: str, **config: Any) -> Any:
+    """A launch of ``op``'s Triton kernel on engine shapes (``kernels.testing``'s one case builder: 4 rows,
+    bf16 activations), with a configuration; compiled, never run (the values do not matter)."""
+    from kernels.testing import make_case
 
-    N, H, HV, K, V, D = 4, 16, 32, 128, 128, 4
-    L = {"decode": 1, "gating": 1, "verify": D, "chunked": 64}[kind]
-    T = N * L
-    bf = torch.bfloat16
-    kw: dict[str, Any] = dict(
-        q=torch.zeros(T, H, K, dtype=bf),
-        k=torch.zeros(T, H, K, dtype=bf),
-        v=torch.zeros(T, HV, V, dtype=bf),
-        state=torch.zeros(N + 1, HV, K, V),
-        state_indices=torch.arange(1, N + 1, dtype=torch.int32),
-        cu_seqlens=torch.arange(0, T + 1, L, dtype=torch.int32),
-        out=torch.zeros(T, HV, V, dtype=bf),
-        scale=K**-0.5,
-        use_qk_l2norm=True,
-        has_initial_state=None,
-        disable_state_update=kind == "verify",
-        pad_slot_id=-1,
-    )
-    if kind == "gating":
-        kw.update(a=torch.zeros(T, HV), b=torch.zeros(T, HV), A_log=torch.zeros(HV), dt_bias=torch.zeros(HV))
-    else:
-        kw.update(g=torch.zeros(T, HV), beta=torch.zeros(T, HV))
-    if kind == "chunked":
-        config.setdefault("chunk_size", DEFAULT_CHUNK_SIZE)
-        return lambda: launch_chunked(**kw, **config)
-    inter = torch.zeros(N, D, HV, K, V) if kind == "verify" else None
-    return lambda: launch_recurrent(**kw, intermediate_states=inter, **config)
-
-
-def _scatter():
-    from kernels.gated_delta_rule.triton_recurrent import launch_scatter_accepted
-
-    N, D, HV, K, V = 4, 4, 32, 128, 128
-    return lambda: launch_scatter_accepted(
-        state=torch.zeros(N + 1, HV, K, V),
-        intermediate_states=torch.zeros(N, D, HV, K, V),
-        state_indices=torch.arange(1, N + 1, dtype=torch.int32),
-        num_accepted=torch.ones(N, dtype=torch.int32),
-        pad_slot_id=-1,
-    )
-
-
-def _conv(varlen: bool):
-    from kernels.causal_conv1d.triton_conv import update_triton, varlen_triton
-
-    N, dim, W, bf = 4, 8192, 4, torch.bfloat16
-    common = dict(weight=torch.zeros(dim, W, dtype=bf), bias=torch.zeros(dim, dtype=bf), activation="silu")
-    common.update(conv_state=torch.zeros(N + 1, dim, W - 1), pad_slot_id=-1)
-    idx = torch.arange(1, N + 1, dtype=torch.int32)
-    if varlen:
-        T = N * 64
-        return lambda: varlen_triton(
-            x=torch.zeros(T, dim, dtype=bf), cache_indices=idx, has_initial_state=torch.ones(N, dtype=torch.bool),
-            cu_seqlens=torch.arange(0, T + 1, 64, dtype=torch.int32), out=torch.zeros(T, dim, dtype=bf), **common,
-        )  # fmt: skip
-    return lambda: update_triton(
-        x=torch.zeros(N, 1, dim, dtype=bf), conv_state_indices=idx, intermediate_conv_windows=None,
-        out=torch.zeros(N, 1, dim, dtype=bf), disable_state_update=False, **common,
-    )  # fmt: skip
-
-
-def _mamba2():
-    from kernels.mamba2.triton_ssu import selective_state_update_triton
-
-    N, nh, hd, ds, ng, bf = 4, 64, 64, 128, 8, torch.bfloat16
-    return lambda: selective_state_update_triton(
-        state=torch.zeros(N + 1, nh, hd, ds), x=torch.zeros(N, nh, hd, dtype=bf),
-        dt=torch.zeros(N, nh, 1).expand(N, nh, hd), A=torch.zeros(nh, 1, 1).expand(nh, hd, ds),
-        B=torch.zeros(N, ng, ds, dtype=bf), C=torch.zeros(N, ng, ds, dtype=bf), D=torch.zeros(nh, 1).expand(nh, hd),
-        z=torch.zeros(N, nh, hd, dtype=bf), dt_bias=torch.zeros(nh, 1).expand(nh, hd), dt_softplus=True,
-        state_batch_indices=torch.arange(1, N + 1, dtype=torch.int32), pad_slot_id=-1,
-        out=torch.zeros(N, nh, hd, dtype=bf),
-    )  # fmt: skip
-
-
-def _linear_attn():
-    from kernels.linear_attn.triton_recurrent import recurrent_triton
-
-    N, H, HV, K, V, bf = 4, 16, 32, 128, 128, torch.bfloat16
-    return lambda: recurrent_triton(
-        q=torch.zeros(N, H, K, dtype=bf), k=torch.zeros(N, H, K, dtype=bf), v=torch.zeros(N, HV, V, dtype=bf),
-        state=torch.zeros(N + 1, HV, K, V), state_indices=torch.arange(1, N + 1, dtype=torch.int32),
-        cu_seqlens=torch.arange(N + 1, dtype=torch.int32), scale=K**-0.5, pad_slot_id=-1,
-        out=torch.zeros(N, HV, V, dtype=bf),
-    )  # fmt: skip
+    case = make_case(op, variant, rows=4, padded=0, shapes="engine", dtype=torch.bfloat16, guard=0)
+    return case.launch(case.fresh(), **config)
 
 
 def launches() -> list[tuple[str, str, Any]]:
     """(kernel, configuration, launch) of every default launch, and the chunked kernel's alternatives."""
+    gdn, chunked, scatter = (
+        "gated_delta_rule.recurrent",
+        "gated_delta_rule.chunked",
+        "gated_delta_rule.scatter_accepted",
+    )
+    old, c64 = "old default: C=64, BV=64, 8 warps", {"chunk_size": 64, "num_warps": 8}
     rows = [
-        ("gdn recurrent (decode)", "default: BV=32, 4 warps", _gdn("decode")),
-        ("gdn recurrent (engine gating)", "default: BV=32, 4 warps", _gdn("gating")),
-        ("gdn recurrent (verify, D=4)", "default: BV=32, 4 warps", _gdn("verify")),
-        ("gdn scatter_accepted", "default: BLOCK=1024, 4 warps", _scatter()),
-        ("gdn chunked", "default: C=16, BV=16, 8 warps", _gdn("chunked")),
-        ("gdn chunked", "C=16, BV=32, 8 warps", _gdn("chunked", block_v=32)),
-        ("gdn chunked", "C=16, BV=32, 4 warps", _gdn("chunked", block_v=32, num_warps=4)),
-        ("gdn chunked", "C=32, BV=16, 8 warps", _gdn("chunked", chunk_size=32)),
-        ("gdn chunked", "old default: C=64, BV=64, 8 warps", _gdn("chunked", chunk_size=64, block_v=64, num_warps=8)),
-        ("gdn chunked", "C=64, BV=32, 8 warps", _gdn("chunked", chunk_size=64, block_v=32, num_warps=8)),
-        ("causal_conv1d update", "default: BLOCK_D=256, 4 warps", _conv(False)),
-        ("causal_conv1d varlen", "default: BLOCK_D=256, 4 warps", _conv(True)),
-        ("mamba2 selective_state_update", "default: BLOCK_P=32, BLOCK_S=128, 4 warps", _mamba2()),
-        ("linear_attn recurrent", "default: BLOCK_V=64, 4 warps", _linear_attn()),
-    ]
+        ("gdn recurrent (decode)", "default: BV=32, 4 warps", _launch(gdn, "decode")),
+        ("gdn recurrent (engine gating)", "default: BV=32, 4 warps", _launch(gdn, "gating")),
+        ("gdn recurrent (verify, D=4)", "default: BV=32, 4 warps", _launch(gdn, "verify")),
+        ("gdn scatter_accepted", "default: BLOCK=1024, 4 warps", _launch(scatter, "accept")),
+        ("gdn chunked", "default: C=16, BV=16, 8 warps", _launch(chunked, "extend")),
+        ("gdn chunked", "C=16, BV=32, 8 warps", _launch(chunked, "extend", block_v=32)),
+        ("gdn chunked", "C=16, BV=32, 4 warps", _launch(chunked, "extend", block_v=32, num_warps=4)),
+        ("gdn chunked", "C=32, BV=16, 8 warps", _launch(chunked, "extend", chunk_size=32)),
+        ("gdn chunked", old, _launch(chunked, "extend", block_v=64, **c64)),
+        ("gdn chunked", "C=64, BV=32, 8 warps", _launch(chunked, "extend", block_v=32, **c64)),
+        ("causal_conv1d update", "default: BLOCK_D=256, 4 warps", _launch("causal_conv1d.update", "decode")),
+        ("causal_conv1d varlen", "default: BLOCK_D=256, 4 warps", _launch("causal_conv1d.varlen", "extend")),
+        ("mamba2 selective_state_update", "default: BLOCK_P=32, BLOCK_S=128, 4 warps",
+         _launch("mamba2.selective_state_update", "decode")),
+        ("linear_attn recurrent", "default: BLOCK_V=64, 4 warps", _launch("linear_attn.recurrent", "decode")),
+    ]  # fmt: skip
     return rows
 
 

@@ -16,7 +16,8 @@ class ArgChecker:
     (reading device memory would synchronise the host, which graph capture forbids).
 
     Every failure is a ValueError whose message starts with the op and names the argument and what is
-    wrong with it, e.g. ``linear_attn.recurrent: k must have shape [3, 2, 4], got [3, 2, 5]``.
+    wrong with it, e.g. ``linear_attn.recurrent: k must have shape [3, 2, 4], got [3, 2, 5]``. The tensor
+    checks return the tensor they passed, typed as one (``A_log = check.tensor("A_log", A_log, ...)``).
     """
 
     def __init__(self, op: str, device_of: str) -> None:
@@ -30,23 +31,26 @@ class ArgChecker:
         if not cond:
             self.fail(msg)
 
-    def is_tensor(self, name: str, t: object) -> None:
+    def is_tensor(self, name: str, t: object) -> torch.Tensor:
         if not isinstance(t, torch.Tensor):
             self.fail(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        return t
 
-    def layout(self, name: str, t: object, doc: str, ndim: int, *, length: int | None = None) -> None:
+    def layout(self, name: str, t: object, doc: str, ndim: int, *, length: int | None = None) -> torch.Tensor:
         """``t`` is a tensor with ``ndim`` dims (and ``length`` entries along the first one, if given).
 
         Check this before reading sizes off ``t``; ``doc`` describes the expected layout."""
-        self.is_tensor(name, t)
+        t = self.is_tensor(name, t)
         if t.dim() != ndim or (length is not None and t.shape[0] != length):
             self.fail(f"{name} must be {doc}, got shape {list(t.shape)}")
+        return t
 
-    def leading(self, name: str, t: object, doc: str, ndim: int) -> None:
+    def leading(self, name: str, t: object, doc: str, ndim: int) -> torch.Tensor:
         """The argument that fixes the sizes and the device of the others: a floating tensor of ``ndim`` dims."""
-        self.layout(name, t, doc, ndim)
+        t = self.layout(name, t, doc, ndim)
         if t.dtype not in FLOAT_DTYPES:
             self.fail(f"{name} must be floating point, got {t.dtype}")
+        return t
 
     def tensor(
         self,
@@ -55,10 +59,10 @@ class ArgChecker:
         shape: Sequence[int | None],
         dtypes: tuple[torch.dtype, ...],
         device: torch.device,
-    ) -> None:
+    ) -> torch.Tensor:
         """``t`` is a tensor of ``shape`` (None: any size, e.g. a pool's number of slots), of a dtype in
         ``dtypes``, on ``device``."""
-        self.is_tensor(name, t)
+        t = self.is_tensor(name, t)
         if t.dim() == len(shape):
             shape = [t.shape[i] if s is None else s for i, s in enumerate(shape)]
         if tuple(t.shape) != tuple(shape):
@@ -67,6 +71,7 @@ class ArgChecker:
             self.fail(f"{name} must have dtype in {[str(d) for d in dtypes]}, got {t.dtype}")
         if t.device != device:
             self.fail(f"{name} is on {t.device}, expected {device} (the device of {self.device_of})")
+        return t
 
     def pool(
         self,
@@ -76,15 +81,15 @@ class ArgChecker:
         slot_shape: Sequence[int | None],
         dtypes: tuple[torch.dtype, ...],
         device: torch.device,
-    ) -> None:
+    ) -> torch.Tensor:
         """A pool of per-slot states ``[num_slots, *slot_shape]`` with any number of slots; ``doc`` names its
         dims, e.g. ``"[num_slots, HV, K, V]"``."""
         self.layout(name, t, f"a {1 + len(slot_shape)}-D pool {doc}", 1 + len(slot_shape))
-        self.tensor(name, t, (None, *slot_shape), dtypes, device)
+        return self.tensor(name, t, (None, *slot_shape), dtypes, device)
 
     def cu_seqlens(self, cu_seqlens: object, device: torch.device) -> int:
         """Offsets ``[N+1]`` of N packed sequences; returns N."""
-        self.is_tensor("cu_seqlens", cu_seqlens)
+        cu_seqlens = self.is_tensor("cu_seqlens", cu_seqlens)
         if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1:
             self.fail(f"cu_seqlens must be a 1-D tensor [N+1], got shape {list(cu_seqlens.shape)}")
         self.tensor("cu_seqlens", cu_seqlens, (None,), INDEX_DTYPES, device)

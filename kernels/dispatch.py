@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable
 
 import torch
+from torch.library import CustomOpDef
 
 IMPLS = ("auto", "reference", "triton")
 
@@ -59,12 +60,15 @@ def implementation(impl: str, *, reference: Callable[..., None], triton: str) ->
     return getattr(importlib.import_module(module), name)
 
 
-def inplace_custom_op(name: str, mutates_args: tuple[str, ...]) -> Callable[[Callable[..., None]], object]:
+def inplace_custom_op(name: str, mutates_args: tuple[str, ...]) -> Callable[[Callable[..., None]], CustomOpDef]:
     """``torch.library.custom_op`` for an op that only mutates its arguments and returns None, with the
     matching fake (meta) kernel, which has nothing to do. The op is what a ``TorchDispatchMode`` (the CPU
-    graph recorder) sees: one op per kernel call, whatever the implementation runs inside."""
+    graph recorder) sees: one op per kernel call, whatever the implementation runs inside.
 
-    def register(fn: Callable[..., None]) -> object:
+    The decorated name becomes the ``CustomOpDef``: calling it runs the op (``torch.ops.<namespace>.<op>``
+    is the same op)."""
+
+    def register(fn: Callable[..., None]) -> CustomOpDef:
         op = torch.library.custom_op(name, mutates_args=mutates_args)(fn)
         op.register_fake(lambda *args, **kwargs: None)
         return op

@@ -40,7 +40,7 @@ def test_metadata_table_text(capsys):
     assert main(["metadata", "--profile", "sglang", "--mode", "decode", "--seq-lens", "7,3,9"]) == 0
     out = capsys.readouterr().out
     assert "raw_bs=3  bs=4  padding=1" in out
-    assert out.splitlines()[-2].split()[:4] == ["3", "pad", "0", "-1"]
+    assert out.splitlines()[-2].split()[:5] == ["3", "pad", "skipped", "0", "-1"]
     assert "query_start_loc = [0, 1, 2, 3, 3]" in out
 
 
@@ -98,9 +98,21 @@ def test_devices_explains_npu():
 def test_demo_prints_tour(capsys):
     from workbench.demo import run_demo
 
-    assert run_demo(out=None) == 0
+    assert run_demo() == 0
     out = capsys.readouterr().out
     assert out.count("profile=") == 6
+
+
+def test_bench_routes_each_benchmark_to_its_module():
+    """`workbench bench widgets` lives with the widgets, the others in workbench.bench; each has a run()."""
+    import inspect
+
+    from workbench import cli
+
+    assert cli.BENCHMARKS["widgets"] == "workbench.widgets.bench"
+    for what in cli.BENCHMARKS:
+        run = cli._benchmark(what)
+        assert {"quick", "json_path", "device"} <= set(inspect.signature(run).parameters), what
 
 
 # -- issue 12: every bad input is one line naming the argument, the value and the accepted range ----------------

@@ -118,7 +118,7 @@ def test_widget_models_take_cpu0():
     assert res is not None, m.error
     assert {(r.shape["bs"], r.mode) for r in res} == {(1, "eager"), (1, "replay"), (2, "eager"), (2, "replay")}
     assert {r.device for r in res} == {"cpu"} and all(r.median_us > 0 for r in res)
-    kernels = m.roofline_run(ops=["causal_conv1d_update"])
+    kernels = m.roofline_run(ops=["causal_conv1d.update"])
     assert kernels is not None, m.error
     assert {r.device for r in kernels} == {"cpu"} and all(r.median_us > 0 for r in kernels)
 

@@ -252,7 +252,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     (tmp_path / "results").mkdir()
     monkeypatch.chdir(tmp_path)
     fake = types.SimpleNamespace(run=lambda quick, json_path, device: Results([], {"benchmark": "fuzz"}))
-    monkeypatch.setattr(bench_cli, "_module", lambda what: fake)
+    monkeypatch.setattr(cli, "_benchmark", lambda what: fake.run)
     monkeypatch.setattr(bench_cli, "plot_results", lambda res, path: Path(path))
     monkeypatch.setattr(report, "build_report", lambda **kw: "<html></html>")
     real_bench = synthetic.bench

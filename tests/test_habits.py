@@ -1,10 +1,13 @@
-"""The project's habits hold: one version source, the licence pyproject names, registered pytest markers,
-offline pre-commit hooks that exist, a notebook check that fails on outputs, docs that name every layer."""
+"""The project's habits hold: one version source, the licence pyproject names, strict pytest markers that
+the fast target skips, offline pre-commit hooks that exist, a notebook check that fails on outputs, docs that
+name every layer."""
 
 import importlib.metadata
 import importlib.util
 import json
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -19,33 +22,60 @@ ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
+def _build_config() -> dict:
+    """The project table as the build backend resolves it (dynamic fields filled in, license files found)."""
+    from setuptools.config.pyprojecttoml import read_configuration
+
+    return read_configuration(ROOT / "pyproject.toml")["project"]
+
+
 def test_one_version_source():
-    project = PYPROJECT["project"]
-    assert "version" not in project and "version" in project["dynamic"]
-    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "workbench.__version__"}
+    built = _build_config()
+    # the backend reads the version from workbench.__version__ (dynamic), so no second copy can drift
+    assert built["version"] == workbench.__version__ and "version" in built["dynamic"]
     assert re.fullmatch(r"\d+\.\d+\.\d+", workbench.__version__)
     assert importlib.metadata.version("linattn-workbench") == workbench.__version__
 
 
-def test_license_file_is_the_apache_license_pyproject_names():
-    text = (ROOT / "LICENSE").read_text()
-    assert PYPROJECT["project"]["license"] == "Apache-2.0"
+def test_license_files_the_build_ships_are_the_apache_license_it_declares():
+    built = _build_config()
+    assert built["license"] == "Apache-2.0"
+    files = [ROOT / f for f in built["license-files"]]
+    assert files and all(f.is_file() for f in files), files
+    text = files[0].read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text
     assert (
         "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text and "END OF TERMS AND CONDITIONS" in text
     )
 
 
-def test_markers_are_registered_strict_and_used():
-    opts = PYPROJECT["tool"]["pytest"]["ini_options"]
-    assert "--strict-markers" in opts["addopts"] and "--durations=15" in opts["addopts"]
-    registered = {m.split(":")[0] for m in opts["markers"]}
-    assert registered == {"slow", "network", "notebook"}
-    sources = "\n".join(p.read_text() for p in (ROOT / "tests").rglob("test_*.py"))
-    for marker in registered:
-        assert f"pytest.mark.{marker}" in sources, f"marker {marker!r} is registered but no test carries it"
-    makefile = (ROOT / "Makefile").read_text()
-    assert '-m "not slow and not network and not notebook"' in makefile
+def _fast_target_marker_expression() -> str:
+    """The ``-m`` expression of the pytest command ``make test-fast`` runs (``make -n``: printed, not run)."""
+    out = subprocess.run(["make", "-n", "test-fast"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    args = shlex.split(next(line for line in out.splitlines() if "pytest" in line))
+    after = args[args.index("pytest") :]  # past `python -m pytest`
+    return after[after.index("-m") + 1]
+
+
+@pytest.mark.slow  # two pytest runs in fresh interpreters
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_markers_are_strict_and_the_fast_target_deselects_the_marked_tests(tmp_path):
+    (tmp_path / "test_marked.py").write_text(
+        "import pytest\n\n"
+        + "".join(f"@pytest.mark.{m}\ndef test_{m}():\n    pass\n\n" for m in ("slow", "network", "notebook"))
+        + "def test_plain():\n    pass\n"
+    )
+    (tmp_path / "test_typo.py").write_text("import pytest\n\n@pytest.mark.slwo\ndef test_typo():\n    pass\n")
+    # this project's pytest settings (markers, --strict-markers), on these two files only
+    pytest_cmd = [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path)]
+    pytest_cmd += ["-p", "no:cacheprovider", "-q"]
+    fast = subprocess.run(
+        [*pytest_cmd, "-m", _fast_target_marker_expression(), "test_marked.py"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    assert fast.returncode == 0 and "1 passed, 3 deselected" in fast.stdout, fast.stdout + fast.stderr
+    typo = subprocess.run([*pytest_cmd, "test_typo.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert typo.returncode != 0 and "'slwo' not found in `markers`" in typo.stdout + typo.stderr, typo.stdout
 
 
 def test_pre_commit_hooks_are_local_and_point_at_the_venv():

@@ -137,7 +137,7 @@ def tiny_kernels(monkeypatch):
 
 
 def test_bench_kernels_writes_results_with_bytes_floors_and_ceilings(tmp_path, capsys, tiny_kernels, one_thread):
-    from workbench.measure.timing import compare
+    from workbench.measure.timing import ratio
 
     path = tmp_path / "k_cpu.json"
     html = tmp_path / "k.html"
@@ -146,18 +146,23 @@ def test_bench_kernels_writes_results_with_bytes_floors_and_ceilings(tmp_path, c
     res = Results.load(path)
     assert Results.from_dict(res.to_dict()).to_dict() == res.to_dict() == data  # JSON round trip, nothing lost
     assert data["meta"]["benchmark"] == "kernels" and not data["meta"]["errors"]
-    ops = set(tiny_kernels.CASES)
+    from workbench.sweeps.kernels import DECODE_OPS
+
+    ops = set(DECODE_OPS)
     kernels, floors = res.filter(mode="kernel"), res.filter(mode="copy-floor")
     assert {(r.what, r.shape["bs"]) for r in kernels} == {(op, bs) for op in ops for bs in (1, 2)}
     assert {(r.what, r.shape["bs"]) for r in floors} == {(r.what, r.shape["bs"]) for r in kernels}
     assert all(r.bytes and r.bytes > 0 and r.median_us > 0 and r.n >= 5 for r in res)  # bytes on every record
     assert all(r.flops and r.impl == "reference" for r in kernels) and all(r.impl == "copy" for r in floors)
-    # a floor copies the live rows' state: gdn and linear attention keep the same state, conv's is bf16 and small
+    # a floor copies (read + write) the live rows' float32 state: gdn and linear attention keep the same one
+    from kernels.testing import SHAPES
+
     by = {(r.what, r.shape["bs"]): r.bytes for r in floors}
-    p = tiny_kernels.PRESETS["small"]
-    assert by[("gdn_recurrent", 2)] == 2 * 2 * p["HV"] * p["K"] * p["V"] * 4 == by[("linear_attn_recurrent", 2)]
-    assert by[("causal_conv1d_update", 1)] == 2 * p["dim"] * 3 * 2
-    ratios = compare(kernels, floors)
+    p = SHAPES["small"]
+    gdn = by[("gated_delta_rule.recurrent", 2)]
+    assert gdn == 2 * 2 * p["HV"] * p["K"] * p["V"] * 4 == by[("linear_attn.recurrent", 2)]
+    assert by[("causal_conv1d.update", 1)] == 2 * p["dim"] * (p["width"] - 1) * 4
+    ratios = ratio(kernels, floors)
     assert ratios.fields == ("what", "device", "shape") and len(ratios) == len(kernels)
     assert all(r > 0 for r in ratios.values())
     ceil = data["meta"]["ceilings"]
@@ -172,17 +177,24 @@ def test_bench_kernels_writes_results_with_bytes_floors_and_ceilings(tmp_path, c
 
 
 def test_bench_kernels_reports_a_broken_op_and_keeps_the_others(tmp_path, capsys, monkeypatch, tiny_kernels):
-    def broken(bs, p, device, impl):
-        raise RuntimeError("no such kernel")
+    from workbench.sweeps import kernels as kernel_sweep
+
+    real = kernel_sweep.make_case
+
+    def make_case(op, *args, **kwargs):
+        if op == "gated_delta_rule.recurrent":
+            raise RuntimeError("no such kernel")
+        return real(op, *args, **kwargs)
 
     monkeypatch.setattr(tiny_kernels, "QUICK_BATCHES", (1,))
-    monkeypatch.setattr(tiny_kernels, "CASES", {"broken_op": broken, "causal_conv1d_update": tiny_kernels._conv})
+    monkeypatch.setattr(kernel_sweep, "DECODE_OPS", ("gated_delta_rule.recurrent", "causal_conv1d.update"))
+    monkeypatch.setattr(kernel_sweep, "make_case", make_case)
     path = tmp_path / "k_cpu.json"
     assert main(["bench", "kernels", "--quick", "--device", "cpu", "--json", str(path)]) == 1
     res = Results.load(path)
-    assert res.meta["errors"] == {"broken_op": "RuntimeError: no such kernel"}
-    assert {r.what for r in res} == {"causal_conv1d_update"} and len(res) == 2
-    assert "bench kernels: failed: broken_op" in capsys.readouterr().err
+    assert res.meta["errors"] == {"gated_delta_rule.recurrent": "RuntimeError: no such kernel"}
+    assert {r.what for r in res} == {"causal_conv1d.update"} and len(res) == 2
+    assert "bench kernels: failed: gated_delta_rule.recurrent" in capsys.readouterr().err
 
 
 def test_bench_kernels_on_cuda_times_the_triton_kernels(tmp_path, tiny_kernels):

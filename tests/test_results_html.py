@@ -8,9 +8,8 @@ import torch
 
 from workbench import Batch, MetadataBuffers, StatePool, build_metadata, get_profile, html
 from workbench.layers import GatedDeltaNetLayer, GDNConfig
-from workbench.measure.compare import Comparison
 from workbench.measure.integrity import IntegrityReport, check
-from workbench.runner import GraphRunner, StepResult
+from workbench.runner import Comparison, GraphRunner, StepResult
 from workbench.viz import palette
 
 
@@ -214,6 +213,43 @@ def test_html_colours_are_the_palette_colours():
     assert html.PAD == palette.LIGHT_GREY
     assert html.FAIL == palette.VERMILLION
     assert html.OK == palette.GREEN
+    assert html.WARN == palette.ORANGE
+
+
+def test_table_caption_cell_kinds_and_left_columns():
+    text = html.table(
+        ["case", "state"],
+        [["a<b", html.Cell("broken", "fail")], ["c", html.Cell("clean", "ok")], ["d", "plain"]],
+        row_kinds=["live", "live", "warn"],
+        caption="zoo <1>",
+        left=["case"],
+    )
+    parsed = _Rows(text)
+    assert parsed.tags[:2] == ["table", "caption"] and "zoo &lt;1&gt;" in text
+    assert [r[2] for r in _body(parsed)] == [["a<b", "broken"], ["c", "clean"], ["d", "plain"]]
+    assert "wb-fail" in parsed.classes and "wb-ok" in parsed.classes  # the two verdict cells
+    assert f"color:{html.FAIL};font-weight:bold" in text and f"border-left:4px solid {html.WARN}" in text
+    assert text.count('#ddd;text-align:left"') == 4  # the case column: its header and its three cells
+    with pytest.raises(ValueError, match="Cell.kind: 'red'"):
+        html.Cell("x", "red")
+    with pytest.raises(ValueError, match=r"left: \['nope'\] are not columns"):
+        html.table(["a"], [[1]], left=["nope"])
+    with pytest.raises(ValueError, match="a row of 2 cells under 1 columns"):
+        html.table(["a"], [[1, 2]])
+
+
+def test_the_explorer_shows_the_records_own_table_and_what_the_kernel_does_with_padding():
+    from workbench.widgets.html import metadata_html, records_html
+
+    for profile, fate in (("sglang-ascend", "processed on the dummy slot"), ("sglang", "skipped by the kernel")):
+        pool = StatePool(16, profile)
+        meta = build_metadata(Batch.decode(pool.alloc(3), [4, 5, 6]), pool, bucket="auto")  # bucket 4: row 3 padded
+        shown = metadata_html(meta)
+        assert shown.startswith(meta._repr_html_())  # one rendering, the record's own
+        assert f"padded row 3: {fate}" in shown
+    assert "(no rows)" in records_html([])
+    rows = _body(_Rows(records_html([{"a": 1, "b": "<x>"}, {"a": 2}], row_kinds=["live", "fail"])))
+    assert rows == [("wb-live", "", ["1", "<x>"]), ("wb-fail", rows[1][1], ["2", ""])]
 
 
 NOTEBOOK_CELLS = [

@@ -244,3 +244,45 @@ def test_triton_kernels_capture_and_replay_in_the_interpreter():
     rows = runner.pool.alloc(2)
     cmp = runner.compare(Batch.decode(rows, [4, 5]), torch.randn(2, layer.config.hidden_size))
     assert cmp.ok, (cmp.bitwise_equal, str(cmp.integrity))
+
+
+def test_runner_shows_layer_profile_backend_buckets_and_what_is_captured():
+    from html.parser import HTMLParser
+
+    runner = make_runner("vllm", modes=["decode"])
+    before = repr(runner)
+    assert before == (
+        "GraphRunner(GatedDeltaNetLayer, profile='vllm', backend='cpu', buckets decode [1, 2, 4, 8], captured 0/4)"
+    )
+    runner.capture(progress=False)
+    assert repr(runner).endswith("captured 4/4)")
+
+    class Rows(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rows: list[tuple[str, list[str]]] = []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "tr":
+                self.rows.append((dict(attrs).get("class", ""), []))
+
+        def handle_data(self, data):
+            if self.rows and data.strip():
+                self.rows[-1][1].append(data.strip())
+
+    page = runner._repr_html_()
+    scan = Rows()
+    scan.feed(page)
+    assert "GraphRunner" in page and "vllm" in page and "GatedDeltaNetLayer" in page
+    assert scan.rows[1:] == [("wb-ok", ["decode", "[1, 2, 4, 8]", "4/4"])]  # header row, then one per mode
+
+
+def test_compare_replay_takes_the_runner_itself():
+    """``GraphRunner.compare`` is ``workbench.runner.compare_replay`` on the runner (no protocol between)."""
+    from workbench.runner import compare_replay
+
+    runner = make_runner("sglang", modes=["decode"])
+    runner.capture(progress=False)
+    rows = runner.pool.alloc(3)
+    cmp = compare_replay(runner, Batch.decode(rows, [3, 4, 5]), torch.randn(3, runner.layer.config.hidden_size))
+    assert cmp.ok and cmp.bucket == 4 and cmp.raw_batch_size == 3

@@ -1,18 +1,26 @@
-"""measure.timing and measure.ceilings: one timer per device, one record schema, compare, ceilings."""
+"""measure.timing and measure.ceilings: one timer per device, one record schema, ratio, ceilings."""
 
+import contextlib
+import itertools
 import json
 import math
+import statistics
 import time
+import types
+from collections.abc import Iterator
 
 import pytest
 import torch
 
 from workbench.measure.ceilings import Ceilings, measure_ceilings
 from workbench.measure.timing import (
+    GraphCaptureError,
     Results,
     TimingError,
     TimingRecord,
-    compare,
+    json_safe,
+    l2_cache_bytes,
+    ratio,
     resolve_device,
     time_fn,
 )
@@ -25,12 +33,23 @@ def _rec(median: float, **kw) -> TimingRecord:
     return TimingRecord(**base)
 
 
-def test_cpu_timer_measures_a_sleep_of_known_length():
-    rec = time_fn(lambda: time.sleep(0.005), what="sleep", device="cpu", min_run_time=0.1)
-    # sleep never returns early; a loaded machine may overshoot, but not by 3 ms on the median
-    assert 5000 <= rec.median_us < 8000, rec
-    assert rec.n >= 5 and rec.iqr_us >= 0 and rec.device == "cpu"
-    assert rec.measurement is not None and math.isclose(rec.measurement.median * 1e6, rec.median_us)
+def test_cpu_timer_records_what_it_measured_of_a_sleep():
+    calls = []
+
+    def nap():
+        calls.append(None)
+        time.sleep(0.005)
+
+    rec = time_fn(nap, what="sleep", device="cpu", warmup=2, min_run_time=0.1)
+    m = rec.measurement
+    assert m is not None and rec.n == len(m.times) >= 5 and rec.device == "cpu"
+    # every timed call ran (and the warm-up before them): the record counts no call that did not happen
+    assert len(calls) >= 2 + rec.n * m.number_per_run
+    # per-call times; sleep never returns early, so each is at least 5 ms (a busy machine only adds to it)
+    assert min(m.times) >= 0.005, m.times
+    # the record is the measurement's median and IQR, in us, and the median lies among the times
+    assert math.isclose(m.median * 1e6, rec.median_us) and math.isclose(m.iqr * 1e6, rec.iqr_us)
+    assert min(m.times) <= m.median <= max(m.times) and rec.iqr_us >= 0
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -74,15 +93,15 @@ def test_save_never_creates_folders(tmp_path):
 
 def test_compare_with_itself_is_one_and_pairs_by_key():
     a = Results([_rec(10.0, shape={"bs": b}) for b in (1, 2, 4)])
-    assert compare(a[0], a[0]) == 1.0
-    assert compare(a, a).values() == [1.0, 1.0, 1.0]
+    assert ratio(a[0], a[0]) == 1.0
+    assert ratio(a, a).values() == [1.0, 1.0, 1.0]
     # two impls: pairs by shape and mode, ratio a/b
     fast = Results([_rec(5.0, shape={"bs": b}, impl="triton") for b in (1, 2, 4)])
-    r = compare(a, fast)
+    r = ratio(a, fast)
     assert r.fields == ("what", "device", "shape", "mode") and r.values() == [2.0, 2.0, 2.0]
     # eager vs replay of one run
     run = Results([_rec(9.0, shape={"bs": 1}), _rec(3.0, shape={"bs": 1}, mode="replay"), _rec(8.0, shape={"bs": 2})])
-    sp = compare(run.filter(mode="eager"), run.filter(mode="replay"))
+    sp = ratio(run.filter(mode="eager"), run.filter(mode="replay"))
     assert [(k["shape"], v) for k, v in sp.rows] == [({"bs": 1}, 3.0)]  # bs=2 has no replay: not paired
     assert "3.000" in sp._repr_html_()
 
@@ -98,8 +117,12 @@ def test_to_frame_has_one_row_per_record_with_shape_columns():
 def test_repr_and_html_show_the_numbers():
     rec = _rec(1500.0, iqr_us=900.0)
     assert "op [bs=4] reference/eager on cpu: 1.50 ms median" in repr(rec)
-    page = Results([rec], {"benchmark": "demo"})._repr_html_()
-    assert "<table" in page and "1.50 ms" in page and "background:#fde9d9" in page  # noisy IQR shaded
+    quiet = _rec(1500.0, iqr_us=100.0, what="quiet <op>")
+    page = Results([rec, quiet], {"benchmark": "demo"})._repr_html_()
+    assert "<table" in page and "1.50 ms" in page and ">demo: 2 records" in page
+    # the noisy IQR (over a quarter of the median) is shaded as a warning, the quiet one not; values escaped
+    assert page.count('<tr class="wb-warn"') == 1 and page.count('<tr class="wb-live"') == 1
+    assert "quiet &lt;op&gt;" in page and "<op>" not in page
 
 
 def test_bad_inputs_get_a_line():
@@ -128,6 +151,8 @@ def test_ceilings_and_fractions():
     rec = _rec(1.0, bytes=1000, flops=250_000)  # 1 GB/s and 0.25 TFLOP/s
     assert known.fraction_of_copy(rec) == pytest.approx(0.5) and known.fraction_of_matmul(rec) == pytest.approx(0.5)
     assert known.fraction_of_copy(_rec(1.0, bytes=None)) is None
+    page = known._repr_html_()
+    assert ">2.0</td>" in page and ">0.500</td>" in page and 'class="wb-table"' in page  # through workbench.html
 
 
 def test_cuda_timer_uses_events():
@@ -151,35 +176,38 @@ def test_npu_timer_uses_npu_events():
 def test_kernel_sweep_records_the_cost_functions_bytes_and_flops():
     from kernels.causal_conv1d.cost import update_cost
     from kernels.gated_delta_rule.cost import recurrent_cost
-    from workbench.bench import kernels as kernel_sweep
+    from kernels.testing import SHAPES
+    from workbench.sweeps import kernels as kernel_sweep
 
-    res = kernel_sweep.sweep(
-        [2], ops=["gdn_recurrent", "causal_conv1d_update"], preset="small", min_run_time=0.01, progress=False, threads=1
-    )
-    assert not res.meta["errors"] and [r.what for r in res] == ["gdn_recurrent", "causal_conv1d_update"]
-    p = kernel_sweep.PRESETS["small"]
-    gdn = recurrent_cost(2, 2, p["H"], p["HV"], p["K"], p["V"], torch.bfloat16, use_qk_l2norm=True)
-    conv = update_cost(2, 1, p["dim"], 4, torch.bfloat16, has_bias=False)
-    assert (res[0].bytes, res[0].flops) == (gdn.bytes, gdn.flops) and (res[1].bytes, res[1].flops) == (
-        conv.bytes,
-        conv.flops,
-    )
+    ops = ["gated_delta_rule.recurrent", "causal_conv1d.update", "gated_delta_rule.recurrent[verify]"]
+    res = kernel_sweep.sweep([2], ops=ops, preset="small", min_run_time=0.01, progress=False, threads=1)
+    assert not res.meta["errors"] and [r.what for r in res] == ops  # records named by kernels.testing.OPS
+    assert res.meta["variants"] == dict(zip(ops, ["decode", "decode", "verify"], strict=True))
+    p, bf16 = SHAPES["small"], torch.bfloat16
+    gdn = recurrent_cost(2, 2, p["H"], p["HV"], p["K"], p["V"], bf16, use_qk_l2norm=True)
+    conv = update_cost(2, 1, p["dim"], p["width"], bf16, state_dtype=torch.float32)
+    assert (res[0].bytes, res[0].flops) == (gdn.bytes, gdn.flops)
+    assert (res[1].bytes, res[1].flops) == (conv.bytes, conv.flops)
     assert all(r.impl == "reference" and r.mode == "kernel" and r.threads == 1 for r in res)  # "auto" on the CPU
     with pytest.raises(ValueError, match="ops: unknown \\['nope'\\]"):
         kernel_sweep.sweep([1], ops=["nope"])
+    with pytest.raises(ValueError, match="ops: 'causal_conv1d.update\\[extend\\]': causal_conv1d.update has variants"):
+        kernel_sweep.sweep([1], ops=["causal_conv1d.update[extend]"])
+    with pytest.raises(ValueError, match="preset: expected one of \\['small', 'quarter', 'engine'\\], got 'bench'"):
+        kernel_sweep.sweep([1], preset="bench")
 
 
 @pytest.mark.parametrize(
     "kwargs, message",
     [
         ({"layer": "rwkv"}, "layer: expected one of \\['gdn', 'mamba2'\\], got 'rwkv'"),
-        ({"preset": "huge"}, "preset: expected one of \\['small', 'bench', 'engine'\\], got 'huge'"),
+        ({"preset": "huge"}, "preset: expected one of \\['small', 'quarter', 'engine'\\], got 'huge'"),
         ({"modes": ("eager", "graph")}, "modes: expected one of \\['eager', 'replay'\\], got 'graph'"),
         ({"batch_sizes": [0, 2]}, "batch_sizes: expected ints >= 1, got \\[0, 2\\]"),
     ],
 )
 def test_replay_sweep_refuses_bad_arguments(kwargs, message):
-    from workbench.bench.replay import sweep
+    from workbench.sweeps.replay import sweep
 
     args = {"batch_sizes": [1], **kwargs}
     with pytest.raises(ValueError, match=message):
@@ -187,7 +215,7 @@ def test_replay_sweep_refuses_bad_arguments(kwargs, message):
 
 
 def test_replay_sweep_mamba2_eager_only():
-    from workbench.bench.replay import sweep
+    from workbench.sweeps.replay import sweep
 
     res = sweep([1, 3], layer="mamba2", modes=("eager",), min_run_time=0.01, progress=False, threads=1)
     assert [(r.what, r.shape["bs"], r.mode) for r in res] == [
@@ -195,3 +223,179 @@ def test_replay_sweep_mamba2_eager_only():
         ("mamba2_decode_step", 3, "eager"),
     ]
     assert res.meta["config"]["hidden_size"] == 32 and res.meta["environment"]["torch"] == torch.__version__
+
+
+# -- graph_calls and flush_l2: refused where they cannot mean anything, arithmetic on a stubbed device -------
+def test_graph_calls_are_refused_off_cuda_with_a_line():
+    with pytest.raises(TimingError, match=r"graph_calls: CUDA graphs \(torch.cuda.CUDAGraph\) need a CUDA device, "
+                                          r"got device 'cpu'; time without graph_calls here"):  # fmt: skip
+        time_fn(lambda: None, what="x", device="cpu", graph_calls=4)
+    with pytest.raises(TimingError, match="graph_calls: .* got device 'npu:0'"):
+        time_fn(lambda: None, what="x", device="npu:0", graph_calls=4)  # refused before any NPU is looked for
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(TimingError, match=f"graph_calls: expected an int >= 1 or None, got {bad!r}"):
+            time_fn(lambda: None, what="x", graph_calls=bad)  # type: ignore[arg-type]
+    with pytest.raises(TimingError, match="flush_l2: with graph_calls=4 only the first call of each replay"):
+        time_fn(lambda: None, what="x", device="cuda", graph_calls=4, flush_l2=True)  # on any machine
+
+
+def test_l2_flush_is_not_done_on_the_cpu_and_the_record_says_so():
+    calls = []
+    rec = time_fn(lambda: calls.append(1), what="x", flush_l2=True, min_run_time=0.01)
+    assert rec.l2 == "not flushed (cpu)" and rec.graph_calls is None and calls  # timed, and said unflushed
+    assert time_fn(lambda: None, what="x", min_run_time=0.01).l2 == "warm"
+    assert l2_cache_bytes("cpu") is None
+    with pytest.raises(TimingError, match="flush_l2: expected True or False, got 1"):
+        time_fn(lambda: None, what="x", flush_l2=1)  # type: ignore[arg-type]
+
+
+class _FakeCuda:
+    """torch.cuda's event, stream and graph surface over a fake device clock (us), for the timer's arithmetic:
+    a kernel advances the clock by its duration, an event reads it, a replay runs the captured kernels plus
+    a per-replay launch gap from ``gaps`` (cycled). Nothing here claims anything about a real GPU."""
+
+    def __init__(self, gaps: list[float]) -> None:
+        self.clock, self.gaps, self.replays = 0.0, itertools.cycle(gaps), []
+        self.capturing: list[float] | None = None
+        self.on_side, self.side_kernels, self.graphs = False, 0, []
+
+    def kernel(self, us: float) -> None:
+        if self.capturing is not None:
+            self.capturing.append(us)
+            return
+        self.side_kernels += self.on_side
+        self.clock += us
+
+    # -- the torch.cuda names the timer calls
+    def is_available(self) -> bool:
+        return True
+
+    def device(self, dev: torch.device) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def synchronize(self) -> None:
+        pass
+
+    def Stream(self) -> types.SimpleNamespace:  # noqa: N802 (torch's name)
+        return types.SimpleNamespace(wait_stream=lambda other: None)
+
+    def current_stream(self) -> types.SimpleNamespace:
+        return self.Stream()
+
+    @contextlib.contextmanager
+    def stream(self, s: object) -> Iterator[None]:
+        self.on_side = True
+        yield
+        self.on_side = False
+
+    def CUDAGraph(self) -> types.SimpleNamespace:  # noqa: N802
+        g = types.SimpleNamespace(kernels=[])
+
+        def replay() -> None:
+            took = next(self.gaps) + sum(g.kernels)
+            self.replays.append(took)
+            self.clock += took
+
+        g.replay = replay
+        self.graphs.append(g)
+        return g
+
+    @contextlib.contextmanager
+    def graph(self, g: types.SimpleNamespace) -> Iterator[None]:
+        self.capturing = g.kernels
+        yield
+        self.capturing = None
+
+    def Event(self, enable_timing: bool = False) -> types.SimpleNamespace:  # noqa: N802
+        ev = types.SimpleNamespace(t=None)
+        ev.record = lambda: setattr(ev, "t", self.clock)
+        ev.elapsed_time = lambda end: (end.t - ev.t) / 1e3  # ms, as torch.cuda.Event.elapsed_time
+        return ev
+
+
+def test_graph_calls_time_one_replay_of_n_captured_calls_per_repetition(monkeypatch):
+    import workbench.measure.timing as timing
+
+    fake = _FakeCuda(gaps=[0.0, 4.0, 8.0, 12.0])
+    monkeypatch.setattr(timing, "_accelerator", lambda kind, device: fake)
+    rec = time_fn(lambda: fake.kernel(5.0), what="k", device="cuda", graph_calls=4, min_run_time=1e-9)
+    assert len(fake.graphs) == 1 and fake.graphs[0].kernels == [5.0] * 4  # four calls captured, once
+    assert fake.side_kernels >= 1  # warmed up on a side stream before capture
+    timed = fake.replays[-rec.n :]  # the repetitions: one replay each, four calls of 5 us plus its gap
+    assert rec.n == 10 and rec.measurement == [t / 4 for t in timed] and set(rec.measurement) <= {5, 6, 7, 8}
+    assert rec.median_us == statistics.median(rec.measurement)
+    q = statistics.quantiles(rec.measurement, n=4, method="inclusive")
+    assert rec.iqr_us == q[2] - q[0] and rec.graph_calls == 4 and rec.l2 == "warm" and rec.device == "cuda"
+    # without graph_calls: events around each call (host gaps not modelled): the kernel's own 5 us
+    plain = time_fn(lambda: fake.kernel(5.0), what="k", device="cuda", min_run_time=1e-9)
+    assert plain.median_us == 5.0 and plain.iqr_us == 0.0 and plain.graph_calls is None
+
+
+def test_l2_flush_runs_before_every_repetition_outside_the_timed_span(monkeypatch):
+    import workbench.measure.timing as timing
+
+    fake, flushes = _FakeCuda(gaps=[2.0]), []
+
+    def flusher(device):
+        return lambda: (flushes.append(1), fake.kernel(1000.0))  # a slow flush on the same clock
+
+    monkeypatch.setattr(timing, "_accelerator", lambda kind, device: fake)
+    monkeypatch.setattr(timing, "_l2_flush", flusher)
+    rec = time_fn(lambda: fake.kernel(5.0), what="k", device="cuda", graph_calls=1, flush_l2=True, min_run_time=1e-9)
+    # one flush before each timed repetition, and one in the pass that sizes them
+    assert rec.l2 == "flushed" and len(flushes) == rec.n + 1
+    assert rec.median_us == 7.0 and rec.iqr_us == 0.0  # the call and its replay gap; the flush is not in it
+
+
+def test_graph_capture_refusal_names_its_cause(monkeypatch):
+    import workbench.measure.timing as timing
+
+    fake = _FakeCuda(gaps=[0.0])
+
+    def host_sync() -> None:
+        if fake.capturing is not None:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore")
+
+    monkeypatch.setattr(timing, "_accelerator", lambda kind, device: fake)
+    with pytest.raises(GraphCaptureError, match=r"graph_calls: capture refused \(RuntimeError: CUDA error: "
+                                                r"operation not permitted when stream is capturing\)$"):  # fmt: skip
+        time_fn(host_sync, what="k", device="cuda", graph_calls=2, min_run_time=1e-9)
+
+
+def test_new_record_fields_round_trip_and_old_files_load(tmp_path):
+    rec = _rec(5.0, l2="flushed", graph_calls=10, extra={"check": {"ok": True}, "n_regs": None})
+    back = Results.load(Results([rec]).save(tmp_path / "r.json"))[0]
+    assert back == rec and back.extra == {"check": {"ok": True}, "n_regs": None} and back.graph_calls == 10
+    old = {k: v for k, v in rec.to_dict().items() if k not in ("l2", "graph_calls", "extra")}
+    assert TimingRecord.from_dict(old).l2 == "warm" and TimingRecord.from_dict(old).extra == {}
+    assert "graph x10, L2 flushed" in repr(rec)
+    with pytest.raises(TimingError, match="extra must be a dict, got list"):
+        TimingRecord.from_dict({**rec.to_dict(), "extra": []})
+    with pytest.raises(TimingError, match=r"results: not strict JSON \(Out of range float .*\); pass meta and extra"):
+        Results([_rec(1.0, extra={"err": float("inf")})]).save(tmp_path / "bad.json")
+    ok = Results([_rec(1.0, extra=json_safe({"err": float("inf"), "slots": (1, 2)}))]).save(tmp_path / "ok.json")
+    assert Results.load(ok)[0].extra == {"err": "inf", "slots": [1, 2]}
+
+
+def test_compare_pairs_warm_with_warm_and_adds_no_l2_column_otherwise():
+    warm = [_rec(10.0, shape={"bs": b}) for b in (1, 2)]
+    cold = [_rec(30.0, shape={"bs": b}, l2="flushed") for b in (1, 2)]
+    floors = [_rec(5.0, shape={"bs": b}, mode="floor", l2=l2) for b in (1, 2) for l2 in ("warm", "flushed")]
+    r = ratio(Results(warm + cold), Results(floors))
+    assert r.fields == ("what", "device", "shape", "impl", "l2") and sorted(r.values()) == [2.0, 2.0, 6.0, 6.0]
+    assert ratio(Results(warm), Results(floors[::2])).fields == ("what", "device", "shape", "impl")
+    assert ratio(Results(cold), Results(warm)).fields == ("what", "device", "shape", "impl", "mode")
+
+
+def test_cuda_graph_calls_and_l2_flush_on_a_real_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here: graph replay and the L2 flush run where one is lent")
+    x = torch.randn(1 << 20, device="cuda")
+    warm = time_fn(lambda: x.mul_(1.0), what="mul", device="cuda", graph_calls=10, min_run_time=0.05)
+    cold = time_fn(lambda: x.mul_(1.0), what="mul", device="cuda", graph_calls=1, flush_l2=True, min_run_time=0.05)
+    assert (warm.graph_calls, warm.l2, cold.graph_calls, cold.l2) == (10, "warm", 1, "flushed")
+    assert warm.median_us > 0 and cold.median_us > 0 and (l2_cache_bytes("cuda") or 0) > 0
+    with pytest.raises(GraphCaptureError, match="graph_calls: capture refused"):
+        time_fn(lambda: x.sum().item(), what="sync", device="cuda", graph_calls=2, min_run_time=0.05)
+    after = time_fn(lambda: x.mul_(1.0), what="mul", device="cuda", min_run_time=0.05)  # the device still works
+    assert after.median_us > 0

@@ -33,6 +33,30 @@ def test_padded_batch_figure_shows_live_and_padded_rows():
     assert list(pad.text) == ["slot -1"] and list(bars[("pad rows", "x2")].text) == ["slot [0, 0, 0]"]
 
 
+def test_padded_batch_takes_one_metadata_or_a_list():
+    meta, _ = _decode("sglang")
+    one, listed = padded_batch(meta), padded_batch([meta])
+    assert [t.name for t in one.data] == ["live rows", "pad rows"] and len(one.layout.annotations) == 1
+    assert one.to_plotly_json() == listed.to_plotly_json()
+
+
+def test_layout_helpers_are_what_the_figures_apply():
+    """The widgets update figures in place with these; the figures themselves are laid out by them."""
+    metas = [_decode(p)[0] for p in ("sglang", "sglang", "vllm")]
+    assert vm.unique_labels(metas) == ["sglang decode 5->8", "sglang decode 5->8 (2)", "vllm decode 5->8"]
+    layout = vm.padding_map_layout(metas)
+    fig = padding_map(metas)
+    assert fig.layout.height == layout["height"] == 140 + 60 * 3
+    assert list(fig.layout.xaxis.range) == layout["xaxis_range"] == [-0.6, 7.6]
+    assert list(fig.layout.yaxis.categoryarray) == layout["yaxis_categoryarray"] == vm.unique_labels(metas)[::-1]
+    assert vm.padding_cells([0, 3]) == {"x": [1, 1], "base": [-0.5, 2.5]}
+    meta, pool = _decode("sglang")
+    sl = vm.slot_map_layout(meta, pool)
+    smap = slot_map(meta, pool)
+    assert smap.layout.title.text == sl["title_text"] and smap.layout.height == sl["height"]
+    assert list(smap.layout.xaxis2.tickvals) == sl["xaxis2_tickvals"] and sl["xaxis2_ticktext"][0] == "sentinel"
+
+
 def test_padding_map_puts_each_profiles_padded_rows_in_the_trace_the_legend_names():
     metas = [_decode(p)[0] for p in ("sglang", "sglang-ascend", "vllm")]
     fig = padding_map(metas)

@@ -28,7 +28,7 @@ def test_explorer_slider_updates_the_same_figure_in_place():
     skipped = _cells(fig, vm.PAD_SKIPPED)
     assert {y for y, _ in skipped} == {"sglang decode 9->12", "vllm decode 9->16"}  # vLLM: its own bucket list
     assert list(e.qsl_fig.data[0].y) == list(e.model.state.metas[0].query_start_loc.tolist())
-    assert "raw_bs=9" in e.table.value and "processed" in e.table.value
+    assert "<b>raw_bs</b>=9" in e.table.value and "padded rows 9-11: processed on the dummy slot" in e.table.value
 
 
 def test_explorer_bad_typed_list_shows_beside_its_control_and_keeps_the_figure():
@@ -116,6 +116,17 @@ def test_playground_runs_and_fills_one_heatmap_per_convention():
     k.use_kernel(broken)
     k.run_button.click()
     assert "data-ok='false'" in k.result.value and "off the float64 reference" in k.result.value
+
+    k.use_kernel(None)
+    k.op.value = "causal_conv1d.varlen"  # the variant follows the op (kernels.testing.OPS)
+    assert list(k.variant.options) == ["extend"] and k.variant.value == "extend"
+    k.preset.value = "quarter"
+    assert k.shape_controls["dim"].value == 2048
+    k.preset.value = "small"
+    k.shape_controls["dim"].value = 8
+    k.run_button.click()
+    assert "data-ok='true'" in k.result.value and k.model.shapes["dim"] == 8
+    assert [t.y[-1] for t in k.figure.data] == ["padding tokens"] * 3 and len(k.figure.data[0].x) == 8
 
 
 def test_bench_widgets_quick_writes_json(tmp_path, capsys):

@@ -1,14 +1,11 @@
 """The widgets' models (plain Python): metadata, errors by control, capture/replay, kernel checks."""
 
-from functools import partial
-
 import pytest
 import torch
 
-import kernels.gated_delta_rule as gdn
 from workbench.widgets.explorer_model import ExplorerModel, control_of, parse_int_list
 from workbench.widgets.lab_model import LabModel
-from workbench.widgets.playground_model import Shapes, check_kernel
+from workbench.widgets.playground_model import PlaygroundModel
 
 
 def test_models_do_not_import_ipywidgets():
@@ -153,57 +150,35 @@ def test_lab_errors_in_words():
         assert not m.capture() and "cuda" in m.error
 
 
-# -- kernel playground ------------------------------------------------------------------------------
-def test_check_kernel_passes_a_correct_kernel_under_every_convention():
-    res = check_kernel(partial(gdn.recurrent, impl="reference"), shapes=Shapes(rows=3, padded=2, tokens=2))
-    assert res.ok, res.summary()
-    assert [c.convention for c in res.conventions] == ["sglang", "vllm", "sglang-ascend"]
-    c = res.conventions[0]
-    assert len(c.err) == 3 + 2 + 1 and len(c.err[0]) == 4  # rows, padded rows, padding tokens x value heads
-    assert res.capture is not None and res.capture.ok and res.capture.num_ops == 1
+# -- kernel playground (the harness itself: tests/test_kernelcheck.py) ----------------------------------
+def test_playground_model_offers_every_op_and_variant_of_the_one_registry():
+    from kernels.testing import OPS, SHAPES
+
+    m = PlaygroundModel(op="causal_conv1d.update", variant="verify", impl="reference")
+    assert m.ops() == list(OPS) and m.presets() == list(SHAPES)
+    assert m.variants("gated_delta_rule.recurrent") == ["decode", "gating", "verify", "extend"]
+    res = m.run()
+    assert res is not None and res.ok and m.error is None, m.error
+    assert (res.op, res.variant) == ("causal_conv1d.update", "verify")
+    assert res.candidate == 'causal_conv1d.update (impl="reference")'
+    assert [c.name for c in res.conventions] == ["sglang", "sglang-ascend", "vllm"] and res.capture is not None
 
 
-def test_check_kernel_catches_unwritten_outputs_and_stray_writes():
-    def leaves_a_token(**kw):
-        out = kw.pop("out")
-        full = gdn.recurrent(**kw, impl="reference")
-        out[1:] = full[1:]  # token 0 never written: stays NaN
-        return out
+def test_playground_model_checks_a_user_kernel_and_says_what_is_wrong_in_words():
+    def zeros(**kw):
+        kw["out"].zero_()
 
-    res = check_kernel(leaves_a_token, capture=False)
-    assert not res.ok and all(c.unwritten > 0 for c in res.conventions)
-
-    def writes_a_foreign_slot(**kw):
-        out = gdn.recurrent(**kw, impl="reference")
-        kw["state"][-1] += 1.0  # slot 11: foreign, or off the reference if a live row drew it
-        return out
-
-    res = check_kernel(writes_a_foreign_slot, shapes=Shapes(rows=2, num_slots=12), capture=False)
-    assert all(c.foreign_changed == [11] or 11 in [*c.bad_state_slots] for c in res.conventions)
-    assert not res.ok
-
-
-def test_check_kernel_catches_a_kernel_that_ignores_the_padding_guard():
-    import kernels.mamba2 as m2
-
-    def no_guard(**kw):
-        kw["pad_slot_id"] = None  # processes padded rows: vLLM's null slot 0 gets written
-        return m2.selective_state_update(**kw, impl="reference")
-
-    res = check_kernel(no_guard, "mamba2.selective_state_update", capture=False)
-    by = {c.convention: c for c in res.conventions}
-    assert by["vllm"].foreign_changed == [0] and by["vllm"].padded_nonzero
-    assert by["sglang"].error is not None  # -1 is out of the pool once nothing is skipped
-    assert by["sglang-ascend"].ok  # Ascend processes padded rows on purpose
-
-
-def test_check_kernel_reports_a_capture_that_syncs():
-    def syncs(**kw):
-        int(kw["cu_seqlens"][-1])  # a host read: a device graph cannot hold it
-        return gdn.recurrent(**kw, impl="reference")
-
-    res = check_kernel(syncs, conventions=("sglang",))
-    assert res.conventions[0].ok and not res.capture.ok and "capture refused" in res.capture.detail
+    m = PlaygroundModel(op="linear_attn.recurrent", variant="extend", shapes={"K": 8}, rows=2, padded=1)
+    m.use_kernel(zeros)
+    res = m.run()
+    assert res is not None and not res.ok and res.candidate.endswith("zeros") and res.shapes == "small, K=8"
+    assert "out off the float64 reference" in res["vllm"].summary()
+    m.use_kernel(None)
+    m.variant = "verify"  # linear attention has no verify variant
+    assert m.run() is None and m.error is not None
+    assert m.error.startswith("variant: linear_attn.recurrent has no variant 'verify'; choose one of")
+    m.variant, m.impl = None, "cuda"
+    assert m.run() is None and m.error is not None and m.error.startswith("impl: unknown implementation 'cuda'")
 
 
 # -- timing dashboard and bug zoo ---------------------------------------------------------------------

@@ -5,6 +5,7 @@ import inspect
 import json
 import math
 import textwrap
+from html.parser import HTMLParser
 
 import pytest
 
@@ -77,12 +78,52 @@ def test_unfixed_breaks_and_fixed_is_clean(runs, name):
         assert name in repr(r) and r.issue in repr(r)
 
 
+class _Shown(HTMLParser):
+    """A rendered result: the verdict badge (class, text) and the evidence table's cells (class, text)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.badges: list[tuple[str, str]] = []
+        self.rows: list[list[tuple[str, str]]] = []
+        self._open: tuple[str, list[str]] | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        cls = dict(attrs).get("class") or ""
+        if tag == "tr":
+            self.rows.append([])
+        if tag in ("td", "span"):
+            self._open = (tag, [cls])
+
+    def handle_data(self, data):
+        if self._open is not None:
+            self._open[1].append(data)
+
+    def handle_endtag(self, tag):
+        if self._open is not None and tag == self._open[0]:
+            cls, *text = self._open[1]
+            (self.rows[-1] if tag == "td" else self.badges).append((cls, "".join(text)))
+            self._open = None
+
+
 def test_html_shows_broken_in_red_and_clean_in_green(runs):
     broken, fixed = runs["stale_rows"]
-    red, green = "#D55E00", "#009E73"
-    assert f"color:{red}'>broken" in broken._repr_html_()
-    assert f"color:{green}'>clean" in fixed._repr_html_()
-    assert "&lt;" not in fixed._repr_html_() or "<table>" in fixed._repr_html_()
+    for res, verdict in ((broken, ("wb-fail", "broken")), (fixed, ("wb-ok", "clean"))):
+        shown = _Shown(res._repr_html_())
+        assert shown.badges[0] == verdict
+        rows = [r for r in shown.rows if r]  # the header row has no td
+        assert len(rows) == len(res.evidence)
+        for (kind, state, what), e in zip(rows, res.evidence, strict=True):
+            assert kind[1] == type(e).__name__ and what[1] == e.summary()
+            assert state == (("wb-fail", "broken") if e.broken else ("wb-ok", "clean"))
+
+
+def test_html_escapes_what_the_evidence_says():
+    res = ZooResult("x<y>", "issue <1>", False, (RaisedError("TypeError", "got <script>"),), "mechanism & <fix>")
+    text = res._repr_html_()
+    assert "<script>" not in text and "<fix>" not in text and "<y>" not in text
+    assert "got &lt;script&gt;" in text and "mechanism &amp; &lt;fix&gt;" in text
+    assert [r for r in _Shown(text).rows if r][0][2] == ("", "TypeError: got <script>")  # the text, unescaped back
 
 
 def test_broken_is_computed_from_the_evidence():

@@ -1,4 +1,8 @@
-"""The `workbench` command line: metadata tables, device doctor, benchmarks, contract checks, demo."""
+"""The `workbench` command line: metadata tables, device doctor, benchmarks, contract checks, demo.
+
+The top dispatcher: the only entry point that imports the others (``bench``, ``demo``, ``report``,
+``contracts``, the widgets' benchmark), each lazily inside its command.
+"""
 
 from __future__ import annotations
 
@@ -309,10 +313,26 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+# `workbench bench <what>` -> the module whose run(quick, json_path, device) is the benchmark
+BENCHMARKS = {
+    "metadata": "workbench.bench.metadata",
+    "kernels": "workbench.bench.kernels",
+    "replay": "workbench.bench.replay",
+    "widgets": "workbench.widgets.bench",
+}
+
+
+def _benchmark(what: str) -> Callable[..., Any]:
+    """The ``run`` function of benchmark ``what`` (imported now: it may pull in torch or ipywidgets)."""
+    import importlib
+
+    return importlib.import_module(BENCHMARKS[what]).run
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from workbench.bench.cli import run_bench
 
-    return run_bench(args)
+    return run_bench(args, _benchmark(args.what))
 
 
 def _cmd_zoo(args: argparse.Namespace) -> int:
@@ -322,9 +342,16 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from workbench.demo import run_demo
+    from pathlib import Path
 
-    return run_demo(out=args.out, quick=args.quick)
+    from workbench.demo import run_demo
+    from workbench.report import check_out_path, write_report
+
+    check_out_path(args.out)  # a bad --out is refused before the tour runs
+    run_demo()
+    path = write_report(args.out, quick=args.quick, progress=True)
+    print(f"\nreport: {Path(path).resolve()}")
+    return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -350,7 +377,7 @@ def add_bench_parser(sub: Any) -> None:
         "benchmarks: print figures and write JSON (bench-results/<what>_<device>.json)",
         "workbench bench metadata --quick --device cpu",
     )
-    b.add_argument("what", choices=["metadata", "kernels", "replay", "widgets"], help="which benchmark")
+    b.add_argument("what", choices=list(BENCHMARKS), help="which benchmark")
     b.add_argument("--quick", action="store_true", help="fewer sizes, shorter runs")
     b.add_argument("--device", default="auto", help="auto (cuda, then npu, else cpu) | cpu | cuda | npu")
     b.add_argument(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from workbench.errors import DeviceUnavailable
+from workbench.extras import install_command
 
 if TYPE_CHECKING:
     import torch
@@ -52,7 +53,7 @@ class DeviceStatus:
 
 def _probe_npu(timeout: float = 60.0) -> DeviceStatus:
     if importlib.util.find_spec("torch_npu") is None:
-        return DeviceStatus("npu", False, "torch_npu not installed (optional extra: pip install '.[npu]' on Ascend)")
+        return DeviceStatus("npu", False, f"torch_npu not installed (on Ascend with CANN: {install_command('npu')})")
     code = "import torch, torch_npu; print(torch.npu.is_available(), torch.npu.device_count())"
     env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     try:

@@ -24,3 +24,8 @@ class CaptureError(WorkbenchError, RuntimeError):
 class DeviceUnavailable(WorkbenchError, RuntimeError):
     """A graph backend or device stack was asked for but cannot run here, or a device name torch cannot
     allocate on (``device="nope"``); the message says why."""
+
+
+class MissingExtra(WorkbenchError, ImportError):
+    """An optional package a function needs is not installed; the message names the extra that installs it
+    (``workbench.extras.require`` raises it). Also an ``ImportError``, for code that catches a failed import."""

@@ -2,17 +2,21 @@
 
 Standard library only, at the bottom layer, so ``metadata``, ``measure`` and ``runner`` can render
 themselves without importing ``viz``. Every value is escaped. Rows carry a class (``wb-live``, ``wb-pad``,
-``wb-fail``, ``wb-ok``) and an inline style, because notebook front ends drop ``<style>`` blocks of
-untrusted outputs but keep inline styles.
+``wb-fail``, ``wb-ok``, ``wb-warn``) and an inline style, because notebook front ends drop ``<style>`` blocks
+of untrusted outputs but keep inline styles. Every HTML table of the workbench (result objects, widgets,
+notebooks) is built by :func:`table`; a :class:`Cell` colours one cell (a verdict in a row of text).
 
 >>> print(table(["row", "kind"], [[0, "live"], [1, "pad"]], row_kinds=["live", "pad"]))  # doctest: +ELLIPSIS
 <table class="wb-table" ...><thead>...<tr class="wb-pad" style="background-color:#D9D9D9;color:#000">...
+>>> print(table(["case", "state"], [["a<b", Cell("broken", "fail")]], caption="zoo"))  # doctest: +ELLIPSIS
+<table ...><caption ...>zoo</caption>...<td ...>a&lt;b</td><td class="wb-fail" style="...#D55E00...">broken</td>...
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 # The Okabe-Ito colours of ``workbench.viz.palette`` (that module sits above this one; a test keeps the two
 # equal): padded rows grey as in the figures, failures vermillion, passes green, live rows blue.
@@ -20,17 +24,44 @@ LIVE = "#0072B2"  # palette.BLUE
 PAD = "#D9D9D9"  # palette.LIGHT_GREY
 FAIL = "#D55E00"  # palette.VERMILLION
 OK = "#009E73"  # palette.GREEN
+WARN = "#E69F00"  # palette.ORANGE
 FAIL_TINT = "#F7DCCA"  # VERMILLION at about 25 % on white: a whole row stays readable
+WARN_TINT = "#F9E7BF"  # ORANGE at about 25 % on white
 
-KINDS = ("live", "pad", "fail", "ok")
+# live: a row as it should be; pad: a padded batch row; fail: a failure; ok: a pass; warn: worth a second look
+# (a noisy timing, a silent signature change)
+KINDS = ("live", "pad", "fail", "ok", "warn")
 _ROW_STYLE = {
     "live": "",
     "pad": f"background-color:{PAD};color:#000",
     "fail": f"background-color:{FAIL_TINT};color:#000;border-left:4px solid {FAIL}",
     "ok": "",
+    "warn": f"background-color:{WARN_TINT};color:#000;border-left:4px solid {WARN}",
+}
+# a single cell's kind colours its text (its row keeps its own background)
+_CELL_KIND_STYLE = {
+    "live": "",
+    "pad": f"background-color:{PAD};color:#000",
+    "fail": f"color:{FAIL};font-weight:bold",
+    "ok": f"color:{OK};font-weight:bold",
+    "warn": f"color:{WARN};font-weight:bold",
 }
 _TABLE_STYLE = "border-collapse:collapse;font-family:monospace;font-size:12px;margin:2px 0"
 _CELL_STYLE = "padding:1px 8px;text-align:right;border-bottom:1px solid #ddd"
+_LEFT = "text-align:left"  # overrides _CELL_STYLE's right alignment (numbers) for columns of words
+_CAPTION_STYLE = "text-align:left;font-family:monospace;font-size:12px;padding:2px 0"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A table value with its own kind (one of ``KINDS``): ``Cell("broken", "fail")``. Still escaped."""
+
+    value: object
+    kind: str = "live"
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"Cell.kind: {self.kind!r} is not one of {KINDS}")
 
 
 def escape(value: object) -> str:
@@ -70,11 +101,14 @@ def table(
     row_kinds: Sequence[str] | None = None,
     max_rows: int | None = None,
     tail_rows: int = 4,
+    caption: str | None = None,
+    left: Collection[str] = (),
 ) -> str:
-    """An HTML table; ``row_kinds[i]`` (one of ``KINDS``) colours row ``i``.
+    """An HTML table; ``row_kinds[i]`` (one of ``KINDS``) colours row ``i``, a :class:`Cell` one cell.
 
     Above ``max_rows`` rows the middle is elided into one "... n more rows ..." row and the last
-    ``tail_rows`` stay visible (padded rows sit at the tail of a batch).
+    ``tail_rows`` stay visible (padded rows sit at the tail of a batch). ``caption``: a line above the
+    table; ``left``: the columns (by name) aligned left, for text; the others align right, for numbers.
     """
     kinds = list(row_kinds) if row_kinds is not None else ["live"] * len(rows)
     if len(kinds) != len(rows):
@@ -87,8 +121,15 @@ def table(
         head = max(max_rows - tail_rows, 1)
         tail = shown[len(rows) - tail_rows :] if tail_rows > 0 else []
         shown = [*shown[:head], (None, f"{len(rows) - head - len(tail)}"), *tail]
-    out = [f'<table class="wb-table" style="{_TABLE_STYLE}"><thead><tr>']
-    out += [f'<th style="{_CELL_STYLE}">{escape(c)}</th>' for c in columns]
+    unknown = set(left) - set(columns)
+    if unknown:
+        raise ValueError(f"left: {sorted(unknown)} are not columns of {list(columns)}")
+    styles = [f"{_CELL_STYLE};{_LEFT}" if c in left else _CELL_STYLE for c in columns]
+    out = [f'<table class="wb-table" style="{_TABLE_STYLE}">']
+    if caption is not None:
+        out.append(f'<caption style="{_CAPTION_STYLE}">{escape(caption)}</caption>')
+    out.append("<thead><tr>")
+    out += [f'<th style="{s}">{escape(c)}</th>' for c, s in zip(columns, styles, strict=True)]
     out.append("</tr></thead><tbody>")
     for cells, kind in shown:
         if cells is None:  # the elided middle
@@ -99,10 +140,19 @@ def table(
             continue
         style = _ROW_STYLE[kind]
         out.append(f'<tr class="wb-{kind}"' + (f' style="{style}"' if style else "") + ">")
-        out += [f'<td style="{_CELL_STYLE}">{escape(v)}</td>' for v in cells]
+        if len(cells) != len(columns):
+            raise ValueError(f"rows: a row of {len(cells)} cells under {len(columns)} columns")
+        out += [_cell(v, s) for v, s in zip(cells, styles, strict=True)]
         out.append("</tr>")
     out.append("</tbody></table>")
     return "".join(out)
+
+
+def _cell(value: object, style: str) -> str:
+    if not isinstance(value, Cell) or value.kind == "live":
+        text = value.value if isinstance(value, Cell) else value
+        return f'<td style="{style}">{escape(text)}</td>'
+    return f'<td class="wb-{value.kind}" style="{style};{_CELL_KIND_STYLE[value.kind]}">{escape(value.value)}</td>'
 
 
 def block(*parts: str, title: str | None = None) -> str:

@@ -12,7 +12,7 @@ modes, or the packed extend tokens. Padded rows are zero-length at the tail, so 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 import torch
@@ -21,6 +21,8 @@ import torch.nn.functional as F
 import kernels.causal_conv1d as conv1d
 import kernels.gated_delta_rule as gdn
 import kernels.mamba2 as mamba2
+from kernels.padding import skipped_rows
+from workbench import html
 from workbench.devices import canonical_device
 from workbench.errors import MetadataError
 from workbench.metadata import Metadata
@@ -119,6 +121,28 @@ class _SeededLayer:
         g = torch.Generator().manual_seed(seed)
         return LayerState(*(0.5 * torch.randn(s, generator=g).to(dtype=dtype, device=self.device) for s in (conv, ssm)))
 
+    def __repr__(self) -> str:
+        dtype = str(self.dtype).removeprefix("torch.")
+        return f"{type(self).__name__}({self.config.summary()}, impl={self.impl!r}, {dtype}, device={self.device})"
+
+    def _repr_html_(self) -> str:
+        head = {
+            "impl": self.impl,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "device": self.device,
+            "seed": self.seed,
+            "modes": ", ".join(self.supported_modes),
+        }
+        config = [[f.name, getattr(self.config, f.name)] for f in fields(self.config)]
+        config.append(["conv_dim", self.config.conv_dim])
+        weights = [[k, "x".join(map(str, w.shape))] for k, w in self.weights.items()]
+        return html.block(
+            html.facts(head),
+            html.table(["config", "value"], config),
+            html.table(["weight", "shape"], weights),
+            title=type(self).__name__,
+        )
+
 
 # -- Gated DeltaNet ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -141,6 +165,17 @@ class GDNConfig:
     @property
     def conv_dim(self) -> int:
         return 2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
+
+    def summary(self) -> str:
+        """The shapes on one line, for the layer's repr.
+
+        >>> GDNConfig.small().summary()
+        'hidden=32, heads k=2 v=4, head dims k=8 v=8, conv W=4'
+        """
+        return (
+            f"hidden={self.hidden_size}, heads k={self.num_k_heads} v={self.num_v_heads}, "
+            f"head dims k={self.head_k_dim} v={self.head_v_dim}, conv W={self.conv_kernel}"
+        )
 
 
 class GatedDeltaNetLayer(_SeededLayer):
@@ -214,14 +249,14 @@ class GatedDeltaNetLayer(_SeededLayer):
         inter_ssm = intermediate.ssm[:N] if intermediate is not None and verify else None
         if mode == "extend":
             xc = conv1d.varlen(
-                mixed, w["conv_w"], w["conv_b"], conv_state=state.conv, cache_indices=idx,
+                mixed, w["conv_w"], w["conv_b"], conv_state=state.conv, state_indices=idx,
                 has_initial_state=meta.has_initial_state, cu_seqlens=qsl, activation="silu",
                 pad_slot_id=pad, impl=self.impl,
             )  # fmt: skip
         else:
             xc = conv1d.update(
                 mixed.reshape(N, T // N, c.conv_dim), state.conv, w["conv_w"], w["conv_b"],
-                conv_state_indices=idx, activation="silu", intermediate_conv_windows=inter_conv,
+                state_indices=idx, activation="silu", intermediate_conv_windows=inter_conv,
                 disable_state_update=verify, pad_slot_id=pad, impl=self.impl,
             ).reshape(T, c.conv_dim)  # fmt: skip
         q, k, v = xc.split([H * K, H * K, HV * V], dim=-1)
@@ -247,7 +282,7 @@ class GatedDeltaNetLayer(_SeededLayer):
         value, so nothing changes there: a fixed-shape write with no host read, as a graph needs.
         """
         flat = slots.reshape(-1).long()
-        keep = torch.ones_like(flat, dtype=torch.bool) if pad is None else flat > pad
+        keep = ~skipped_rows(flat, pad)
         target = torch.where(keep, flat, torch.full_like(flat, dummy))
         for pool, steps in ((state.ssm, inter_ssm), (state.conv, inter_conv)):
             new = steps.reshape(flat.numel(), *steps.shape[2:]).to(pool.dtype)
@@ -303,6 +338,17 @@ class Mamba2Config:
     def conv_dim(self) -> int:
         return self.d_inner + 2 * self.n_groups * self.state_size
 
+    def summary(self) -> str:
+        """The shapes on one line, for the layer's repr.
+
+        >>> Mamba2Config.small().summary()
+        'hidden=32, heads=4 x 8, groups=2, state=8, conv W=4'
+        """
+        return (
+            f"hidden={self.hidden_size}, heads={self.num_heads} x {self.head_dim}, groups={self.n_groups}, "
+            f"state={self.state_size}, conv W={self.conv_kernel}"
+        )
+
 
 class Mamba2Layer(_SeededLayer):
     """Input projection -> short conv (update) -> selective state update -> gated norm -> output (decode)."""
@@ -342,7 +388,7 @@ class Mamba2Layer(_SeededLayer):
         z, xbc, dt = (x @ w["w_in"]).split([c.d_inner, c.conv_dim, nh], dim=-1)
         xbc = conv1d.update(
             xbc.reshape(N, 1, c.conv_dim), state.conv, w["conv_w"], w["conv_b"],
-            conv_state_indices=meta.state_indices, activation="silu", pad_slot_id=pad, impl=self.impl,
+            state_indices=meta.state_indices, activation="silu", pad_slot_id=pad, impl=self.impl,
         ).reshape(N, c.conv_dim)  # fmt: skip
         xs, B, C = xbc.split([c.d_inner, ng * ds, ng * ds], dim=-1)
         A = -torch.exp(w["A_log"].float()).to(w["A_log"].dtype)
@@ -350,7 +396,7 @@ class Mamba2Layer(_SeededLayer):
             state.ssm, xs.reshape(N, nh, hd), dt[:, :, None].expand(N, nh, hd),
             A[:, None, None].expand(nh, hd, ds), B.reshape(N, ng, ds), C.reshape(N, ng, ds),
             D=w["D"][:, None].expand(nh, hd), dt_bias=w["dt_bias"][:, None].expand(nh, hd), dt_softplus=True,
-            state_batch_indices=meta.state_indices, pad_slot_id=pad, impl=self.impl,
+            state_indices=meta.state_indices, pad_slot_id=pad, impl=self.impl,
         )  # fmt: skip
         y = _gated_rmsnorm(y.reshape(N, c.d_inner), z, w["norm_w"], c.rms_eps)
         return _live_tokens(y @ w["w_out"], meta)

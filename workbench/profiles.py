@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import chain
 
+from kernels.conventions import CONVENTIONS, Convention
 from workbench.errors import MetadataError
 
 
@@ -51,12 +52,12 @@ def default_bucket_bytes(max_bs: int) -> int:
 class Profile:
     """One engine's padding conventions.
 
+    The kernel-facing facts (sentinel, skip rule, dummy slot) are the profile's
+    :class:`kernels.conventions.Convention`; ``sentinel``, ``kernel_pad_slot_id`` and ``dummy_slot`` read it.
+
     Attributes:
         name: profile name.
-        sentinel: value written to ``state_indices`` of padded rows.
-        kernel_pad_slot_id: the kernels' skip rule (``kernels.padding``): rows with index ``<=`` this are
-            skipped; None means padded rows are really processed (on the dummy slot).
-        dummy_slot: state slot never handed to a request (capture and padded rows may write it).
+        convention: the padding convention the kernels follow for this engine.
         reserved_request_row: request-pool row never handed out; padded rows and capture point at it, and
             its mapping is the dummy slot (sglang's padding row; for vLLM, the zeroed block-table row).
         seq_len_fill: value of padded rows in the static ``seq_lens`` buffer.
@@ -69,9 +70,7 @@ class Profile:
     """
 
     name: str
-    sentinel: int
-    kernel_pad_slot_id: int | None
-    dummy_slot: int
+    convention: Convention
     reserved_request_row: int
     seq_len_fill: int
     num_accepted_fill: int | None
@@ -81,13 +80,25 @@ class Profile:
     notes: str
 
     @property
+    def sentinel(self) -> int:
+        """The ``state_indices`` value of a padded row."""
+        return self.convention.sentinel
+
+    @property
+    def kernel_pad_slot_id(self) -> int | None:
+        """The kernels' skip rule (``kernels.padding``): rows with index ``<=`` this are skipped; None:
+        padded rows are really processed (on the dummy slot)."""
+        return self.convention.pad_slot_id
+
+    @property
+    def dummy_slot(self) -> int:
+        """The state slot never handed to a request (capture and padded rows may write it)."""
+        return self.convention.dummy_slot
+
+    @property
     def guard(self) -> str:
         """The kernels' skip condition, as text."""
-        if self.kernel_pad_slot_id is None:
-            return "none (padded rows processed on the dummy slot)"
-        if self.kernel_pad_slot_id < 0:
-            return "skip idx < 0"
-        return f"skip idx <= {self.kernel_pad_slot_id}"
+        return self.convention.guard
 
     def slots_per_request(self, draft_tokens: int = 1) -> int:
         """State slots each request owns in a pool that serves verify steps of ``draft_tokens`` (D) tokens:
@@ -104,9 +115,7 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     "sglang": Profile(
         name="sglang",
-        sentinel=-1,
-        kernel_pad_slot_id=-1,
-        dummy_slot=0,
+        convention=CONVENTIONS["sglang"],
         reserved_request_row=0,
         seq_len_fill=1,
         num_accepted_fill=None,
@@ -117,9 +126,7 @@ PROFILES: dict[str, Profile] = {
     ),
     "sglang-ascend": Profile(
         name="sglang-ascend",
-        sentinel=0,
-        kernel_pad_slot_id=None,
-        dummy_slot=0,
+        convention=CONVENTIONS["sglang-ascend"],
         reserved_request_row=0,
         seq_len_fill=0,
         num_accepted_fill=None,
@@ -133,9 +140,7 @@ PROFILES: dict[str, Profile] = {
     ),
     "vllm": Profile(
         name="vllm",
-        sentinel=0,
-        kernel_pad_slot_id=0,
-        dummy_slot=0,
+        convention=CONVENTIONS["vllm"],
         # vLLM zeroes the block-table rows of padded requests: row 0 here is that all-null row
         reserved_request_row=0,
         seq_len_fill=0,

@@ -25,7 +25,7 @@ def _update_op(
     conv_state: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
-    conv_state_indices: torch.Tensor,
+    state_indices: torch.Tensor,
     intermediate_conv_windows: torch.Tensor | None,
     out: torch.Tensor,
     activation: str | None,
@@ -39,7 +39,7 @@ def _update_op(
         conv_state=conv_state,
         weight=weight,
         bias=bias,
-        conv_state_indices=conv_state_indices,
+        state_indices=state_indices,
         intermediate_conv_windows=intermediate_conv_windows,
         out=out,
         activation=activation,
@@ -54,7 +54,7 @@ def _varlen_op(
     weight: torch.Tensor,
     bias: torch.Tensor | None,
     conv_state: torch.Tensor,
-    cache_indices: torch.Tensor,
+    state_indices: torch.Tensor,
     has_initial_state: torch.Tensor,
     cu_seqlens: torch.Tensor,
     out: torch.Tensor,
@@ -68,7 +68,7 @@ def _varlen_op(
         weight=weight,
         bias=bias,
         conv_state=conv_state,
-        cache_indices=cache_indices,
+        state_indices=state_indices,
         has_initial_state=has_initial_state,
         cu_seqlens=cu_seqlens,
         out=out,
@@ -132,7 +132,7 @@ def update(
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
     *,
-    conv_state_indices: torch.Tensor,
+    state_indices: torch.Tensor,
     activation: str | None = None,
     intermediate_conv_windows: torch.Tensor | None = None,
     disable_state_update: bool = False,
@@ -147,7 +147,7 @@ def update(
         conv_state: [num_slots, dim, W-1] float pool, oldest stored input in column 0. Updated in place.
         weight: [dim, W]; ``weight[c, W-1]`` multiplies the newest input.
         bias: [dim] or None.
-        conv_state_indices: [N] int32/int64, the slot of each row; rows skipped per ``pad_slot_id``
+        state_indices: [N] int32/int64, the slot of each row; rows skipped per ``pad_slot_id``
             (``kernels.padding``) read and write no slot and get zero outputs.
         activation: None or "silu".
         intermediate_conv_windows: [N, L, dim, W-1] or None; receives, by batch row, the window after
@@ -166,7 +166,7 @@ def update(
     N, L, dim = x.shape
     check.require(L >= 1, f"x must have at least one token per row (L >= 1), got L={L}")
     W = _check_common(check, x, weight, bias, conv_state, dim, activation, pad_slot_id)
-    check.tensor("conv_state_indices", conv_state_indices, (N,), INDEX_DTYPES, x.device)
+    check.tensor("state_indices", state_indices, (N,), INDEX_DTYPES, x.device)
     if intermediate_conv_windows is not None:
         check.tensor("intermediate_conv_windows", intermediate_conv_windows, (N, L, dim, W - 1), FLOAT_DTYPES, x.device)
     out = _out(check, out, x)
@@ -175,7 +175,7 @@ def update(
         conv_state=conv_state,
         weight=weight,
         bias=bias,
-        conv_state_indices=conv_state_indices,
+        state_indices=state_indices,
         intermediate_conv_windows=intermediate_conv_windows,
         out=out,
         activation=activation,
@@ -192,7 +192,7 @@ def varlen(
     bias: torch.Tensor | None = None,
     *,
     conv_state: torch.Tensor,
-    cache_indices: torch.Tensor,
+    state_indices: torch.Tensor,
     has_initial_state: torch.Tensor,
     cu_seqlens: torch.Tensor,
     activation: str | None = None,
@@ -207,7 +207,7 @@ def varlen(
         weight: [dim, W]; bias: [dim] or None.
         conv_state: [num_slots, dim, W-1] float pool. Each processed non-empty sequence's last W-1
             inputs (older state inputs included when it is shorter than W-1) are written to its slot.
-        cache_indices: [N] int32/int64, the slot of each sequence; skipped rows per ``pad_slot_id``.
+        state_indices: [N] int32/int64, the slot of each sequence; skipped rows per ``pad_slot_id``.
         has_initial_state: [N] bool; False starts the window at zeros instead of reading the slot.
         cu_seqlens: [N+1] int32/int64, non-decreasing, ``cu[0] = 0``, ``cu[N] <= T``.
         activation: None or "silu".
@@ -225,7 +225,7 @@ def varlen(
     dim = x.shape[1]
     _check_common(check, x, weight, bias, conv_state, dim, activation, pad_slot_id)
     N = check.cu_seqlens(cu_seqlens, x.device)
-    check.tensor("cache_indices", cache_indices, (N,), INDEX_DTYPES, x.device)
+    check.tensor("state_indices", state_indices, (N,), INDEX_DTYPES, x.device)
     check.tensor("has_initial_state", has_initial_state, (N,), (torch.bool,), x.device)
     out = _out(check, out, x)
     impl = check.impl(impl, x.device)
@@ -234,7 +234,7 @@ def varlen(
         weight=weight,
         bias=bias,
         conv_state=conv_state,
-        cache_indices=cache_indices,
+        state_indices=state_indices,
         has_initial_state=has_initial_state,
         cu_seqlens=cu_seqlens,
         out=out,

@@ -26,7 +26,7 @@ def update_reference(
     conv_state: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
-    conv_state_indices: torch.Tensor,
+    state_indices: torch.Tensor,
     intermediate_conv_windows: torch.Tensor | None,
     out: torch.Tensor,
     activation: str | None,
@@ -36,7 +36,7 @@ def update_reference(
     """Decode (``L == 1``) / verify (``L == D``) step of every row at once; writes ``out`` in place.
 
     x [N, L, dim]; conv_state [num_slots, dim, W-1]; weight [dim, W]; bias [dim] or None;
-    conv_state_indices [N] int; intermediate_conv_windows [N, L, dim, W-1] or None; out [N, L, dim].
+    state_indices [N] int; intermediate_conv_windows [N, L, dim, W-1] or None; out [N, L, dim].
     """
     ct = compute_dtype(x, conv_state, weight, bias)
     w = weight.to(ct)  # [dim, W]
@@ -44,7 +44,7 @@ def update_reference(
 
     # Skipped rows (and only they) keep these zeros: deterministic, never uninitialised memory.
     out.zero_()
-    rows, slots = live_rows_and_slots(conv_state_indices, pad_slot_id, conv_state.shape[0])
+    rows, slots = live_rows_and_slots(state_indices, pad_slot_id, conv_state.shape[0])
 
     window = conv_state[slots].to(ct)  # [R, dim, W-1]: the W-1 previous inputs, oldest first
     for t in range(x.shape[1]):
@@ -64,7 +64,7 @@ def varlen_reference(
     weight: torch.Tensor,
     bias: torch.Tensor | None,
     conv_state: torch.Tensor,
-    cache_indices: torch.Tensor,
+    state_indices: torch.Tensor,
     has_initial_state: torch.Tensor,
     cu_seqlens: torch.Tensor,
     out: torch.Tensor,
@@ -74,7 +74,7 @@ def varlen_reference(
     """Prefill of packed sequences, one sequence at a time; writes ``out`` in place.
 
     x [T, dim]; weight [dim, W]; bias [dim] or None; conv_state [num_slots, dim, W-1];
-    cache_indices [N] int; has_initial_state [N] bool; cu_seqlens [N+1] int; out [T, dim].
+    state_indices [N] int; has_initial_state [N] bool; cu_seqlens [N+1] int; out [T, dim].
     Tokens owned by no processed sequence (skipped rows, the tail after ``cu_seqlens[N]``) get zeros.
     """
     ct = compute_dtype(x, conv_state, weight, bias)
@@ -83,7 +83,7 @@ def varlen_reference(
     b = bias.to(ct) if bias is not None else torch.zeros((), dtype=ct, device=x.device)
 
     out.zero_()
-    rows, slots = live_rows_and_slots(cache_indices, pad_slot_id, conv_state.shape[0])
+    rows, slots = live_rows_and_slots(state_indices, pad_slot_id, conv_state.shape[0])
     bounds = cu_seqlens.tolist()
     for row, slot in zip(rows.tolist(), slots.tolist(), strict=True):
         bos, eos = bounds[row], bounds[row + 1]

@@ -16,8 +16,8 @@ could compile it; that has not been tried without Ascend hardware.
 Ascend convention (``pad_slot_id=None``): every padded row points at the dummy slot 0 and is really
 processed, so several programs read and write slot 0 at once, with no ordering between them. The race is
 benign (nobody reads slot 0 as a request's state), but slot 0's contents after such a step depend on
-scheduling. Never compare slot 0 on a device (benchmarks/gpu_kernels.py leaves it out); the interpreter runs
-programs in order, last padded row last, which is why the CPU tests may compare it with the reference.
+scheduling. Never compare slot 0 (``kernels.testing.Case.check`` leaves the dummy slot out, on every
+device, and so do the CPU tests).
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def update_triton(
     conv_state: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
-    conv_state_indices: torch.Tensor,
+    state_indices: torch.Tensor,
     intermediate_conv_windows: torch.Tensor | None,
     out: torch.Tensor,
     activation: str | None,
@@ -180,9 +180,9 @@ def update_triton(
         weight_ptr=weight,
         bias_ptr=bias if bias is not None else x,  # unread without HAS_BIAS
         state_ptr=conv_state,
-        indices_ptr=conv_state_indices,
-        cu_seqlens_ptr=conv_state_indices,  # unread without VARLEN
-        has_init_ptr=conv_state_indices,  # unread without VARLEN
+        indices_ptr=state_indices,
+        cu_seqlens_ptr=state_indices,  # unread without VARLEN
+        has_init_ptr=state_indices,  # unread without VARLEN
         inter_ptr=inter if inter is not None else x,  # unwritten without HAS_INTER
         out_ptr=out,
         num_rows=N,
@@ -212,7 +212,7 @@ def varlen_triton(
     weight: torch.Tensor,
     bias: torch.Tensor | None,
     conv_state: torch.Tensor,
-    cache_indices: torch.Tensor,
+    state_indices: torch.Tensor,
     has_initial_state: torch.Tensor,
     cu_seqlens: torch.Tensor,
     out: torch.Tensor,
@@ -221,7 +221,7 @@ def varlen_triton(
 ) -> object:
     """Launch for varlen prefill; same arguments and shapes as ``reference.varlen_reference``."""
     T, dim = x.shape
-    N = cache_indices.shape[0]
+    N = state_indices.shape[0]
     block_d = _block_d(dim)
     grid = (N + 1, triton.cdiv(dim, block_d))  # +1: the program that zeroes tokens after cu_seqlens[N]
     return _causal_conv1d_kernel[grid](
@@ -229,7 +229,7 @@ def varlen_triton(
         weight_ptr=weight,
         bias_ptr=bias if bias is not None else x,
         state_ptr=conv_state,
-        indices_ptr=cache_indices,
+        indices_ptr=state_indices,
         cu_seqlens_ptr=cu_seqlens,
         has_init_ptr=has_initial_state,
         inter_ptr=x,  # no intermediate windows in prefill

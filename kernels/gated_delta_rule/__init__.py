@@ -3,9 +3,11 @@
 Public ops (see ops.py for the full contract; all tokens packed along T, state K-first):
     recurrent(q, k, v, g, beta, *, state, state_indices, cu_seqlens, ...) -> out  decode / verify / extend
     recurrent(q, k, v, *, a=, b=, A_log=, dt_bias=, state=, ...) -> out            engine gating in-kernel
-    chunked(q, k, v, g, beta, *, state, state_indices, cu_seqlens, chunk_size=64)   prefill (WY / UT)
+    chunked(q, k, v, g, beta, *, state, state_indices, cu_seqlens, chunk_size=...)  prefill (WY / UT)
     scatter_accepted(state, intermediate_states, state_indices, num_accepted)     after target-verify
 Each is one `torch.ops.linattn.*` custom op. Cost models: recurrent_cost, chunked_cost, scatter_accepted_cost.
+chunked's default chunk is `ops.DEFAULT_CHUNK_SIZE` (16 tokens: what the Triton kernel keeps in registers
+without spilling much; see ops.py).
 """
 
 from kernels.gated_delta_rule.cost import chunked_cost, recurrent_cost, scatter_accepted_cost

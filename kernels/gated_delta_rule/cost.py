@@ -12,6 +12,7 @@ import math
 import torch
 
 from kernels.cost import Cost
+from kernels.gated_delta_rule.ops import DEFAULT_CHUNK_SIZE
 
 
 def _size(dtype: torch.dtype) -> int:
@@ -69,7 +70,7 @@ def chunked_cost(
     V: int,
     dtype: torch.dtype = torch.bfloat16,
     *,
-    chunk_size: int = 64,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
     gate_dtype: torch.dtype = torch.float32,
     state_dtype: torch.dtype = torch.float32,
 ) -> Cost:

@@ -17,6 +17,7 @@ from kernels.checks import ArgChecker
 from kernels.dispatch import implementation, inplace_custom_op
 from kernels.dtypes import FLOAT_DTYPES, INDEX_DTYPES, compute_dtype
 from kernels.gated_delta_rule import reference as ref
+from kernels.padding import skipped_rows
 
 # Tokens per chunk of `chunked`: the Triton kernel keeps [C, C] and [C, K] tiles in registers; at C=64 with
 # K=V=128 it spills about 41 KB per thread on sm_90, at C=16 about 0.4 KB (see triton_chunked.DEFAULT_NUM_WARPS).
@@ -46,11 +47,6 @@ def _value_checks(dev: torch.device) -> bool:
     and not while a TorchDispatchMode (the CPU graph recorder) is active: values seen at capture are not
     those of later replays, and the recorder must see the op alone."""
     return dev.type == "cpu" and _get_current_dispatch_mode() is None
-
-
-def _is_skipped(slot: int, pad_slot_id: int | None) -> bool:
-    """The padding rule of kernels/padding.py on a host int."""
-    return pad_slot_id is not None and slot <= pad_slot_id
 
 
 def _check_rows(
@@ -89,8 +85,9 @@ def _check_rows(
     if cu[-1] > T:
         check.fail(f"cu_seqlens: last entry {cu[-1]} exceeds the number of tokens T={T}")
     num_slots = state.shape[0]
-    for n, slot in enumerate(state_indices.tolist()):
-        if not _is_skipped(slot, pad_slot_id) and not 0 <= slot < num_slots:
+    skipped = skipped_rows(state_indices, pad_slot_id).tolist()
+    for n, (slot, skip) in enumerate(zip(state_indices.tolist(), skipped, strict=True)):
+        if not skip and not 0 <= slot < num_slots:
             check.fail(
                 f"state_indices: row {n} has slot {slot}, outside [0, {num_slots}) "
                 f"(and not a padding row under pad_slot_id={pad_slot_id})"
@@ -217,7 +214,12 @@ def _recurrent_reference(
 ) -> None:
     """The reference path of gdn_recurrent: the engine gating (if asked for) by ``reference.gating`` in the
     arithmetic dtype, then ``reference.recurrent_reference``."""
-    if A_log is not None:
+    if A_log is None:
+        if g is None or beta is None:
+            raise ValueError("gdn_recurrent: g and beta are needed when A_log is not given")
+    else:
+        if a is None or b is None or dt_bias is None:
+            raise ValueError("gdn_recurrent: the engine gating (A_log given) needs a, b and dt_bias")
         g, beta = ref.gating(
             a,
             b,
@@ -421,13 +423,12 @@ def recurrent(
         scale=scale,
         impl=impl,
     )
-    if A_log is not None:
-        for name, t in (("A_log", A_log), ("dt_bias", dt_bias)):
-            check.tensor(name, t, (HV,), FLOAT_DTYPES, q.device)
+    if A_log is not None:  # then dt_bias is given too (_gate_inputs)
+        A_log = check.tensor("A_log", A_log, (HV,), FLOAT_DTYPES, q.device).contiguous()
+        dt_bias = check.tensor("dt_bias", dt_bias, (HV,), FLOAT_DTYPES, q.device).contiguous()
         for name, x in (("softplus_beta", softplus_beta), ("softplus_threshold", softplus_threshold)):
             if not isinstance(x, (int, float)) or not x > 0 or x == float("inf"):
                 check.fail(f"{name}: expected a finite positive float, got {x!r}")
-        A_log, dt_bias = A_log.contiguous(), dt_bias.contiguous()
     out, q, k, v = _out_and_inputs(check, out, q, k, v, T, HV, V)
     torch.ops.linattn.gdn_recurrent(
         q=q,
@@ -565,8 +566,10 @@ def scatter_accepted(
                 check.fail(f"{name}: impl='triton' needs contiguous (K, V) dims, got strides {t.stride()}")
     if _value_checks(dev):
         num_slots = state.shape[0]
-        for n, (slot, acc) in enumerate(zip(state_indices.tolist(), num_accepted.tolist(), strict=True)):
-            if _is_skipped(slot, pad_slot_id):
+        skipped = skipped_rows(state_indices, pad_slot_id).tolist()
+        rows = zip(state_indices.tolist(), num_accepted.tolist(), skipped, strict=True)
+        for n, (slot, acc, skip) in enumerate(rows):
+            if skip:
                 continue
             if not 1 <= acc <= D:
                 check.fail(f"num_accepted: row {n} has {acc}, must be in 1..D={D} for a live row")

@@ -278,9 +278,10 @@ def chunked_reference(
     has_initial_state: torch.Tensor | None = None,
     disable_state_update: bool = False,
     pad_slot_id: int | None = -1,
-    chunk_size: int = 64,
+    chunk_size: int,
 ) -> None:
-    """Varlen prefill by chunks of `chunk_size` tokens (chunks restart at each sequence's first token).
+    """Varlen prefill by chunks of `chunk_size` tokens (chunks restart at each sequence's first token; the
+    public op's default is `ops.DEFAULT_CHUNK_SIZE`).
 
     Same semantics as `recurrent_reference` (no intermediate states)."""
     batch = _prepare(

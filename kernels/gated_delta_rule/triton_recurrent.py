@@ -199,6 +199,8 @@ def launch_recurrent(
         return None
     fused = A_log is not None
     gate, gate_b = (a, b) if fused else (g, beta)
+    if gate is None or gate_b is None:
+        raise ValueError("launch_recurrent: give g and beta, or a, b, A_log and dt_bias")
     inter = intermediate_states
     grid = (N, HV, triton.cdiv(V, _block_v(V, block_v)))
     return _gdn_recurrent_kernel[grid](

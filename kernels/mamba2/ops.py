@@ -28,7 +28,7 @@ def _ssu_op(
     z: torch.Tensor | None,
     dt_bias: torch.Tensor | None,
     dt_softplus: bool,
-    state_batch_indices: torch.Tensor,
+    state_indices: torch.Tensor,
     pad_slot_id: int | None,
     out: torch.Tensor,
     impl: str,
@@ -49,7 +49,7 @@ def _ssu_op(
         z=z,
         dt_bias=dt_bias,
         dt_softplus=dt_softplus,
-        state_batch_indices=state_batch_indices,
+        state_indices=state_indices,
         pad_slot_id=pad_slot_id,
         out=out,
     )
@@ -67,7 +67,7 @@ def selective_state_update(
     dt_bias: torch.Tensor | None = None,
     *,
     dt_softplus: bool = False,
-    state_batch_indices: torch.Tensor,
+    state_indices: torch.Tensor,
     pad_slot_id: int | None = -1,
     out: torch.Tensor | None = None,
     impl: str = "auto",
@@ -85,7 +85,7 @@ def selective_state_update(
         z: [N, nheads, headdim] or None, gate ``out * silu(z)``.
         dt_bias: [nheads, headdim] or None, added to dt (before softplus).
         dt_softplus: apply ``softplus`` (linear above 20) to ``dt + dt_bias``.
-        state_batch_indices: [N] int32/int64 slot of each row; rows skipped per ``pad_slot_id``
+        state_indices: [N] int32/int64 slot of each row; rows skipped per ``pad_slot_id``
             (``kernels.padding``) read and write no slot and output zeros.
         pad_slot_id: the padding sentinel; None processes every row.
         out: [N, nheads, headdim] float, written in full; allocated like x when None.
@@ -117,7 +117,7 @@ def selective_state_update(
         check.tensor("z", z, (N, nheads, headdim), FLOAT_DTYPES, dev)
     if dt_bias is not None:
         check.tensor("dt_bias", dt_bias, (nheads, headdim), FLOAT_DTYPES, dev)
-    check.tensor("state_batch_indices", state_batch_indices, (N,), INDEX_DTYPES, dev)
+    check.tensor("state_indices", state_indices, (N,), INDEX_DTYPES, dev)
     check.pad_slot_id(pad_slot_id)
     if out is None:
         out = torch.empty_like(x)
@@ -133,7 +133,7 @@ def selective_state_update(
         z=z,
         dt_bias=dt_bias,
         dt_softplus=bool(dt_softplus),
-        state_batch_indices=state_batch_indices,
+        state_indices=state_indices,
         pad_slot_id=pad_slot_id,
         out=out,
         impl=check.impl(impl, dev),

@@ -31,7 +31,7 @@ def selective_state_update_reference(
     z: torch.Tensor | None,
     dt_bias: torch.Tensor | None,
     dt_softplus: bool,
-    state_batch_indices: torch.Tensor,
+    state_indices: torch.Tensor,
     pad_slot_id: int | None,
     out: torch.Tensor,
 ) -> None:
@@ -39,14 +39,14 @@ def selective_state_update_reference(
 
     state [num_slots, nheads, headdim, dstate]; x, dt, z, out [N, nheads, headdim];
     A [nheads, headdim, dstate]; B, C [N, ngroups, dstate]; D, dt_bias [nheads, headdim];
-    state_batch_indices [N] int.
+    state_indices [N] int.
     """
     ct = compute_dtype(state, x, dt, A, B, C, D, z, dt_bias)
     nheads, ngroups = x.shape[1], B.shape[1]
     heads_per_group = nheads // ngroups
 
     out.zero_()  # skipped rows keep these zeros
-    rows, slots = live_rows_and_slots(state_batch_indices, pad_slot_id, state.shape[0])
+    rows, slots = live_rows_and_slots(state_indices, pad_slot_id, state.shape[0])
 
     x_r = x[rows].to(ct)  # [R, nheads, headdim]
     dt_r = dt[rows].to(ct)

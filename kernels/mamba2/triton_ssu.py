@@ -13,8 +13,8 @@ compile it; that has not been tried without Ascend hardware.
 Ascend convention (``pad_slot_id=None``): every padded row points at the dummy slot 0 and is really
 processed, so several programs read and write slot 0 at once, with no ordering between them. The race is
 benign (nobody reads slot 0 as a request's state), but slot 0's contents after such a step depend on
-scheduling. Never compare slot 0 on a device (benchmarks/gpu_kernels.py leaves it out); the interpreter runs
-programs in order, last padded row last, which is why the CPU tests may compare it with the reference.
+scheduling. Never compare slot 0 (``kernels.testing.Case.check`` leaves the dummy slot out, on every
+device, and so do the CPU tests).
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def selective_state_update_triton(
     z: torch.Tensor | None,
     dt_bias: torch.Tensor | None,
     dt_softplus: bool,
-    state_batch_indices: torch.Tensor,
+    state_indices: torch.Tensor,
     pad_slot_id: int | None,
     out: torch.Tensor,
 ) -> object:
@@ -178,7 +178,7 @@ def selective_state_update_triton(
         D_ptr=D if D is not None else x,  # optional inputs: unread without their HAS_* flag
         z_ptr=z if z is not None else x,
         dt_bias_ptr=dt_bias if dt_bias is not None else x,
-        indices_ptr=state_batch_indices,
+        indices_ptr=state_indices,
         out_ptr=out,
         headdim=headdim,
         dstate=dstate,

@@ -1,4 +1,9 @@
-"""Helpers shared by the kernel tests: padding conventions, tolerances, comparisons, an op recorder.
+"""Helpers shared by the kernel tests: the conformance matrix over ``kernels.testing``, a direct Triton launch,
+an op recorder and a custom-op schema check.
+
+Inputs, padding conventions, tolerances and the check against the float64 reference are not written here:
+they are ``kernels.testing`` (``make_case``, ``Case.check``, ``tolerance``, ``cu_seqlens``, ``rel_err``) and
+``kernels.conventions.CONVENTIONS``.
 
 A plain module beside the tests (``tests`` is not a package), imported as ``_kernel_helpers``: this
 folder is on ``sys.path`` under pytest's default import mode, and ``conftest.py`` puts it there otherwise.
@@ -6,65 +11,120 @@ folder is on ``sys.path`` under pytest's default import mode, and ``conftest.py`
 
 from __future__ import annotations
 
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-# (atol, rtol) of each implementation and input dtype against the float64 reference run on the same
-# (already rounded) inputs. fp16/bf16 errors come from rounding the output; the interpreter's bf16 store
-# truncates instead of rounding, hence a full bf16 ulp. Ops whose outputs carry more error keep a table
-# of their own (linear attention sums over tokens).
-TOLERANCES = {
-    ("reference", torch.float32): (1e-5, 1e-5),
-    ("reference", torch.bfloat16): (2e-2, 2e-2),
-    ("triton", torch.float32): (1e-5, 1e-5),
-    ("triton", torch.float16): (2e-3, 2e-3),
-    ("triton", torch.bfloat16): (2e-2, 2e-2),
-}
+from kernels.conventions import CONVENTIONS
+from kernels.dispatch import implementation
+from kernels.testing import OPS, Call, Case, make_case
 
-# Engine padding conventions: name -> (pad_slot_id, index of a padded row).
-CONVENTIONS = {
-    "sglang": (-1, -1),  # -1 rows skipped
-    "vllm": (0, 0),  # null slot 0, rows <= 0 skipped
-    "ascend": (None, 0),  # nothing skipped: padded rows really run on the dummy slot 0
-}
+IMPLS = ("reference", "triton")
 
+# Batch of the conformance matrix: two live rows (make_case puts them on the lowest and the highest usable
+# slot) and one padded row. "small" shapes cut to what the padding rule needs: one value head (mamba2: two
+# heads sharing one group), V = 12 (one value block, not a power of two), 2 draft tokens per verify row,
+# extend rows of 3 and 1 tokens. The interpreter costs 10-25 ms per program and token: these keep the matrix
+# (every op, variant, convention, implementation) to a few seconds. Each file's own tests cover what this
+# leaves out, with "small" shapes or more: grouped value heads and head strides, long rows and chunk
+# boundaries, V split across programs.
+ROWS, PADDED = 2, 1
+SHAPES = {"HV": 1, "V": 12, "D": 2, "extend": 3, "nheads": 2, "ngroups": 1}
 
-def make_indices(convention: str, n_live: int, n_pad: int, num_slots: int, dtype=torch.int32):
-    """Live rows on distinct slots that include both edges of the usable pool, padded rows at the tail.
-
-    Returns (indices, pad_slot_id, slots written by live rows, slots written by padded rows).
-    """
-    pad_slot_id, sentinel = CONVENTIONS[convention]
-    first = 0 if convention == "sglang" else 1  # under vLLM/Ascend slot 0 is never a live slot
-    middle = [int(s) for s in torch.randperm(num_slots - first - 2) + first + 1]
-    live = ([first, num_slots - 1] + middle)[:n_live]
-    live = [live[i] for i in torch.randperm(n_live).tolist()]
-    idx = torch.tensor(live + [sentinel] * n_pad, dtype=dtype)
-    dummy = {0} if (pad_slot_id is None and n_pad) else set()
-    return idx, pad_slot_id, set(live), dummy
+# (impl, dtype, padded_tokens) of each conformance run, under every convention. fp32: the reference and
+# Triton on the engines' layout (padded rows of varlen ops carry no tokens). fp16: Triton with padded rows
+# that carry as many tokens as a live row, so that a kernel must skip them by their slot, not by their
+# length (under Ascend they really run on the dummy slot). Row-indexed ops have no token counts, and fp16
+# changes only the kernels' loads and stores, not their padding logic: there the fp16 run is made under
+# FP16_CONVENTION alone.
+RUNS = (
+    ("reference", torch.float32, False),
+    ("triton", torch.float32, False),
+    ("triton", torch.float16, True),
+)
+FP16_CONVENTION = "vllm"
 
 
-def cu_from_lens(lens: list[int]) -> torch.Tensor:
-    """int32 cu_seqlens ``[0, l0, l0+l1, ...]`` of packed sequences of these lengths."""
-    return torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
+@functools.cache
+def is_varlen(op: str) -> bool:
+    """Whether ``op`` takes packed tokens (``cu_seqlens``) rather than one fixed-size batch row per index."""
+    return "cu_seqlens" in make_case(op, rows=1, padded=0).args
 
 
-def nan_like(t: torch.Tensor) -> torch.Tensor:
-    """A NaN-poisoned buffer like ``t``: whatever a kernel leaves unwritten shows up."""
-    return torch.full_like(t, float("nan"))
+@functools.cache
+def conformance_case(op: str, variant: str, convention: str, dtype: torch.dtype, padded_tokens: bool) -> Case:
+    """The matrix's case, built once: the implementations that share it share its float64 reference.
+    Callers must not change it (``Case.run`` and ``Case.fresh`` work on copies)."""
+    return make_case(
+        op, variant, convention=convention, rows=ROWS, padded=PADDED, shapes=SHAPES, dtype=dtype,
+        padded_tokens=padded_tokens,
+    )  # fmt: skip
 
 
-def assert_close(actual: torch.Tensor, expected: torch.Tensor, tol: tuple[float, float]) -> None:
-    torch.testing.assert_close(actual.double(), expected.double(), atol=tol[0], rtol=tol[1])
+def dummy_slot_written(case: Case, call: Call) -> bool:
+    """Whether the call changed the dummy slot of any pool."""
+    d = case.convention.dummy_slot
+    return any(not torch.equal(call.args[pool][d], case.args[pool][d]) for pool in case.pools)
 
 
-def assert_pool(after, before, expected, written: set[int], tol) -> None:
-    """Written slots match the float64 result; every other slot is bitwise unchanged."""
-    for s in range(before.shape[0]):
-        if s in written:
-            assert_close(after[s], expected[s], tol)
-        else:
-            assert torch.equal(after[s], before[s]), f"slot {s} changed but no live row owns it"
+@dataclass(frozen=True)
+class Conformance:
+    """One cell of the conformance matrix: an op's variant under one convention, one implementation, one
+    dtype. :meth:`check` runs it and asserts :meth:`kernels.testing.Case.check` passes."""
+
+    op: str
+    variant: str
+    convention: str
+    impl: str
+    dtype: torch.dtype
+    padded_tokens: bool
+
+    def __str__(self) -> str:
+        tokens = "-padded_tokens" if self.padded_tokens else ""
+        dtype = str(self.dtype).removeprefix("torch.")
+        return f"{self.op.split('.')[-1]}[{self.variant}]-{self.convention}-{self.impl}-{dtype}{tokens}"
+
+    @property
+    def case(self) -> Case:
+        return conformance_case(self.op, self.variant, self.convention, self.dtype, self.padded_tokens)
+
+    def check(self) -> Call:
+        case = self.case
+        call = case.run(impl=self.impl)
+        res = case.check(call)
+        assert res.ok, res.summary()
+        # Under Ascend padded rows are processed, not skipped: the dummy slot must show it wherever a padded
+        # row writes state (the check itself leaves the dummy slot out: several rows race on it).
+        writes = not case.args.get("disable_state_update", False) and (self.padded_tokens or not is_varlen(self.op))
+        if case.convention.processes_padding and case.padded and writes:
+            assert dummy_slot_written(case, call), f"{case.name} {self.convention}: padded rows were not processed"
+        return call
+
+
+def conformance(*ops: str) -> list[Conformance]:
+    """Every variant of each op under every convention, for each of :data:`RUNS` (see there for fp16)."""
+    return [
+        Conformance(op, variant, convention, impl, dtype, padded_tokens and is_varlen(op))
+        for op in ops
+        for variant in OPS[op].variants
+        for convention in CONVENTIONS
+        for impl, dtype, padded_tokens in RUNS
+        if is_varlen(op) or dtype != torch.float16 or convention == FP16_CONVENTION
+    ]
+
+
+def launch_triton(case: Case, args: dict[str, Any], **overrides: Any) -> Any:
+    """Call ``case``'s Triton launcher (``OpSpec.launcher``) directly on the public op's arguments ``args``
+    (its defaults filled in): no argument checks, and ``overrides`` (``block_v=16``, ...) reach the launcher."""
+    bound = inspect.signature(case.fn).bind(**args)
+    bound.apply_defaults()
+    launcher = implementation("triton", reference=lambda **_: None, triton=case.spec.launcher)
+    params = inspect.signature(launcher).parameters
+    return launcher(**{k: v for k, v in bound.arguments.items() if k in params}, **overrides)
 
 
 class OpLog(TorchDispatchMode):

@@ -1,72 +1,22 @@
-"""linear_attn.recurrent: both implementations against a float64 reference, GVA, varlen, padding, integrity."""
+"""linear_attn.recurrent: the conformance matrix (``kernels.testing``), the reference against the closed form
+of causal linear attention, and what the matrix does not cover (scale handling, decode steps against one
+varlen call, strided inputs, argument errors, the custom op, the cost model).
+"""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from _kernel_helpers import OpLog, assert_close, assert_pool, cu_from_lens, make_indices, nan_like, opcheck_mutations
+from _kernel_helpers import IMPLS, OpLog, conformance, opcheck_mutations
 
 from kernels import linear_attn
 from kernels.cost import Cost
-
-# (atol, rtol) of each implementation and input dtype against the float64 reference run on the same
-# (already rounded) inputs; the state pool is float32 throughout. Outputs grow with the number of tokens
-# summed into the state, so these hold for the short sequences used here.
-TOLERANCES = {
-    ("reference", torch.float32): (1e-5, 1e-5),
-    ("reference", torch.bfloat16): (3e-2, 2e-2),
-    ("triton", torch.float32): (1e-5, 1e-5),
-    ("triton", torch.float16): (3e-3, 2e-3),
-    ("triton", torch.bfloat16): (3e-2, 2e-2),
-}
+from kernels.testing import cu_seqlens
 
 
-CASES = [
-    # impl, dtype, convention, lens of live rows, padded rows' lens, tail tokens, H, HV, K, V
-    ("reference", torch.float32, "sglang", [1, 1, 1], [0], 1, 2, 4, 5, 7),  # decode, padded bucket
-    ("triton", torch.float32, "sglang", [1, 1, 1], [0], 1, 2, 4, 5, 7),
-    ("reference", torch.float32, "vllm", [3, 0, 2], [2], 2, 1, 3, 8, 4),  # varlen, zero-length row
-    ("triton", torch.float32, "vllm", [3, 0, 2], [2], 2, 1, 3, 8, 4),
-    ("reference", torch.float32, "ascend", [2, 2], [2], 0, 2, 2, 6, 3),  # verify-like, dummy row runs
-    ("triton", torch.float32, "ascend", [2, 2], [2], 0, 2, 2, 6, 3),
-    ("triton", torch.bfloat16, "sglang", [2, 0, 1], [1], 1, 1, 2, 16, 9),
-    ("triton", torch.float16, "vllm", [1, 2], [0], 1, 2, 4, 3, 5),
-    ("reference", torch.bfloat16, "ascend", [1, 3], [1], 1, 2, 4, 4, 4),
-]
-
-
-@pytest.mark.parametrize("impl,dtype,convention,lens,pad_lens,tail,H,HV,K,V", CASES)
-def test_matches_float64(impl, dtype, convention, lens, pad_lens, tail, H, HV, K, V):
-    num_slots = 6
-    idx, pad_slot_id, live_slots, dummy = make_indices(convention, len(lens), len(pad_lens), num_slots)
-    cu = cu_from_lens(lens + pad_lens)
-    T = int(cu[-1]) + tail  # tail: tokens of a padded graph bucket that no row owns
-    q, k = torch.randn(T, H, K).to(dtype), torch.randn(T, H, K).to(dtype)
-    v = torch.randn(T, HV, V).to(dtype)
-    state = torch.randn(num_slots, HV, K, V)
-    before = state.clone()
-    out = nan_like(v)
-
-    got = linear_attn.recurrent(q, k, v, state, idx, cu, pad_slot_id=pad_slot_id, out=out, impl=impl)
-    assert got is out
-
-    state64 = before.double()
-    out64 = linear_attn.recurrent(
-        q.double(), k.double(), v.double(), state64, idx, cu, pad_slot_id=pad_slot_id, impl="reference"
-    )
-
-    tol = TOLERANCES[(impl, dtype)]
-    assert_close(out, out64, tol)
-    zero_tokens = list(range(int(cu[-1]), T))  # the unowned tail
-    if pad_slot_id is not None:
-        zero_tokens += list(range(int(cu[len(lens)]), int(cu[-1])))  # tokens of skipped rows
-    for t in zero_tokens:
-        assert torch.equal(out[t], torch.zeros_like(out[t])), f"token {t} of no live row is not zeros"
-    state_tol = TOLERANCES[(impl, torch.float32)]  # the pool is float32 whatever the activations
-    # A live row of length 0 still writes its (unchanged) state back: same values.
-    assert_pool(state, before, state64, live_slots | dummy, state_tol)
-    if dummy and pad_lens[0] > 0:
-        assert not torch.equal(state[0], before[0]), "the dummy slot 0 was not really processed"
+@pytest.mark.parametrize("run", conformance("linear_attn.recurrent"), ids=str)
+def test_conforms(run):
+    run.check()
 
 
 def test_reference_is_causal_linear_attention():
@@ -77,7 +27,8 @@ def test_reference_is_causal_linear_attention():
     state = torch.randn(2, HV, K, V, dtype=torch.float64)
     S0 = state[1].clone()
     scale = 0.7
-    out = linear_attn.recurrent(q, k, v, state, torch.tensor([1]), cu_from_lens([T]), scale=scale, impl="reference")
+    meta = dict(state_indices=torch.tensor([1]), cu_seqlens=cu_seqlens([T]))
+    out = linear_attn.recurrent(q, k, v, state=state, **meta, scale=scale, impl="reference")
     for h in range(HV):  # GVA: both value heads read q/k head 0
         for t in range(T):
             qs = scale * q[t, 0]
@@ -89,13 +40,13 @@ def test_reference_is_causal_linear_attention():
 def test_default_scale_is_inverse_sqrt_k():
     q, k, v = torch.randn(2, 1, 4), torch.randn(2, 1, 4), torch.randn(2, 1, 3)
     state = torch.randn(2, 1, 4, 3)
-    args = (torch.tensor([1]), cu_from_lens([2]))
-    a = linear_attn.recurrent(q, k, v, state.clone(), *args, impl="reference")
-    b = linear_attn.recurrent(q, k, v, state.clone(), *args, scale=0.5, impl="reference")
+    meta = dict(state_indices=torch.tensor([1]), cu_seqlens=cu_seqlens([2]))
+    a = linear_attn.recurrent(q, k, v, state=state.clone(), **meta, impl="reference")
+    b = linear_attn.recurrent(q, k, v, state=state.clone(), **meta, scale=0.5, impl="reference")
     assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("impl", ["reference", "triton"])
+@pytest.mark.parametrize("impl", IMPLS)
 def test_decode_steps_equal_one_varlen_call(impl):
     """Running a sequence token by token (decode) equals one call over all its tokens."""
     T, H, HV, K, V = 3, 1, 2, 4, 6
@@ -103,9 +54,10 @@ def test_decode_steps_equal_one_varlen_call(impl):
     state = torch.randn(3, HV, K, V)
     stepwise = state.clone()
     idx = torch.tensor([2], dtype=torch.int32)
-    whole = linear_attn.recurrent(q, k, v, state, idx, cu_from_lens([T]), impl=impl)
+    whole = linear_attn.recurrent(q, k, v, state=state, state_indices=idx, cu_seqlens=cu_seqlens([T]), impl=impl)
     for t in range(T):
-        o = linear_attn.recurrent(q[t : t + 1], k[t : t + 1], v[t : t + 1], stepwise, idx, cu_from_lens([1]), impl=impl)
+        one = dict(state=stepwise, state_indices=idx, cu_seqlens=cu_seqlens([1]), impl=impl)
+        o = linear_attn.recurrent(q[t : t + 1], k[t : t + 1], v[t : t + 1], **one)
         torch.testing.assert_close(o[0], whole[t], atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(stepwise, state, atol=1e-6, rtol=1e-6)
 
@@ -119,9 +71,11 @@ def test_triton_follows_strides():
     v = qkv[:, 2 * H * K :].unflatten(1, (HV, V))
     state = torch.randn(num_slots, HV, V, K).transpose(2, 3)  # [num_slots, HV, K, V] view, V-first memory
     ref_state = state.contiguous()
-    idx, cu = torch.tensor([2, 0]), cu_from_lens([2, 1])
-    out = linear_attn.recurrent(q, k, v, state, idx, cu, impl="triton")
-    ref = linear_attn.recurrent(q.contiguous(), k.contiguous(), v.contiguous(), ref_state, idx, cu, impl="reference")
+    meta = dict(state_indices=torch.tensor([2, 0]), cu_seqlens=cu_seqlens([2, 1]))
+    out = linear_attn.recurrent(q, k, v, state=state, **meta, impl="triton")
+    ref = linear_attn.recurrent(
+        q.contiguous(), k.contiguous(), v.contiguous(), state=ref_state, **meta, impl="reference"
+    )
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(state, ref_state)
 
@@ -130,26 +84,26 @@ def test_auto_is_reference_on_cpu():
     q, k, v = torch.randn(2, 1, 4), torch.randn(2, 1, 4), torch.randn(2, 2, 3)
     state = torch.randn(3, 2, 4, 3)
     s1, s2 = state.clone(), state.clone()
-    args = (torch.tensor([1, 2]), cu_from_lens([1, 1]))
-    a = linear_attn.recurrent(q, k, v, s1, *args, impl="auto")
-    b = linear_attn.recurrent(q, k, v, s2, *args, impl="reference")
+    meta = dict(state_indices=torch.tensor([1, 2]), cu_seqlens=cu_seqlens([1, 1]))
+    a = linear_attn.recurrent(q, k, v, state=s1, **meta, impl="auto")
+    b = linear_attn.recurrent(q, k, v, state=s2, **meta, impl="reference")
     assert torch.equal(a, b) and torch.equal(s1, s2)
 
 
-@pytest.mark.parametrize("impl", ["reference", "triton"])
+@pytest.mark.parametrize("impl", IMPLS)
 def test_each_call_is_one_custom_op(impl):
     q, k, v = torch.randn(2, 1, 4), torch.randn(2, 1, 4), torch.randn(2, 2, 3)
     state, out = torch.randn(3, 2, 4, 3), torch.empty(2, 2, 3)
-    idx, cu = torch.tensor([1, -1]), cu_from_lens([1, 1])
+    meta = dict(state_indices=torch.tensor([1, -1]), cu_seqlens=cu_seqlens([1, 1]))
     with OpLog() as log:
-        linear_attn.recurrent(q, k, v, state, idx, cu, out=out, impl=impl)
+        linear_attn.recurrent(q, k, v, state=state, **meta, out=out, impl=impl)
     assert log.ops == ["linattn.linear_attn_recurrent.default"]
 
 
 def test_custom_op_schema_declares_the_mutations():
     q, k, v = torch.randn(3, 1, 4), torch.randn(3, 1, 4), torch.randn(3, 2, 3)
     state, out = torch.randn(3, 2, 4, 3), torch.zeros(3, 2, 3)
-    args = (q, k, v, state, torch.tensor([1, 2]), cu_from_lens([2, 1]), 0.5, -1, out, "reference")
+    args = (q, k, v, state, torch.tensor([1, 2]), cu_seqlens([2, 1]), 0.5, -1, out, "reference")
     opcheck_mutations(torch.ops.linattn.linear_attn_recurrent.default, args)
 
 
@@ -160,7 +114,7 @@ def _good():
         v=torch.randn(3, 4, 5),
         state=torch.randn(4, 4, 4, 5),
         state_indices=torch.tensor([1, 2]),
-        cu_seqlens=cu_from_lens([1, 2]),
+        cu_seqlens=cu_seqlens([1, 2]),
     )
 
 
@@ -192,9 +146,15 @@ def test_rejects_bad_inputs(name, make, match):
         linear_attn.recurrent(**kw)
 
 
+def test_pool_and_metadata_are_keyword_only():
+    kw = _good()
+    with pytest.raises(TypeError):
+        linear_attn.recurrent(*(kw.pop(n) for n in ("q", "k", "v", "state", "state_indices", "cu_seqlens")))
+
+
 def test_out_of_pool_slot_is_an_index_error_in_the_reference():
     kw = {**_good(), "state_indices": torch.tensor([1, 4])}
-    with pytest.raises(IndexError, match="row 1 has slot 4"):
+    with pytest.raises(IndexError, match="state_indices: row 1 has slot 4"):
         linear_attn.recurrent(**kw, impl="reference")
 
 

@@ -1,207 +1,169 @@
-"""mamba2.selective_state_update: both implementations against a float64 reference, padding, integrity."""
+"""mamba2.selective_state_update: the conformance matrix (``kernels.testing``), the reference against the
+mamba_ssm formula, and what the matrix does not cover (untied parameters, no optional inputs, softplus
+extremes, strided inputs, argument errors, the custom op, the cost model).
+"""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
-from _kernel_helpers import TOLERANCES, OpLog, assert_close, assert_pool, make_indices, nan_like, opcheck_mutations
+from _kernel_helpers import IMPLS, OpLog, conformance, opcheck_mutations
 
 from kernels import mamba2
 from kernels.cost import Cost
+from kernels.testing import make_case
+
+OP = "mamba2.selective_state_update"
+OPTIONAL = ("D", "z", "dt_bias")
 
 
-def make_inputs(N, nheads, headdim, dstate, ngroups, num_slots, dtype, *, tied=False, optional=True):
-    """Fresh random inputs in engine-like ranges: A < 0, dt around softplus' knee."""
-    x = torch.randn(N, nheads, headdim).to(dtype)
-    B = torch.randn(N, ngroups, dstate).to(dtype)
-    C = torch.randn(N, ngroups, dstate).to(dtype)
-    z = torch.randn(N, nheads, headdim).to(dtype) if optional else None
-    if tied:  # per-head scalars expanded with stride 0, as engines pass them
-        A = (-torch.rand(nheads) - 0.1)[:, None, None].expand(nheads, headdim, dstate)
-        dt = torch.randn(N, nheads).to(dtype)[:, :, None].expand(N, nheads, headdim)
-        D = torch.randn(nheads)[:, None].expand(nheads, headdim) if optional else None
-        dt_bias = torch.randn(nheads)[:, None].expand(nheads, headdim) if optional else None
-    else:
-        A = -torch.rand(nheads, headdim, dstate) - 0.1
-        dt = torch.randn(N, nheads, headdim).to(dtype)
-        D = torch.randn(nheads, headdim) if optional else None
-        dt_bias = torch.randn(nheads, headdim) if optional else None
-    state = torch.randn(num_slots, nheads, headdim, dstate)
-    return dict(x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias), state
+def inputs(rows: int = 2, *, dtype: torch.dtype = torch.float32, num_slots: int | None = None, **shapes: int) -> dict:
+    """The op's arguments for ``rows`` live rows and no padding, state and out included (``make_case``; dense
+    copies: ``Case.fresh`` does not keep the stride-0 parameters)."""
+    case = make_case(OP, rows=rows, padded=0, shapes=shapes, dtype=dtype, guard=0, num_slots=num_slots)
+    return case.fresh(dtype if dtype == torch.float64 else None).args
 
 
-def as_f64(inputs: dict) -> dict:
-    return {k: (None if v is None else v.double()) for k, v in inputs.items()}
+# --- float64 reference: conformance and semantics ---------------------------------------------------
 
 
-CASES = [
-    # impl, dtype, convention, n_live, n_pad, nheads, headdim, dstate, ngroups, tied, softplus, optional
-    ("reference", torch.float32, "sglang", 3, 1, 4, 6, 10, 2, False, True, True),
-    ("triton", torch.float32, "sglang", 3, 1, 4, 6, 10, 2, False, True, True),
-    ("reference", torch.float32, "vllm", 2, 2, 2, 5, 16, 1, True, True, True),
-    ("triton", torch.float32, "vllm", 2, 2, 2, 5, 16, 1, True, True, True),
-    ("reference", torch.float32, "ascend", 2, 1, 6, 3, 7, 3, False, False, False),
-    ("triton", torch.float32, "ascend", 2, 1, 6, 3, 7, 3, False, False, False),
-    ("triton", torch.bfloat16, "sglang", 2, 1, 4, 8, 16, 4, True, True, True),
-    ("triton", torch.float16, "vllm", 2, 1, 2, 12, 5, 2, False, True, True),
-    ("reference", torch.bfloat16, "ascend", 2, 1, 4, 8, 16, 2, True, True, True),
-]
+@pytest.mark.parametrize("run", conformance(OP), ids=str)
+def test_conforms(run):
+    run.check()
 
 
-@pytest.mark.parametrize(
-    "impl,dtype,convention,n_live,n_pad,nheads,headdim,dstate,ngroups,tied,softplus,optional", CASES
-)
-def test_matches_float64(
-    impl, dtype, convention, n_live, n_pad, nheads, headdim, dstate, ngroups, tied, softplus, optional
-):
-    num_slots = 5
-    idx, pad_slot_id, live_slots, dummy = make_indices(convention, n_live, n_pad, num_slots)
-    N = n_live + n_pad
-    inputs, state = make_inputs(N, nheads, headdim, dstate, ngroups, num_slots, dtype, tied=tied, optional=optional)
-    before = state.clone()
-    out = nan_like(inputs["x"])
-
-    got = mamba2.selective_state_update(
-        state, **inputs, dt_softplus=softplus, state_batch_indices=idx, pad_slot_id=pad_slot_id, out=out, impl=impl
+@pytest.mark.parametrize("impl", IMPLS)
+def test_untied_parameters_without_optional_inputs(impl):
+    """A, dt with a value per element (not per head expanded with stride 0); no D, z, dt_bias; no softplus."""
+    case = make_case(OP, convention="vllm", rows=2, padded=1, shapes={"nheads": 6, "ngroups": 3})
+    g = torch.Generator().manual_seed(1)
+    a = case.args
+    a.update(
+        A=-(0.1 + torch.rand(a["A"].shape, generator=g)),
+        dt=torch.rand(a["dt"].shape, generator=g).to(a["dt"].dtype),
+        dt_softplus=False,
+        **dict.fromkeys(OPTIONAL),
     )
-    assert got is out
-
-    state64 = before.double()
-    out64 = mamba2.selective_state_update(
-        state64,
-        **as_f64(inputs),
-        dt_softplus=softplus,
-        state_batch_indices=idx,
-        pad_slot_id=pad_slot_id,
-        impl="reference",
-    )
-
-    tol = TOLERANCES[(impl, dtype)]
-    for n in range(N):
-        if n < n_live or pad_slot_id is None:
-            assert_close(out[n], out64[n], tol)
-        else:
-            assert torch.equal(out[n], torch.zeros_like(out[n])), f"padded row {n} output is not zeros"
-    state_tol = TOLERANCES[(impl, torch.float32)]  # the pool is float32 whatever the activations
-    assert_pool(state, before, state64, live_slots | dummy, state_tol)
-    if dummy:
-        assert not torch.equal(state[0], before[0]), "the dummy slot 0 was not really processed"
+    res = case.check(case.run(impl=impl))
+    assert res.ok, res.summary()
 
 
 def test_reference_follows_mamba_ssm_formula():
     """Independent check of the reference: one row, one head at a time, written out from the formula."""
-    N, nheads, headdim, dstate, ngroups = 2, 4, 3, 5, 2
-    inputs, state = make_inputs(N, nheads, headdim, dstate, ngroups, 3, torch.float64)
-    inputs = as_f64(inputs)
-    state = state.double()
+    a = inputs(2, dtype=torch.float64, nheads=4, headdim=3, dstate=5, ngroups=2)
+    state = a.pop("state")
     before = state.clone()
-    idx = torch.tensor([2, 0])
-    out = mamba2.selective_state_update(state, **inputs, dt_softplus=True, state_batch_indices=idx, impl="reference")
-    for n, slot in enumerate(idx.tolist()):
+    nheads, ngroups = a["x"].shape[1], a["B"].shape[1]
+    mamba2.selective_state_update(state, **a, impl="reference")
+    out = a["out"]
+    for n, slot in enumerate(a["state_indices"].tolist()):
         for h in range(nheads):
             g = h // (nheads // ngroups)
-            dt = F.softplus(inputs["dt"][n, h] + inputs["dt_bias"][h])  # [headdim]
-            S = before[slot, h] * torch.exp(inputs["A"][h] * dt[:, None])
-            S = S + torch.outer(dt * inputs["x"][n, h], inputs["B"][n, g])
-            y = S @ inputs["C"][n, g] + inputs["D"][h] * inputs["x"][n, h]
-            y = y * inputs["z"][n, h] * torch.sigmoid(inputs["z"][n, h])
+            dt = F.softplus(a["dt"][n, h] + a["dt_bias"][h])  # [headdim]
+            S = before[slot, h] * torch.exp(a["A"][h] * dt[:, None])
+            S = S + torch.outer(dt * a["x"][n, h], a["B"][n, g])
+            y = S @ a["C"][n, g] + a["D"][h] * a["x"][n, h]
+            y = y * a["z"][n, h] * torch.sigmoid(a["z"][n, h])
             torch.testing.assert_close(state[slot, h], S)
             torch.testing.assert_close(out[n, h], y)
 
 
-@pytest.mark.parametrize("impl", ["reference", "triton"])
+@pytest.mark.parametrize("impl", IMPLS)
 def test_softplus_extremes(impl):
     """softplus(dt) is linear above 20 and relatively accurate far below 0 (a naive log(1 + exp(dt))
     in float32 is off by percents at dt = -12). A zero state makes the update exactly dt * x * B."""
-    inputs, state = make_inputs(1, 1, 4, 4, 1, 2, torch.float32, optional=False)
-    inputs["dt"] = torch.tensor([[[-30.0, -12.0, 19.0, 40.0]]])
-    state[1] = 0.0
-    before = state.clone()
-    mamba2.selective_state_update(state, **inputs, dt_softplus=True, state_batch_indices=torch.tensor([1]), impl=impl)
-    state64 = before.double()
-    mamba2.selective_state_update(
-        state64, **as_f64(inputs), dt_softplus=True, state_batch_indices=torch.tensor([1]), impl="reference"
-    )
+    a = inputs(1, nheads=1, headdim=4, dstate=4, ngroups=1)
+    a.update(dt=torch.tensor([[[-30.0, -12.0, 19.0, 40.0]]]), dt_softplus=True, **dict.fromkeys(OPTIONAL))
+    state = a.pop("state")
+    state[a["state_indices"]] = 0.0
+    state64 = state.double()
+    mamba2.selective_state_update(state, **a, impl=impl)
+    a64 = {k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in a.items()}
+    mamba2.selective_state_update(state64, **{**a64, "out": None}, impl="reference")
     torch.testing.assert_close(state.double(), state64, atol=0.0, rtol=1e-5)
 
 
 def test_triton_follows_strides():
-    """State slots padded in memory and x, z sliced out of a wider projection."""
-    N, nheads, headdim, dstate, ngroups, num_slots = 2, 4, 3, 6, 2, 3
-    inputs, _ = make_inputs(N, nheads, headdim, dstate, ngroups, num_slots, torch.float32, tied=True)
-    inputs["x"] = torch.randn(N, nheads, 2 * headdim)[..., :headdim]
-    inputs["z"] = torch.randn(N, 2 * nheads, headdim)[:, nheads:]
-    state = torch.randn(num_slots, nheads, headdim, dstate + 2)[..., :dstate]
+    """Per-head A, dt, D, dt_bias expanded with stride 0 (as engines pass them), state slots padded in memory,
+    x and z sliced out of a wider projection."""
+    case = make_case(OP, rows=2, padded=0, shapes={"nheads": 4, "headdim": 3, "dstate": 6, "ngroups": 2})
+    a = {k: v for k, v in case.args.items() if k not in ("state", "out")}
+    assert all(0 in a[k].stride() for k in ("A", "dt", "D", "dt_bias"))
+    N, nheads, headdim = a["x"].shape
+    dstate = a["B"].shape[2]
+    a["x"] = torch.randn(N, nheads, 2 * headdim)[..., :headdim]
+    a["z"] = torch.randn(N, 2 * nheads, headdim)[:, nheads:]
+    state = torch.randn(case.args["state"].shape[0], nheads, headdim, dstate + 2)[..., :dstate]
     ref_state = state.clone(memory_format=torch.contiguous_format)
-    idx = torch.tensor([2, 0])
-    out = mamba2.selective_state_update(state, **inputs, dt_softplus=True, state_batch_indices=idx, impl="triton")
-    dense = {k: v.contiguous() for k, v in inputs.items()}
-    ref = mamba2.selective_state_update(ref_state, **dense, dt_softplus=True, state_batch_indices=idx, impl="reference")
+    out = mamba2.selective_state_update(state, **a, impl="triton")
+    dense = {k: v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in a.items()}
+    ref = mamba2.selective_state_update(ref_state, **dense, impl="reference")
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(state, ref_state)
 
 
 def test_auto_is_reference_on_cpu():
-    inputs, state = make_inputs(2, 2, 3, 4, 1, 3, torch.float32)
-    s1, s2 = state.clone(), state.clone()
-    idx = torch.tensor([1, 2])
-    a = mamba2.selective_state_update(s1, **inputs, state_batch_indices=idx, impl="auto")
-    b = mamba2.selective_state_update(s2, **inputs, state_batch_indices=idx, impl="reference")
-    assert torch.equal(a, b) and torch.equal(s1, s2)
+    a = inputs(2)
+    s1 = a.pop("state")
+    s2 = s1.clone()
+    a.pop("out")
+    x = mamba2.selective_state_update(s1, **a, impl="auto")
+    y = mamba2.selective_state_update(s2, **a, impl="reference")
+    assert torch.equal(x, y) and torch.equal(s1, s2)
 
 
-@pytest.mark.parametrize("impl", ["reference", "triton"])
+# --- custom op, validation, cost ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_each_call_is_one_custom_op(impl):
-    inputs, state = make_inputs(2, 2, 3, 4, 1, 3, torch.float32)
-    out, idx = torch.empty_like(inputs["x"]), torch.tensor([1, -1])
+    a = make_case(OP, rows=1, padded=1, convention="sglang").fresh().args
     with OpLog() as log:
-        mamba2.selective_state_update(state, **inputs, state_batch_indices=idx, out=out, impl=impl)
+        mamba2.selective_state_update(**a, impl=impl)
     assert log.ops == ["linattn.mamba2_selective_state_update.default"]
 
 
 def test_custom_op_schema_declares_the_mutations():
-    inputs, state = make_inputs(2, 2, 3, 4, 1, 3, torch.float32)
-    i = inputs
-    out = torch.zeros_like(i["x"])
-    args = (state, i["x"], i["dt"], i["A"], i["B"], i["C"], i["D"], i["z"], i["dt_bias"], True, torch.tensor([2, 0]))
-    opcheck_mutations(torch.ops.linattn.mamba2_selective_state_update.default, (*args, -1, out, "reference"))
+    i = inputs(2)
+    args = (i["state"], i["x"], i["dt"], i["A"], i["B"], i["C"], i["D"], i["z"], i["dt_bias"], True, i["state_indices"])
+    opcheck_mutations(torch.ops.linattn.mamba2_selective_state_update.default, (*args, -1, i["out"], "reference"))
 
 
 BAD = [
-    ("x", lambda i, s: i["x"][0], r"x must be \[N, nheads, headdim\]"),
-    ("x", lambda i, s: i["x"].long(), r"x must be floating point"),
-    ("state", lambda i, s: s[:, :1], r"state must have shape \[5, 4, 6, 10\]"),
-    ("state", lambda i, s: s.half(), r"state must have dtype"),
-    ("state", lambda i, s: s[0], r"state must be a 4-D pool"),
-    ("B", lambda i, s: torch.randn(3, 3, 10), r"nheads \(4\) must be a multiple of ngroups"),
-    ("C", lambda i, s: torch.randn(3, 2, 9), r"C must have shape \[3, 2, 10\]"),
-    ("dt", lambda i, s: torch.randn(3, 4), r"dt must have shape \[3, 4, 6\]"),
-    ("A", lambda i, s: torch.randn(4, 6), r"A must have shape \[4, 6, 10\]"),
-    ("D", lambda i, s: torch.randn(4), r"D must have shape \[4, 6\]"),
-    ("z", lambda i, s: torch.randn(3, 4, 5), r"z must have shape \[3, 4, 6\]"),
-    ("dt_bias", lambda i, s: torch.randn(6), r"dt_bias must have shape \[4, 6\]"),
-    ("state_batch_indices", lambda i, s: torch.tensor([0, 1]), r"state_batch_indices must have shape \[3\]"),
-    ("state_batch_indices", lambda i, s: torch.tensor([0.0, 1.0, 2.0]), r"state_batch_indices must have dtype"),
-    ("out", lambda i, s: torch.empty(3, 4, 7), r"out must have shape \[3, 4, 6\]"),
-    ("pad_slot_id", lambda i, s: 1.5, r"pad_slot_id must be an int or None"),
-    ("impl", lambda i, s: "gpu", r"impl must be one of"),
+    ("x", lambda i: i["x"][0], r"x must be \[N, nheads, headdim\]"),
+    ("x", lambda i: i["x"].long(), r"x must be floating point"),
+    ("state", lambda i: i["state"][:, :1], r"state must have shape \[5, 4, 6, 10\]"),
+    ("state", lambda i: i["state"].half(), r"state must have dtype"),
+    ("state", lambda i: i["state"][0], r"state must be a 4-D pool"),
+    ("B", lambda i: torch.randn(3, 3, 10), r"nheads \(4\) must be a multiple of ngroups"),
+    ("C", lambda i: torch.randn(3, 2, 9), r"C must have shape \[3, 2, 10\]"),
+    ("dt", lambda i: torch.randn(3, 4), r"dt must have shape \[3, 4, 6\]"),
+    ("A", lambda i: torch.randn(4, 6), r"A must have shape \[4, 6, 10\]"),
+    ("D", lambda i: torch.randn(4), r"D must have shape \[4, 6\]"),
+    ("z", lambda i: torch.randn(3, 4, 5), r"z must have shape \[3, 4, 6\]"),
+    ("dt_bias", lambda i: torch.randn(6), r"dt_bias must have shape \[4, 6\]"),
+    ("state_indices", lambda i: torch.tensor([0, 1]), r"state_indices must have shape \[3\]"),
+    ("state_indices", lambda i: torch.tensor([0.0, 1.0, 2.0]), r"state_indices must have dtype"),
+    ("out", lambda i: torch.empty(3, 4, 7), r"out must have shape \[3, 4, 6\]"),
+    ("pad_slot_id", lambda i: 1.5, r"pad_slot_id must be an int or None"),
+    ("impl", lambda i: "gpu", r"impl must be one of"),
 ]
 
 
 @pytest.mark.parametrize("name,make,match", BAD, ids=[f"{b[0]}-{k}" for k, b in enumerate(BAD)])
 def test_rejects_bad_inputs(name, make, match):
-    inputs, state = make_inputs(3, 4, 6, 10, 2, 5, torch.float32)
-    kw = {**inputs, "state": state, "state_batch_indices": torch.tensor([0, 1, 2])}
-    kw[name] = make(inputs, state)
+    kw = inputs(3, num_slots=5, nheads=4, headdim=6, dstate=10, ngroups=2)
+    kw[name] = make(kw)
     with pytest.raises(ValueError, match=match):
         mamba2.selective_state_update(**kw)
 
 
 def test_out_of_pool_slot_is_an_index_error_in_the_reference():
-    inputs, state = make_inputs(2, 2, 3, 4, 1, 3, torch.float32)
-    with pytest.raises(IndexError, match="row 0 has slot 3"):
-        mamba2.selective_state_update(state, **inputs, state_batch_indices=torch.tensor([3, 1]), impl="reference")
+    a = inputs(2)
+    a["state_indices"] = torch.tensor([a["state"].shape[0], 1])
+    with pytest.raises(IndexError, match=rf"state_indices: row 0 has slot {a['state'].shape[0]}"):
+        mamba2.selective_state_update(**a, impl="reference")
 
 
 def test_cost():

@@ -1,5 +1,8 @@
 """`workbench bench <what>`: run one benchmark on a device, save its records, optionally draw them.
 
+Each benchmark is a ``run(quick, json_path, device) -> Results``; ``workbench.cli`` picks it (the bench
+modules here, and ``workbench.widgets.bench`` for ``widgets``) and hands it to :func:`run_bench`.
+
 Results go to ``bench-results/<what>_<device>.json`` (git-ignored) unless ``--json`` names a file whose
 folder exists; the device is always in the name and a ``--json`` name that says another device is refused.
 ``--plot FILE.html`` draws the figures of the run (or of ``--from FILE.json``, without running anything).
@@ -10,20 +13,18 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 from workbench.errors import WorkbenchError
+from workbench.extras import require
 from workbench.measure.timing import Results, device_type, resolve_device
 
 DEFAULT_DIR = Path("bench-results")
 
 
-def _module(what: str) -> ModuleType:
-    """``workbench.bench.<what>``: every bench module has ``run(quick, json_path, device) -> Results``."""
-    import importlib
-
-    return importlib.import_module(f"workbench.bench.{what}")
+# what a benchmark is: run(quick=..., json_path=..., device=...) -> Results
+Benchmark = Callable[..., Results]
 
 
 def json_path_for(what: str, device: str, given: str | None) -> Path:
@@ -43,8 +44,8 @@ def json_path_for(what: str, device: str, given: str | None) -> Path:
 def plot_results(res: Results, path: str | Path) -> Path:
     """Draw the figures of ``res`` (latency; the roofline when ceilings are recorded) into one HTML file."""
     from workbench.measure.ceilings import Ceilings
-    from workbench.report.page import Page
     from workbench.viz import latency, roofline
+    from workbench.viz.page import Page
 
     p = Path(path)
     if not p.parent.is_dir():
@@ -63,8 +64,9 @@ def plot_results(res: Results, path: str | Path) -> Path:
     return p
 
 
-def run_bench(args: argparse.Namespace) -> int:
-    """The `bench` command (see the module docstring)."""
+def run_bench(args: argparse.Namespace, run: Benchmark) -> int:
+    """The `bench` command (see the module docstring): ``run`` is the benchmark ``args.what`` names (not
+    called with ``--from``, which only redraws)."""
     if args.from_json:
         if not args.plot:
             raise WorkbenchError("--from: redraws figures, so it needs --plot FILE.html")
@@ -76,6 +78,8 @@ def run_bench(args: argparse.Namespace) -> int:
         return 0
     if args.plot and not Path(args.plot).parent.is_dir():
         raise WorkbenchError(f"--plot: folder {str(Path(args.plot).parent)!r} does not exist (create it first)")
+    if args.plot:  # refused before the run, not after it
+        require("plotly", None, "--plot FILE.html")
     device = resolve_device(args.device)
     threads = getattr(args, "threads", None)
     if threads is not None:
@@ -85,7 +89,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(threads)  # the timers record the count they really ran with
     path = json_path_for(args.what, device_type(device), args.json)
-    out: Results = _module(args.what).run(quick=args.quick, json_path=str(path), device=device)
+    out: Results = run(quick=args.quick, json_path=str(path), device=device)
     if args.plot:
         print(f"wrote {plot_results(out, args.plot)}")
     errors = out.meta.get("errors")

@@ -14,7 +14,7 @@ import torch
 
 from workbench.batch import Batch
 from workbench.buckets import capture_buckets
-from workbench.measure.timing import Results, compare, environment, time_fn
+from workbench.measure.timing import Results, environment, ratio, time_fn
 from workbench.metadata import MetadataBuffers
 from workbench.pool import StatePool
 
@@ -88,7 +88,7 @@ def run(quick: bool = False, json_path: str | None = None, device: str = "cpu", 
         results.append(t_ours)
         results.append(t_base)
         lines.append(
-            f"{bs:5d} {raw:6d} {t_ours.median_us:12.2f} {t_base.median_us:16.2f} {compare(t_base, t_ours):6.2f}x"
+            f"{bs:5d} {raw:6d} {t_ours.median_us:12.2f} {t_base.median_us:16.2f} {ratio(t_base, t_ours):6.2f}x"
         )
     print(f"{'bs':>5} {'raw_bs':>6} {'in-place us':>12} {'engine-style us':>16} {'ratio':>7}")
     print("\n".join(lines))

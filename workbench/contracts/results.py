@@ -3,10 +3,11 @@ and the :class:`Report` that holds them (text, JSON, GitHub annotations, and a n
 
 from __future__ import annotations
 
-import html
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from workbench import html
 
 MISSING = "missing-parameter"
 RENAMED = "renamed-parameter"
@@ -176,30 +177,28 @@ class Report:
         )
 
     def _repr_html_(self) -> str:
-        colour = "#1a7f37" if self.ok else "#cf222e"
-        head = (
-            f"<p><b>{html.escape(self.base)}</b>: {len(self.checked)} subclass(es) in {len(self.files)} file(s), "
-            f"<span style='color:{colour}'><b>{html.escape(self.summary())}</b></span></p>"
-        )
-        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
-        return head + (f"<ul>{notes}</ul>" if notes else "") + (_table(self.findings) if self.findings else "")
+        head = html.facts({"base": self.base, "subclasses": len(self.checked), "files": len(self.files)})
+        parts = [html.badge(self.ok, self.summary()), head, *(html.note(n) for n in self.notes)]
+        if self.findings:
+            parts.append(_table(self.findings))
+        return html.block(*parts, title="Contract check")
+
+
+_COLUMNS = ("class.method", "kind", "override", "base call", "call", "result")
 
 
 def _table(findings: list[Finding]) -> str:
-    """A small HTML table: calls that raise in red, silent changes in amber."""
-    cells = ("class.method", "kind", "override", "base call", "call", "result")
-    rows = []
-    for f in findings:
-        background = "#ffebe9" if f.breaks else "#fff8c5"
-        values = (
+    """One row per finding: calls that raise as failures, silent changes of meaning as warnings."""
+    rows = [
+        [
             f"{f.cls}.{f.method}" + (f" (from {f.owner})" if f.owner and f.owner != f.cls else ""),
             f.kind,
             _where(f.file, f.line),
             _where(f.site_file, f.site_line) if f.site_file else "(public signature)",
             f.call,
             f.message,
-        )
-        tds = "".join(f"<td style='text-align:left'>{html.escape(str(v))}</td>" for v in values)
-        rows.append(f"<tr style='background:{background}'>{tds}</tr>")
-    header = "".join(f"<th style='text-align:left'>{c}</th>" for c in cells)
-    return f"<table><thead><tr>{header}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        ]
+        for f in findings
+    ]
+    kinds = ["fail" if f.breaks else "warn" for f in findings]
+    return html.table(_COLUMNS, rows, row_kinds=kinds, left=_COLUMNS)

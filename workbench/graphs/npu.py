@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 import torch
 
 from workbench.errors import CaptureError, DeviceUnavailable
+from workbench.extras import install_command
 from workbench.graphs.base import Graph, GraphBackend, Outputs, check_outputs, check_warmup
 
 #: Methods called on torch_npu objects, by class under ``torch.npu``: name -> positional args passed.
@@ -43,7 +44,7 @@ TORCH_NPU_METHODS: dict[str, dict[str, int]] = {
 def _load() -> tuple[ModuleType | None, str]:
     """(``torch.npu``, "ok") once torch_npu imports, else (None, why not). Cached: imports are slow."""
     if importlib.util.find_spec("torch_npu") is None:
-        return None, "torch_npu not installed (pip install 'linattn-workbench[npu]' on a machine with CANN)"
+        return None, f"torch_npu not installed ({install_command('npu')} on a machine with CANN)"
     try:
         import torch_npu  # noqa: F401  (registers torch.npu)
     except ImportError as e:  # missing CANN shared libraries surface here (libhccl.so, libascendcl.so)

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from workbench import html
 from workbench.measure.timing import TimingError, TimingRecord, device_type, time_fn
 
 
@@ -60,10 +61,9 @@ class Ceilings:
         )
 
     def _repr_html_(self) -> str:
-        return (
-            "<table class='ceilings'><tr><th>device</th><th>copy GB/s</th><th>matmul TFLOP/s</th></tr>"
-            f"<tr><td>{self.device}</td><td>{self.copy_gbps:.1f}</td><td>{self.matmul_tflops:.3f}</td></tr></table>"
-        )
+        matmul = f"{self.matmul_n}^2 {self.matmul_dtype}"
+        row = [self.device, f"{self.copy_gbps:.1f}", f"{self.matmul_tflops:.3f}", matmul]
+        return html.table(["device", "copy GB/s", "matmul TFLOP/s", "matmul"], [row], left=("device", "matmul"))
 
 
 def measure_ceilings(

@@ -18,7 +18,6 @@ import torch
 
 from workbench.errors import WorkbenchError
 from workbench.measure.timing import resolve_device
-from workbench.report.page import Page
 from workbench.report.sections import (
     bucket_section,
     environment_section,
@@ -28,6 +27,7 @@ from workbench.report.sections import (
     timing_section,
     zoo_section,
 )
+from workbench.viz.page import Page
 
 SECTIONS = ("metadata", "replay-check", "zoo", "timings", "roofline", "buckets", "environment")
 

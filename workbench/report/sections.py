@@ -8,38 +8,18 @@ from typing import Any
 
 import torch
 
-from workbench.report.page import Page, esc, table
+from workbench.viz.page import Page, esc, table
 
-PROFILE_NAMES = ("sglang", "sglang-ascend", "vllm")
 D = 2  # draft tokens of the verify checks
 CHECK_BUCKETS = [1, 2, 4, 8]
 
 
 # -- metadata tour --------------------------------------------------------------------------------------
-def _tour_metadata() -> list[Any]:
-    from workbench.batch import Batch
-    from workbench.metadata import build_metadata, validate
-    from workbench.pool import StatePool
-
-    metas = []
-    for name in PROFILE_NAMES:
-        for mode in ("decode", "target_verify"):
-            spr = 3 if (name == "vllm" and mode == "target_verify") else 1
-            pool = StatePool(32, name, slots_per_request=spr)
-            pool.free(pool.alloc(6)[::2])  # holes, so the batch's slots are not simply 1..5
-            rows = pool.alloc(5)
-            seq = [7, 3, 9, 4, 12]
-            batch = Batch.decode(rows, seq) if mode == "decode" else Batch.target_verify(rows, seq, draft_tokens=3)
-            meta = build_metadata(batch, pool, bucket="auto", buckets=[1, 2, 4, 8, 16])
-            validate(meta, pool)
-            metas.append(meta)
-    return metas
-
-
 def metadata_section(parts: list[str], page: Page) -> None:
     import workbench.viz as viz
+    from workbench.sweeps.tour import metadata_tour
 
-    metas = _tour_metadata()
+    metas = metadata_tour()
     parts.append(
         "<p>The same five requests (seq_lens 7, 3, 9, 4, 12), decode and target-verify (D=3), padded to "
         "bucket 8 under each profile. What a padded row does differs: sglang marks it -1 (skipped), vLLM "
@@ -75,8 +55,10 @@ def replay_check_section(parts: list[str]) -> None:
     header = ["profile", "mode", "raw bs", "bucket", "replayed", "bitwise = eager", "max |out - eager|", "integrity"]
     rows, classes = [], []
     torch.manual_seed(0)
-    for name in PROFILE_NAMES:
-        pool = StatePool(16, name, slots_per_request=D if name == "vllm" else 1)
+    from workbench.profiles import PROFILES
+
+    for name, profile in PROFILES.items():
+        pool = StatePool(16, name, slots_per_request=profile.slots_per_request(D))
         layer = GatedDeltaNetLayer(GDNConfig.small(), seed=3, impl="reference")
         runner = GraphRunner(
             layer, pool, buckets=CHECK_BUCKETS, draft_tokens=D, backend="cpu", state=layer.new_state(16, seed=7)
@@ -120,7 +102,9 @@ def zoo_section(parts: list[str]) -> None:
 
 # -- timings --------------------------------------------------------------------------------------------
 def _impl_for(device: str) -> str:
-    return "reference" if device == "cpu" else "triton"
+    from workbench.sweeps.common import recorded_impl
+
+    return recorded_impl("auto", device)  # the kernels' own rule: the reference on the CPU, Triton elsewhere
 
 
 NOISY_IQR = 0.25  # a row whose IQR exceeds this fraction of its median is noise at the report's n
@@ -134,11 +118,11 @@ def speedup_rows(res: Any) -> tuple[list[list[Any]], list[list[str]]]:
     """Rows of the replay speed-up table (batch size, impl, eager / replay, n, note) of a replay sweep's
     ``Results``, and their cell classes: a ratio whose eager or replay record is noisy (IQR over
     ``NOISY_IQR`` of the median) is marked "noisy" in words, its ratio cell "bad"."""
-    from workbench.measure.timing import compare
+    from workbench.measure.timing import ratio
 
     by_mode = {m: {(r.shape["bs"], r.impl): r for r in res.filter(mode=m)} for m in ("eager", "replay")}
     rows, classes = [], []
-    for k, ratio in compare(res.filter(mode="eager"), res.filter(mode="replay")).rows:
+    for k, speedup in ratio(res.filter(mode="eager"), res.filter(mode="replay")).rows:
         key = (k["shape"]["bs"], k["impl"])
         recs = {m: by_mode[m].get(key) for m in by_mode}
         noisy = [m for m, r in recs.items() if r is not None and _noisy(r)]
@@ -148,18 +132,18 @@ def speedup_rows(res: Any) -> tuple[list[list[Any]], list[list[str]]]:
             if noisy
             else ""
         )
-        rows.append([key[0], key[1], f"{ratio:.2f}x", ns, note])
+        rows.append([key[0], key[1], f"{speedup:.2f}x", ns, note])
         classes.append(["", "", "bad" if noisy else "", "", "bad" if noisy else ""])
     return rows, classes
 
 
 def timing_section(parts: list[str], page: Page, device: str, quick: bool, progress: bool) -> None:
-    from workbench.bench.replay import sweep
+    from workbench.sweeps.replay import sweep
     from workbench.viz import latency
 
     sizes = [1, 2, 4] if quick else [1, 2, 4, 8, 16, 32]
-    preset = "small" if quick or device != "cpu" else "bench"
-    preset = "engine" if device != "cpu" and not quick else preset
+    # quick: the test layer; a full run: a quarter-width layer on the CPU, the engine's on a device
+    preset = "small" if quick else ("quarter" if device == "cpu" else "engine")
     res = sweep(sizes, impls=(_impl_for(device),), preset=preset, device=device, progress=progress,
                 min_run_time=0.02 if quick else 0.1)  # fmt: skip
     cfg = res.meta["config"]
@@ -179,13 +163,14 @@ def timing_section(parts: list[str], page: Page, device: str, quick: bool, progr
 
 
 def roofline_section(parts: list[str], page: Page, device: str, quick: bool, progress: bool) -> None:
-    from workbench.bench.kernels import sweep
     from workbench.measure.ceilings import measure_ceilings
+    from workbench.sweeps.kernels import sweep
     from workbench.viz import roofline
 
     if quick:
         ceil = measure_ceilings(device, copy_bytes=2**24, matmul_n=256, min_run_time=0.05)
-        res = sweep([1, 4], preset="small", device=device, impl=_impl_for(device), progress=progress, min_run_time=0.02)
+        res = sweep([1, 4], preset="quarter", device=device, impl=_impl_for(device), progress=progress,
+                    min_run_time=0.02)  # fmt: skip
     else:
         ceil = measure_ceilings(device, min_run_time=0.2)
         res = sweep([1, 4, 16], preset="engine", device=device, impl=_impl_for(device), progress=progress,

@@ -1,4 +1,4 @@
-"""Plotly figures: pure functions, data in, ``go.Figure`` out (plotly is in the ``lab`` extra).
+"""Plotly figures: pure functions, data in, ``go.Figure`` out (plotly: a default dependency).
 
 ``viz.metadata``: what a step's metadata looks like (padding, slots, query_start_loc, integrity).
 ``viz.timing``: latency with IQR bands, the roofline, bucket waste. ``viz.palette``: the colour-blind-safe

@@ -1,6 +1,6 @@
 """Figures of a step's metadata: padded rows, padding per profile, slots, query_start_loc, integrity.
 
-Pure functions, data in, ``go.Figure`` out (plotly is in the ``lab`` extra, imported inside each function).
+Pure functions, data in, ``go.Figure`` out (plotly, imported inside each function through ``workbench.extras``).
 Each figure has a fixed set of traces named for what they show, so a widget can update one in place
 (``*_traces`` return the per-trace data the figure functions draw; traces with nothing to show are empty,
 never missing). Colours come from ``viz.palette`` (Okabe-Ito, colour-blind safe):
@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from workbench.extras import require
+from workbench.metadata import predicted_access, row_fate  # the kernels' skip rule lives with the metadata
 from workbench.viz.palette import BLUE, GREY, LIGHT_GREY, ORANGE, SKY, VERMILLION, YELLOW
 
 if TYPE_CHECKING:
@@ -47,7 +49,9 @@ def panel_label(meta: Metadata) -> str:
     return f"{meta.profile.name} {meta.forward_mode} {meta.raw_batch_size}->{meta.batch_size}"
 
 
-def _unique_labels(metas: Sequence[Metadata]) -> list[str]:
+def unique_labels(metas: Sequence[Metadata]) -> list[str]:
+    """:func:`panel_label` of each step, a repeated one numbered " (2)", " (3)"...: the y categories of
+    the padding map and the trace names of the qsl staircase."""
     labels: list[str] = []
     for m in metas:
         base = lab = panel_label(m)
@@ -58,29 +62,22 @@ def _unique_labels(metas: Sequence[Metadata]) -> list[str]:
     return labels
 
 
-def row_fate(meta: Metadata, row: int) -> str:
-    """What the kernel does with batch row ``row``: "live", "skipped" or "processed" (on the dummy slot)."""
-    if row < meta.raw_batch_size:
-        return "live"
-    pad = meta.profile.kernel_pad_slot_id
-    idx = meta.state_indices[row]
-    first = int(idx.flatten()[0]) if idx.dim() else int(idx)
-    return "skipped" if pad is not None and first <= pad else "processed"
-
-
 def _fmt_idx(v: Any) -> str:
     return str(v) if not isinstance(v, list) else "[" + ",".join(map(str, v)) + "]"
 
 
 # -- padded batch (tokens per row) -------------------------------------------------------------------------
-def padded_batch(metas: Sequence[Metadata], titles: Sequence[str] | None = None) -> go.Figure:
-    """One panel per metadata: a bar per batch row spanning its ``query_start_loc`` tokens.
+def padded_batch(metas: Metadata | Sequence[Metadata], titles: Sequence[str] | None = None) -> go.Figure:
+    """One panel per metadata (one ``Metadata`` or a sequence): a bar per batch row spanning its
+    ``query_start_loc`` tokens.
 
     Live rows are blue, padded rows grey (zero-length, drawn as a thin marker); each bar is labelled with
     the row's state index, so the profile's sentinel shows on the padded rows.
     """
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
+    go = require("plotly.graph_objects", None, "workbench.viz figures")
+    make_subplots = require("plotly.subplots", None, "workbench.viz figures").make_subplots
+
+    metas = _as_list(metas)
 
     titles = list(
         titles or [f"{m.profile.name}: {m.forward_mode}, raw_bs={m.raw_batch_size} -> bs={m.batch_size}" for m in metas]
@@ -127,7 +124,7 @@ def padding_map_traces(metas: Metadata | Sequence[Metadata]) -> dict[str, dict[s
     metas = _as_list(metas)
     out: dict[str, dict[str, list]] = {n: {"x": [], "y": [], "text": [], "customdata": []} for n in PADDING_TRACES}
     names = {"live": LIVE_ROW, "skipped": PAD_SKIPPED, "processed": PAD_PROCESSED}
-    for meta, label in zip(metas, _unique_labels(metas), strict=True):
+    for meta, label in zip(metas, unique_labels(metas), strict=True):
         idx = meta.state_indices.tolist()
         rpi = meta.req_pool_indices.tolist()
         prof = meta.profile
@@ -149,6 +146,12 @@ def padding_map_traces(metas: Metadata | Sequence[Metadata]) -> dict[str, dict[s
     return out
 
 
+def padding_cells(rows: Sequence[int]) -> dict[str, list]:
+    """``go.Bar`` keywords that draw batch rows ``rows`` as the padding map's cells: ``x`` (each cell one
+    row wide) and ``base`` (its left edge, so row ``r`` is centred on ``r``)."""
+    return {"x": [1] * len(rows), "base": [r - 0.5 for r in rows]}
+
+
 def padding_map(metas: Metadata | Sequence[Metadata]) -> go.Figure:
     """Rows x bucket, one line per step (e.g. one per profile): each cell a batch row, coloured by what the
     kernel does with it.
@@ -158,7 +161,7 @@ def padding_map(metas: Metadata | Sequence[Metadata]) -> go.Figure:
     recurrence sees them zero-length) vermillion and cross-hatched. Cell text: the row's state index.
     Hover: profile, row, request row, fate.
     """
-    import plotly.graph_objects as go
+    go = require("plotly.graph_objects", None, "workbench.viz figures")
 
     metas = _as_list(metas)
     data = padding_map_traces(metas)
@@ -174,8 +177,7 @@ def padding_map(metas: Metadata | Sequence[Metadata]) -> go.Figure:
             go.Bar(
                 name=name,
                 orientation="h",
-                x=[1] * len(d["x"]),
-                base=[x - 0.5 for x in d["x"]],
+                **padding_cells(d["x"]),
                 y=d["y"],
                 text=d["text"],
                 customdata=d["customdata"],
@@ -186,19 +188,31 @@ def padding_map(metas: Metadata | Sequence[Metadata]) -> go.Figure:
                 "<br>request row %{customdata[3]}<br>%{customdata[4]}<extra></extra>",
             )
         )
-    labels = _unique_labels(metas)
-    max_bs = max((m.batch_size for m in metas), default=1)
     fig.update_layout(
         title="Padding map: what the kernel does with each row of the bucket",
         barmode="overlay",
         bargap=0.25,
-        height=140 + 60 * max(len(metas), 1),
         margin=dict(l=200, r=20, t=60, b=50),
-        legend=dict(orientation="h", y=-0.35 if len(metas) < 3 else -0.2),
+        legend_orientation="h",
     )
-    fig.update_xaxes(title_text="batch row (bucket slot, rows)", range=[-0.6, max_bs - 0.4])
-    fig.update_yaxes(categoryorder="array", categoryarray=labels[::-1], title_text="step (profile mode raw->bs)")
+    fig.update_xaxes(title_text="batch row (bucket slot, rows)")
+    fig.update_yaxes(categoryorder="array", title_text="step (profile mode raw->bs)")
+    fig.update_layout(**padding_map_layout(metas))
     return fig
+
+
+def padding_map_layout(metas: Metadata | Sequence[Metadata]) -> dict[str, Any]:
+    """The part of :func:`padding_map`'s layout that follows the data, as ``fig.update_layout`` keywords (a
+    widget updating the figure in place applies the same): ``height`` (px, 60 a step), ``xaxis_range``
+    (batch rows), ``yaxis_categoryarray`` (the steps' :func:`unique_labels`, top first), ``legend_y``."""
+    metas = _as_list(metas)
+    max_bs = max((m.batch_size for m in metas), default=1)
+    return {
+        "height": 140 + 60 * max(len(metas), 1),
+        "xaxis_range": [-0.6, max_bs - 0.4],
+        "yaxis_categoryarray": unique_labels(metas)[::-1],
+        "legend_y": -0.35 if len(metas) < 3 else -0.2,
+    }
 
 
 # -- slot map -------------------------------------------------------------------------------------------
@@ -214,28 +228,6 @@ POOL_WRITTEN = "written by the step"
 SLOT_TRACES = (SLOT_LIVE, SLOT_SKIPPED, SLOT_PROCESSED)
 POOL_TRACES = (POOL_DUMMY, POOL_BATCH, POOL_OTHER, POOL_FREE)
 MARK_TRACES = (POOL_READ, POOL_WRITTEN)
-
-
-def predicted_access(meta: Metadata) -> tuple[list[int], list[int]]:
-    """Slots the kernels read and write for ``meta`` (sorted): every processed row's slot(s), the dummy
-    slot included where padded rows are processed; nothing written to the pool in target_verify (the
-    per-step states go to the intermediate buffer until acceptance) and nothing read by a row without an
-    initial state."""
-    read: set[int] = set()
-    written: set[int] = set()
-    idx = meta.state_indices.tolist()
-    init = meta.has_initial_state.tolist()
-    for row in range(meta.batch_size):
-        if row_fate(meta, row) == "skipped":
-            continue
-        slots = idx[row] if isinstance(idx[row], list) else [idx[row]]
-        # padded rows processed on the dummy slot carry has_initial_state=False, but the kernel still
-        # reads slot 0 where the profile ignores that flag; count them as read
-        if init[row] or row >= meta.raw_batch_size:
-            read.update(slots)
-        if meta.forward_mode != "target_verify":
-            written.update(slots)
-    return sorted(read), sorted(written)
 
 
 def slot_map_traces(
@@ -294,6 +286,20 @@ def slot_map_traces(
     return out
 
 
+def slot_map_layout(meta: Metadata, pool: StatePool) -> dict[str, Any]:
+    """The part of :func:`slot_map`'s layout that follows the data, as ``fig.update_layout`` keywords: the
+    ``title_text``, the ``height`` (px, 12 a batch row) and the pool axis (``xaxis2_*``: the slot range with
+    the sentinel column left of slot 0, about 16 ticks)."""
+    ticks = [-1, *range(0, pool.num_slots, max(1, pool.num_slots // 16))]
+    return {
+        "title_text": f"Slot map: {panel_label(meta)} on a pool of {pool.num_slots} slots",
+        "height": 260 + 12 * meta.batch_size,
+        "xaxis2_range": [-1.6, pool.num_slots - 0.4],
+        "xaxis2_tickvals": ticks,
+        "xaxis2_ticktext": ["sentinel" if t == -1 else str(t) for t in ticks],
+    }
+
+
 def slot_map(
     meta: Metadata, pool: StatePool, *, read: Sequence[int] | None = None, written: Sequence[int] | None = None
 ) -> go.Figure:
@@ -303,10 +309,10 @@ def slot_map(
     point at the sentinel column (``-1``, left of the pool) or at the dummy slot, filled vermillion where
     they are processed there, hollow grey where the kernel skips them. Bottom panel: every slot of the
     pool by owner, and the slots the step reads and writes (default: what the profile's kernel rule
-    predicts, see :func:`predicted_access`; pass the slots a real step changed to show those).
+    predicts, see :func:`workbench.metadata.predicted_access`; pass the slots a real step changed to show those).
     """
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
+    go = require("plotly.graph_objects", None, "workbench.viz figures")
+    make_subplots = require("plotly.subplots", None, "workbench.viz figures").make_subplots
 
     data = slot_map_traces(meta, pool, read=read, written=written)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.72, 0.28], vertical_spacing=0.06)
@@ -336,23 +342,11 @@ def slot_map(
             row=1 if name in SLOT_TRACES else 2,
             col=1,
         )
-    ticks = [-1, *range(0, pool.num_slots, max(1, pool.num_slots // 16))]
-    fig.update_xaxes(
-        range=[-1.6, pool.num_slots - 0.4],
-        tickvals=ticks,
-        ticktext=["sentinel" if t == -1 else str(t) for t in ticks],
-        row=2,
-        col=1,
-        title_text="state slot (index into the pool; left: the sentinel column)",
-    )
+    fig.update_xaxes(title_text="state slot (index into the pool; left: the sentinel column)", row=2, col=1)
     fig.update_yaxes(autorange="reversed", title_text="batch row", row=1, col=1)
     fig.update_yaxes(categoryorder="array", categoryarray=["written", "read", "pool"], row=2, col=1)
-    fig.update_layout(
-        title=f"Slot map: {panel_label(meta)} on a pool of {pool.num_slots} slots",
-        height=260 + 12 * meta.batch_size,
-        margin=dict(l=60, r=20, t=60, b=50),
-        legend=dict(orientation="h", y=-0.25),
-    )
+    fig.update_layout(margin=dict(l=60, r=20, t=60, b=50), legend=dict(orientation="h", y=-0.25))
+    fig.update_layout(**slot_map_layout(meta, pool))
     fig.add_vrect(x0=-1.5, x1=-0.5, fillcolor=LIGHT_GREY, opacity=0.35, line_width=0, layer="below")
     return fig
 
@@ -363,7 +357,7 @@ def qsl_traces(metas: Metadata | Sequence[Metadata]) -> list[dict[str, Any]]:
     (filled for entries bounding a live row, open on padding) and ``customdata`` (hover words)."""
     metas = _as_list(metas)
     out: list[dict[str, Any]] = []
-    for meta, label in zip(metas, _unique_labels(metas), strict=True):
+    for meta, label in zip(metas, unique_labels(metas), strict=True):
         qsl = meta.query_start_loc.tolist()
         r = meta.raw_batch_size
         words = []
@@ -389,7 +383,7 @@ def qsl_traces(metas: Metadata | Sequence[Metadata]) -> list[dict[str, Any]]:
 def qsl_staircase(metas: Metadata | Sequence[Metadata]) -> go.Figure:
     """``query_start_loc`` as a staircase, one line per step: decode climbs by 1 a row, verify by ``D``,
     extend by each row's length; padded rows are the flat tail (open markers)."""
-    import plotly.graph_objects as go
+    go = require("plotly.graph_objects", None, "workbench.viz figures")
 
     from workbench.viz.palette import SEQUENCE
 
@@ -471,7 +465,7 @@ def integrity_heatmap(
         allowed: bool, same shape: the step's live rows own the slot (a change there is expected, blue).
             None: every change other than the dummy slot's counts as a violation.
     """
-    import plotly.graph_objects as go
+    go = require("plotly.graph_objects", None, "workbench.viz figures")
 
     changed = changed.tolist() if hasattr(changed, "tolist") else [list(r) for r in changed]
     if allowed is not None:

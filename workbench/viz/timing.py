@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from workbench.buckets import choose_bucket
+from workbench.extras import require
 from workbench.measure.ceilings import Ceilings
 from workbench.measure.timing import Results, TimingRecord
 from workbench.viz.palette import BLUE, GREY, ORANGE, SEQUENCE, VERMILLION
@@ -37,7 +38,7 @@ def latency(results: Results, *, title: str | None = None) -> go.Figure:
     """Median latency against batch size, one line per (impl, mode), each with a band as wide as its IQR
     (median +- IQR/2); in ms when the largest median passes 10 ms, else us (the axis title says which).
     Records need ``shape["bs"]``; a line per ``what`` when several are present."""
-    import plotly.graph_objects as go
+    go = require("plotly.graph_objects", None, "workbench.viz figures")
 
     fig = go.Figure()
     groups = _groups(results, ("what", "impl", "mode"))
@@ -97,8 +98,8 @@ def roofline(results: Results, ceilings: Ceilings | Mapping[str, Any]) -> go.Fig
     """Each kernel's achieved bandwidth as a fraction of the measured copy bandwidth (left) and its FLOP
     rate as a fraction of the measured matmul rate (right), by batch size. Records without ``bytes`` /
     ``flops`` are left out of the panel that needs them."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
+    go = require("plotly.graph_objects", None, "workbench.viz figures")
+    make_subplots = require("plotly.subplots", None, "workbench.viz figures").make_subplots
 
     ceil = ceilings if isinstance(ceilings, Ceilings) else Ceilings.from_dict(dict(ceilings))
     fig = make_subplots(
@@ -177,8 +178,8 @@ def bucket_waste(
     compute), ``2 * padded * state_bytes_per_row`` in MiB (default: an engine-sized Gated DeltaNet layer).
     Raw sizes above the largest bucket run eagerly (no padding) and are marked with an x.
     """
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
+    go = require("plotly.graph_objects", None, "workbench.viz figures")
+    make_subplots = require("plotly.subplots", None, "workbench.viz figures").make_subplots
 
     per_row = state_bytes_per_row if state_bytes_per_row is not None else _gdn_state_bytes_per_row()
     names = list(bucket_lists)

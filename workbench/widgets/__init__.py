@@ -1,4 +1,4 @@
-"""Interactive widgets (ipywidgets 8 + plotly ``FigureWidget``, the ``lab`` extra): thin views over the
+"""Interactive widgets (ipywidgets 8 + plotly ``FigureWidget``, default dependencies): thin views over the
 models in :mod:`workbench.widgets.models`, which hold all logic in plain Python and are what tests drive.
 
 - ``MetadataExplorer``: build state-index / query_start_loc metadata; padding map, slot map, qsl staircase.
@@ -30,5 +30,9 @@ def __getattr__(name: str) -> Any:
     if name in _VIEWS:
         import importlib
 
+        from workbench.extras import require
+
+        for package in ("ipywidgets", "plotly", "anywidget"):  # what every view imports (anywidget: FigureWidget)
+            require(package, None, f"workbench.widgets.{name}")
         return getattr(importlib.import_module(_VIEWS[name]), name)
     raise AttributeError(f"module 'workbench.widgets' has no attribute {name!r}")

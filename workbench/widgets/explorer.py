@@ -14,36 +14,27 @@ from workbench.widgets.html import error_html, metadata_html
 
 
 def update_padding_map(fig: go.FigureWidget, metas: list) -> None:
-    """Write :func:`viz.metadata.padding_map_traces` of ``metas`` into ``fig`` in place."""
+    """Write :func:`viz.metadata.padding_map_traces` of ``metas`` into ``fig`` in place, laid out as
+    :func:`viz.metadata.padding_map` lays it out (``padding_cells``, ``padding_map_layout``)."""
     data = vm.padding_map_traces(metas)
-    labels = vm._unique_labels(metas)
     max_bs = max((m.batch_size for m in metas), default=1)
     with fig.batch_update():
         for tr in fig.data:
             d = data[tr.name]
-            tr.x = [1] * len(d["x"])
-            tr.base = [x - 0.5 for x in d["x"]]
-            tr.y = d["y"]
+            tr.update(**vm.padding_cells(d["x"]), y=d["y"], customdata=d["customdata"])
             tr.text = d["text"] if max_bs <= 48 else [""] * len(d["x"])  # cell text unreadable past that
-            tr.customdata = d["customdata"]
-        fig.layout.yaxis.categoryarray = labels[::-1]
-        fig.layout.xaxis.range = [-0.6, max_bs - 0.4]
-        fig.layout.height = 140 + 60 * max(len(metas), 1)
+        fig.update_layout(**vm.padding_map_layout(metas))
 
 
 def update_slot_map(fig: go.FigureWidget, meta: Any, pool: Any) -> None:
-    """Write :func:`viz.metadata.slot_map_traces` into ``fig`` in place."""
+    """Write :func:`viz.metadata.slot_map_traces` into ``fig`` in place, laid out by
+    :func:`viz.metadata.slot_map_layout`."""
     data = vm.slot_map_traces(meta, pool)
-    ticks = [-1, *range(0, pool.num_slots, max(1, pool.num_slots // 16))]
     with fig.batch_update():
         for tr in fig.data:
             d = data[tr.name]
             tr.x, tr.y, tr.customdata = d["x"], d["y"], d["customdata"]
-        fig.layout.xaxis2.range = [-1.6, pool.num_slots - 0.4]
-        fig.layout.xaxis2.tickvals = ticks
-        fig.layout.xaxis2.ticktext = ["sentinel" if t == -1 else str(t) for t in ticks]
-        fig.layout.title.text = f"Slot map: {vm.panel_label(meta)} on a pool of {pool.num_slots} slots"
-        fig.layout.height = 260 + 12 * meta.batch_size
+        fig.update_layout(**vm.slot_map_layout(meta, pool))
 
 
 def update_qsl(fig: go.FigureWidget, metas: list) -> None:
@@ -117,7 +108,7 @@ class MetadataExplorer(W.VBox):
                 W.HBox([self.focus]),
                 self.slot_fig,
                 self.qsl_fig,
-                W.HTML("<b>Metadata table</b> (grey: skipped by the kernel; vermillion: processed on the dummy slot)"),
+                W.HTML("<b>Metadata table</b> (padded rows grey; the line below says what the kernel does with them)"),
                 self.table,
             ]
         )

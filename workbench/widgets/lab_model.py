@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -18,15 +19,14 @@ from workbench.batch import Batch
 from workbench.errors import MetadataError, WorkbenchError
 from workbench.graphs import available_backends
 from workbench.layers import GatedDeltaNetLayer, GDNConfig, Mamba2Config, Mamba2Layer
-from workbench.measure.compare import Comparison
 from workbench.measure.integrity import changed_slots, snapshot
 from workbench.pool import StatePool
 from workbench.profiles import get_profile
-from workbench.runner import GraphRunner
+from workbench.runner import Comparison, GraphRunner
 from workbench.widgets.explorer_model import parse_int_list
 
 LAYERS = ("gdn", "mamba2")
-PRESETS = ("small", "engine-like")
+PRESETS = ("small", "engine")  # the names of workbench.sweeps.common
 BACKENDS = ("auto", "cpu", "cuda", "npu")
 
 
@@ -37,7 +37,7 @@ def backend_choices() -> list[tuple[str, str | None]]:
 
 
 def make_layer(layer: str, preset: str, impl: str = "reference") -> Any:
-    """A seeded layer: "gdn" (Gated DeltaNet) or "mamba2", "small" (tests, interpreter) or "engine-like"."""
+    """A seeded layer: "gdn" (Gated DeltaNet) or "mamba2", "small" (tests, interpreter) or "engine"."""
     if layer not in LAYERS:
         raise MetadataError(f"layer: {layer!r} is not one of {list(LAYERS)}")
     if preset not in PRESETS:
@@ -78,7 +78,7 @@ class LabModel:
     """Capture and replay one layer on one backend.
 
     Args:
-        layer: "gdn" or "mamba2". preset: "small" or "engine-like". backend: "auto" | "cpu" | "cuda" | "npu".
+        layer: "gdn" or "mamba2". preset: "small" or "engine". backend: "auto" | "cpu" | "cuda" | "npu".
         buckets: typed comma-separated batch sizes ("" = 1, 2, 4, 8). draft_tokens: D of target_verify.
         profile: padding convention of the pool. num_slots: state slots (default: (twice the largest bucket + 1)
             x slots per request + 1).
@@ -222,15 +222,17 @@ class LabModel:
         return rep
 
     def _time(self, batch: Batch, x: torch.Tensor) -> tuple[float, float]:
-        """Median eager and replay time of this batch (us); the state is restored afterwards, in place."""
-        from workbench.measure.timing import time_callable
+        """Median eager and replay time of this batch (us) on the runner's device (CUDA/NPU events on a GPU/NPU,
+        ``torch.utils.benchmark`` on the CPU); the state is restored afterwards, in place."""
+        from workbench.measure.timing import time_fn
 
         assert self.runner is not None
         runner = self.runner
+        timed = partial(time_fn, what="lab_step", device=str(runner.pool.device), min_run_time=0.05)
         saved = snapshot(runner.state.tensors())
         try:
-            eager = time_callable(lambda: runner.eager(batch, x), "eager", min_run_time=0.05).median_us
-            replay = time_callable(lambda: runner.replay(batch, x), "replay", min_run_time=0.05).median_us
+            eager = timed(lambda: runner.eager(batch, x), mode="eager").median_us
+            replay = timed(lambda: runner.replay(batch, x), mode="replay").median_us
         finally:
             for name, t in runner.state.tensors().items():
                 t.copy_(saved[name])  # same tensors: the graphs recorded their addresses

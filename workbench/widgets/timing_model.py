@@ -34,7 +34,7 @@ class TimingModel:
         batch_sizes: typed comma-separated batch sizes (each a captured bucket of the replay sweep).
         impls: kernel implementations ("reference", "triton").
         modes: "eager" and/or "replay".
-        layer: "gdn" or "mamba2"; preset: "small" | "bench" | "engine" (see ``workbench.bench.replay``).
+        layer: "gdn" or "mamba2"; preset: "small" | "quarter" | "engine" (see ``workbench.sweeps.common``).
         device: "cpu" (or a device that is usable here).
         buckets: your bucket list for the waste figure ("" = none), beside the engines' defaults.
         min_run_time: seconds per timed case.
@@ -69,7 +69,7 @@ class TimingModel:
     def sweep(self, progress: Progress | None = None) -> Results | None:
         """Eager vs replay of one layer step for each batch size, impl and mode (one size at a time, so
         ``progress(done, total)`` can follow)."""
-        from workbench.bench.replay import sweep
+        from workbench.sweeps.replay import sweep
 
         self.error = None
         try:
@@ -99,8 +99,8 @@ class TimingModel:
 
     def roofline_run(self, ops: Sequence[str] | None = None) -> Results | None:
         """Measure the ceilings (copy bandwidth, matmul rate) and time the kernels at the batch sizes."""
-        from workbench.bench.kernels import sweep
         from workbench.measure.ceilings import measure_ceilings
+        from workbench.sweeps.kernels import sweep
 
         self.error = None
         try:
@@ -109,7 +109,7 @@ class TimingModel:
             self.kernels = sweep(
                 sizes,
                 ops=ops,
-                preset="small" if self.preset == "small" else "engine",
+                preset=self.preset,
                 device=self.device,
                 impl="reference" if "triton" not in self.impls else "triton",
                 progress=False,

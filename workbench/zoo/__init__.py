@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from importlib import import_module
 
-from workbench.zoo.case import Case
+from workbench.zoo.case import ZooCase
 from workbench.zoo.result import (
     AddressMismatch,
     Evidence,
@@ -46,7 +46,7 @@ MODULES = (
 )
 
 
-def cases() -> list[Case]:
+def cases() -> list[ZooCase]:
     """Every case, in order."""
     return [import_module(f"workbench.zoo.{m}").CASE for m in MODULES]
 
@@ -55,7 +55,7 @@ def names() -> list[str]:
     return [c.name for c in cases()]
 
 
-def get(name: str) -> Case:
+def get(name: str) -> ZooCase:
     """The case called ``name``; ``ZooError`` naming the choices when there is none."""
     for case in cases():
         if case.name == name:
@@ -71,7 +71,7 @@ def run_all(names: Sequence[str] | None = None, *, backend: str = "auto") -> lis
 
 __all__ = [
     "AddressMismatch",
-    "Case",
+    "ZooCase",
     "Evidence",
     "IntegrityEvidence",
     "Propagation",

@@ -11,7 +11,7 @@ RunFn = Callable[[bool, str], Sequence[Evidence]]
 
 
 @dataclass(frozen=True)
-class Case:
+class ZooCase:
     """One bug of the zoo.
 
     Attributes:

@@ -13,7 +13,7 @@ from workbench.batch import Batch
 from workbench.metadata import Metadata
 from workbench.pool import StatePool
 from workbench.zoo import _harness as h
-from workbench.zoo.case import Case
+from workbench.zoo.case import ZooCase
 from workbench.zoo.result import Evidence, Survived
 
 EXPLANATION = (
@@ -104,7 +104,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
     return [*out, step]
 
 
-CASE = Case(
+CASE = ZooCase(
     name="contract_drift",
     title="the base passes a second keyword to the same hook: the one-keyword fix breaks again",
     issue="sglang PR 29598, later base",

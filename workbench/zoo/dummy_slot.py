@@ -9,7 +9,7 @@ from workbench.batch import Batch
 from workbench.pool import LowestFirst, StatePool
 from workbench.profiles import Profile
 from workbench.zoo import _harness as h
-from workbench.zoo.case import Case
+from workbench.zoo.case import ZooCase
 from workbench.zoo.result import Evidence
 
 EXPLANATION = (
@@ -54,7 +54,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
     return [step]
 
 
-CASE = Case(
+CASE = ZooCase(
     name="dummy_slot",
     title="slot 0 is allocatable while capture writes dummy state there",
     issue="sglang PR 17404",

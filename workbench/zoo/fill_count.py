@@ -10,7 +10,7 @@ from workbench.batch import Batch
 from workbench.metadata import Metadata
 from workbench.pool import StatePool
 from workbench.zoo import _harness as h
-from workbench.zoo.case import Case
+from workbench.zoo.case import ZooCase
 from workbench.zoo.result import Evidence
 
 EXPLANATION = (
@@ -62,7 +62,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
     return [h.metadata_rows_differ(runner, batch), step]
 
 
-CASE = Case(
+CASE = ZooCase(
     name="fill_count",
     title="padding counted from seq-len fill values drops a live row",
     issue="sglang replay num_padding count",

@@ -9,7 +9,7 @@ from workbench.backends import MetadataBackend
 from workbench.batch import Batch
 from workbench.pool import StatePool
 from workbench.zoo import _harness as h
-from workbench.zoo.case import Case
+from workbench.zoo.case import ZooCase
 from workbench.zoo.result import Evidence, RecorderError
 
 EXPLANATION = (
@@ -55,7 +55,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
     return h.decode_after_capture(runner, pool, device)
 
 
-CASE = Case(
+CASE = ZooCase(
     name="host_value",
     title="a per-step .item() inside the captured region: refused at capture",
     issue="sglang PR 16186",

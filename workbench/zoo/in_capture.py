@@ -8,7 +8,7 @@ from workbench.batch import Batch
 from workbench.metadata import Metadata
 from workbench.pool import StatePool
 from workbench.zoo import _harness as h
-from workbench.zoo.case import Case
+from workbench.zoo.case import ZooCase
 from workbench.zoo.result import Evidence
 
 EXPLANATION = (
@@ -56,7 +56,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
     return h.decode_after_capture(runner, pool, device)
 
 
-CASE = Case(
+CASE = ZooCase(
     name="in_capture",
     title="a device backend's metadata hook lacks the in_capture keyword: capture dies",
     issue="sglang PR 29598",

@@ -10,7 +10,7 @@ from workbench.batch import Batch
 from workbench.metadata import Metadata, build_metadata
 from workbench.pool import StatePool
 from workbench.zoo import _harness as h
-from workbench.zoo.case import Case
+from workbench.zoo.case import ZooCase
 from workbench.zoo.result import AddressMismatch, Evidence
 
 EXPLANATION = (
@@ -73,7 +73,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
     return [address, step]
 
 
-CASE = Case(
+CASE = ZooCase(
     name="rebuilt_tensors",
     title="metadata rebuilt into fresh tensors at replay: the graph reads the captured ones",
     issue="sglang issue 26019",

@@ -7,17 +7,14 @@ is set by hand.
 
 from __future__ import annotations
 
-import html
 import math
 import re
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from workbench import html
 from workbench.errors import WorkbenchError
 from workbench.measure.integrity import IntegrityReport
-
-RED, GREEN = "#D55E00", "#009E73"  # Okabe-Ito vermillion and bluish green, as the figures use
 
 
 class ZooError(WorkbenchError, ValueError):
@@ -284,19 +281,15 @@ class ZooResult:
         return f"<ZooResult {self.case} ({self.variant}, {self.issue}): {state}: {self.summary}>"
 
     def _repr_html_(self) -> str:
-        esc: Callable[[object], str] = lambda s: html.escape(str(s))
-        colour = RED if self.broken else GREEN
-        state = "broken" if self.broken else "clean"
-        rows = "".join(
-            f"<tr><td>{esc(type(e).__name__)}</td>"
-            f"<td style='color:{RED if e.broken else GREEN}'>{'broken' if e.broken else 'clean'}</td>"
-            f"<td style='text-align:left'>{esc(e.summary())}</td></tr>"
+        rows = [
+            [type(e).__name__, html.Cell(*(("broken", "fail") if e.broken else ("clean", "ok"))), e.summary()]
             for e in self.evidence
+        ]
+        table = html.table(["evidence", "state", "what"], rows, left=("evidence", "what"))
+        head = html.facts({"issue": self.issue, "variant": self.variant})
+        why = (
+            "<details><summary>mechanism and fix</summary>"
+            f"<p style='max-width:60em'>{html.escape(self.explanation)}</p></details>"
         )
-        return (
-            f"<div><b>{esc(self.case)}</b> ({esc(self.issue)}), {self.variant}: "
-            f"<b style='color:{colour}'>{state}</b>"
-            f"<table><tr><th>evidence</th><th>state</th><th>what</th></tr>{rows}</table>"
-            f"<details><summary>mechanism and fix</summary><p style='max-width:60em'>{esc(self.explanation)}</p>"
-            "</details></div>"
-        )
+        state = html.badge(not self.broken, "broken" if self.broken else "clean")
+        return html.block(state, head, table, why, title=f"zoo: {self.case}")

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kernels.conventions import CONVENTIONS
 from workbench.batch import Batch
 from workbench.pool import StatePool
 from workbench.profiles import PROFILES
 from workbench.zoo import _harness as h
-from workbench.zoo.case import Case
+from workbench.zoo.case import ZooCase
 from workbench.zoo.dummy_slot import AllocatesDummySlot
 from workbench.zoo.result import Evidence
 
@@ -27,7 +28,11 @@ EXPLANATION = (
 )
 
 # vLLM's conventions with the kernels' old guard: pad 0, skip only idx < 0
-VLLM_OLD_GUARD = replace(PROFILES["vllm"], name="vllm-old-guard", kernel_pad_slot_id=-1)
+VLLM_OLD_GUARD = replace(
+    PROFILES["vllm"],
+    name="vllm-old-guard",
+    convention=replace(CONVENTIONS["vllm"], name="vllm-old-guard", pad_slot_id=-1),
+)
 
 
 def _run(fixed: bool, backend: str) -> list[Evidence]:
@@ -44,7 +49,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
     return [step]
 
 
-CASE = Case(
+CASE = ZooCase(
     name="sentinel_guard",
     title="padding with 0 while kernels skip only negative indices: padded rows hit slot 0",
     issue="vLLM PR 39064",

@@ -10,7 +10,7 @@ from workbench.batch import Batch
 from workbench.metadata import Metadata
 from workbench.pool import StatePool
 from workbench.zoo import _harness as h
-from workbench.zoo.case import Case
+from workbench.zoo.case import ZooCase
 from workbench.zoo.result import Evidence
 
 EXPLANATION = (
@@ -65,7 +65,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
     return [step, h.metadata_rows_differ(runner, second, "req_pool_indices"), h.metadata_rows_differ(runner, second)]
 
 
-CASE = Case(
+CASE = ZooCase(
     name="stale_rows",
     title="padded rows keep stale request indices and process a live request's slot",
     issue="sglang PR 26292",

@@ -12,7 +12,7 @@ from workbench.batch import Batch
 from workbench.metadata import Metadata
 from workbench.pool import StatePool
 from workbench.zoo import _harness as h
-from workbench.zoo.case import Case
+from workbench.zoo.case import ZooCase
 from workbench.zoo.result import Evidence
 
 EXPLANATION = (
@@ -65,7 +65,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
     return [step]
 
 
-CASE = Case(
+CASE = ZooCase(
     name="tail_slice",
     title="a max-size buffer sliced from the end reads a stale tail",
     issue="sglang PR 32555",

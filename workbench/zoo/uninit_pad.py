@@ -13,7 +13,7 @@ from workbench.layers import Intermediate, LayerState, Mamba2Config, Mamba2Layer
 from workbench.metadata import Metadata
 from workbench.pool import StatePool
 from workbench.zoo import _harness as h
-from workbench.zoo.case import Case
+from workbench.zoo.case import ZooCase
 from workbench.zoo.result import Evidence, Propagation
 
 EXPLANATION = (
@@ -50,7 +50,7 @@ class EngineMamba2(Mamba2Layer):
         z, xbc, dt = (x @ w["w_in"]).split([c.d_inner, c.conv_dim, nh], dim=-1)
         conv = conv1d.update(
             xbc.reshape(n, 1, c.conv_dim), state.conv, w["conv_w"], w["conv_b"],
-            conv_state_indices=meta.state_indices, activation="silu", pad_slot_id=pad, impl=self.impl,
+            state_indices=meta.state_indices, activation="silu", pad_slot_id=pad, impl=self.impl,
         ).reshape(n, c.conv_dim)  # fmt: skip
         skipped = skipped_rows(meta.state_indices, pad)
         if not self.zero_pad_outputs:
@@ -64,14 +64,14 @@ class EngineMamba2(Mamba2Layer):
         )  # fmt: skip
         kw = {"D": w["D"][:, None].expand(nh, hd), "dt_bias": w["dt_bias"][:, None].expand(nh, hd)}
         y_live = mamba2.selective_state_update(
-            state.ssm, *args, **kw, dt_softplus=True, state_batch_indices=meta.state_indices, pad_slot_id=pad,
+            state.ssm, *args, **kw, dt_softplus=True, state_indices=meta.state_indices, pad_slot_id=pad,
             impl=self.impl,
         )  # fmt: skip
         # padded rows as the engine's SSM kernel treats them: state read as zeros, output computed, no write
         zero_state = torch.zeros((n, nh, hd, ds), dtype=state.ssm.dtype, device=state.ssm.device)
         rows = torch.arange(n, dtype=torch.int32, device=x.device)
         y_pad = mamba2.selective_state_update(
-            zero_state, *args, **kw, dt_softplus=True, state_batch_indices=rows, pad_slot_id=None, impl=self.impl
+            zero_state, *args, **kw, dt_softplus=True, state_indices=rows, pad_slot_id=None, impl=self.impl
         )
         y = torch.where(skipped[:, None, None], y_pad, y_live)
         out = _gated_rmsnorm(y.reshape(n, c.d_inner), z, w["norm_w"], c.rms_eps) @ w["w_out"]
@@ -111,7 +111,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
     return [nonfinite_rows(stages), step]
 
 
-CASE = Case(
+CASE = ZooCase(
     name="uninit_pad",
     title="conv update leaves padded outputs uninitialised: NaN flows on through the SSM",
     issue="sglang PR 30974",

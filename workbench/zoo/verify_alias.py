@@ -15,7 +15,7 @@ from workbench.metadata import Metadata, build_metadata
 from workbench.pool import StatePool
 from workbench.runner import GraphRunner
 from workbench.zoo import _harness as h
-from workbench.zoo.case import Case
+from workbench.zoo.case import ZooCase
 from workbench.zoo.result import Evidence, IntegrityEvidence
 
 EXPLANATION = (
@@ -112,7 +112,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
     return [verify_and_accept(runner, batch, h.inputs_for(runner, batch, 0), accepted=[2, 1, 2])]
 
 
-CASE = Case(
+CASE = ZooCase(
     name="verify_alias",
     title="padded verify rows alias request 0's scratch: request 0 accepts a wrong state",
     issue="sglang PR 27202",

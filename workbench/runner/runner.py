@@ -24,12 +24,10 @@ from workbench.graphs import NAMES as BACKEND_NAMES
 from workbench.graphs import Graph, get_backend
 from workbench.layers import Intermediate, LayerState
 from workbench.limits import INT32_MAX, check_int, check_memory
-from workbench.measure.compare import Comparison, compare_replay
 from workbench.metadata import GRAPH_MODES, Metadata, tokens_per_row, validate
 from workbench.pool import StatePool
 from workbench.profiles import get_profile
-
-__all__ = ["Comparison", "GraphRunner", "Layer", "StepResult"]
+from workbench.runner.compare import Comparison, compare_replay
 
 
 class Layer(Protocol):
@@ -247,6 +245,29 @@ class GraphRunner:
         """``(mode, bucket)`` of every captured graph."""
         return sorted(self._graphs)
 
+    def __repr__(self) -> str:
+        buckets = "; ".join(f"{m} {html.short_list(self.buckets(m), 8)}" for m in self.modes)
+        total = sum(len(self.buckets(m)) for m in self.modes)
+        return (
+            f"GraphRunner({type(self.layer).__name__}, profile={self.pool.profile.name!r}, "
+            f"backend={self.graph_backend.name!r}, buckets {buckets}, captured {len(self._graphs)}/{total})"
+        )
+
+    def _repr_html_(self) -> str:
+        head = {
+            "layer": type(self.layer).__name__,
+            "profile": self.pool.profile.name,
+            "backend": self.graph_backend.name,
+            "draft_tokens": self.draft_tokens,
+        }
+        rows, kinds = [], []
+        for m in self.modes:
+            done = sum((m, bs) in self._graphs for bs in self.buckets(m))
+            rows.append([m, html.short_list(self.buckets(m)), f"{done}/{len(self.buckets(m))}"])
+            kinds.append("ok" if done == len(self.buckets(m)) else "pad")  # grey: not captured (yet)
+        table = html.table(["mode", "buckets", "captured"], rows, row_kinds=kinds)
+        return html.block(html.facts(head), table, title="GraphRunner")
+
     @property
     def last_intermediate(self) -> Intermediate | None:
         """The verify intermediate buffer the last step wrote (None after a decode step)."""
@@ -340,5 +361,5 @@ class GraphRunner:
         self, batch: Batch, inputs: torch.Tensor, *, atol: float | None = None, rtol: float | None = None
     ) -> Comparison:
         """Replay ``batch`` and compare it with the same padded step run eagerly and with the float64
-        reference (see :func:`workbench.measure.compare.compare_replay`). The runner's state advances."""
+        reference (see :func:`workbench.runner.compare.compare_replay`). The runner's state advances."""
         return compare_replay(self, batch, inputs, atol=atol, rtol=rtol)

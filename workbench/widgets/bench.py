@@ -1,4 +1,5 @@
-"""`workbench bench widgets`: how fast the MetadataExplorer answers a control change.
+"""`workbench bench widgets`: how fast the MetadataExplorer answers a control change (``workbench.cli`` routes
+the command here, so that the bench package does not import the widgets).
 
 One interaction = set a control's ``.value`` (as the browser does through the comm), which rebuilds the
 metadata of every profile shown and updates the padding map, slot map, qsl staircase and table in place
@@ -35,7 +36,7 @@ def _time_changes(change: Callable[[int], None], n: int) -> dict[str, float]:
 def run(quick: bool = False, json_path: str | None = None, device: str = "cpu") -> Results:
     """Time control changes of the MetadataExplorer; print a table; save the records when ``json_path``
     is given (one record per interaction and batch size, ``mode="control change"``, times in us)."""
-    from workbench.widgets import MetadataExplorer
+    from workbench.widgets.explorer import MetadataExplorer  # ipywidgets: imported only when timed
 
     n = 10 if quick else 40
     sizes = (8, 64) if quick else (8, 64, 256)

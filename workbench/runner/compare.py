@@ -1,44 +1,24 @@
 """Replay vs eager: run one batch through a captured graph, through the same padded step eagerly, and
 through the float64 reference, and say whether anything differs or was lost.
 
-The runner lives above this module; it is described here by the small :class:`ReplaySubject` protocol, so
-the measuring code does not import the runner.
+Beside the runner it checks (``GraphRunner.compare`` calls :func:`compare_replay`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from workbench import html
-from workbench.backends import MetadataBackend
 from workbench.batch import Batch
-from workbench.graphs import Graph, GraphBackend
-from workbench.layers import Intermediate, LayerState, float64_reference
+from workbench.layers import float64_reference
 from workbench.measure.integrity import IntegrityReport, check
 from workbench.metadata import build_metadata, tokens_per_row
-from workbench.pool import StatePool
 
-
-class ReplaySubject(Protocol):
-    """What :func:`compare_replay` needs of a graph runner."""
-
-    layer: Any
-    pool: StatePool
-    state: LayerState
-    draft_tokens: int
-    meta_backend: MetadataBackend
-    graph_backend: GraphBackend
-    static_x: dict[str, torch.Tensor]
-
-    def buckets(self, mode: str) -> list[int]: ...
-    def graph(self, mode: str, bs: int) -> Graph: ...
-    def replay(self, batch: Batch, inputs: torch.Tensor) -> Any: ...
-    def check_inputs(self, batch: Batch, inputs: torch.Tensor, mode: str) -> int: ...
-    @property
-    def last_intermediate(self) -> Intermediate | None: ...
+if TYPE_CHECKING:
+    from workbench.runner.runner import GraphRunner
 
 
 @dataclass
@@ -119,7 +99,7 @@ class Comparison:
 
 
 def compare_replay(
-    runner: ReplaySubject,
+    runner: GraphRunner,
     batch: Batch,
     inputs: torch.Tensor,
     *,
@@ -135,7 +115,9 @@ def compare_replay(
     the replay with the float64 reference: foreign slots changed, live rows off, padded outputs not zero.
     The runner's state advances by the replay.
     """
-    layer, pool, D = runner.layer, runner.pool, runner.draft_tokens
+    # Any: float64_reference needs a workbench layer (its .to), more than the runner's Layer protocol promises
+    layer: Any = runner.layer
+    pool, D = runner.pool, runner.draft_tokens
     before = runner.state.clone()
     verify = batch.mode == "target_verify"
     mode = runner.meta_backend.graph_mode_of(batch)

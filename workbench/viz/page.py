@@ -1,5 +1,8 @@
 """A self-contained HTML page: sections of text, tables and plotly figures, plotly's JavaScript embedded once.
 
+The report (``workbench report``) and ``workbench bench --plot`` write one; it sits beside the figures so
+that neither entry point imports the other.
+
 Each figure is stored as JSON in a ``<script type="application/json" class="figure-data">`` next to its
 ``<div>`` and drawn by one small script at the end, so the page opens offline and a test can read every
 figure back with ``json.loads``.
@@ -8,9 +11,11 @@ figure back with ``json.loads``.
 from __future__ import annotations
 
 import html
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from workbench.html import Cell
+from workbench.html import table as html_table
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 0 auto; max-width: 1300px; padding: 1em 2em; color: #222; }
@@ -20,7 +25,6 @@ table { border-collapse: collapse; margin: 0.5em 0; font-size: 90%; }
 th, td { border: 1px solid #ccc; padding: 2px 8px; text-align: left; }
 th { background: #f0f0f0; }
 caption { text-align: left; padding: 0.3em 0; }
-td.bad { background: #fbd5c4; } td.good { background: #d6efe4; }
 pre { background: #f7f7f7; padding: 0.5em; overflow-x: auto; font-size: 85%; }
 .note { color: #555; font-style: italic; }
 .figure { width: 100%; }
@@ -35,24 +39,32 @@ document.querySelectorAll("script.figure-data").forEach(function (s) {
 
 
 def esc(text: Any) -> str:
+    """``str(text)`` with ``& < > " '`` escaped."""
     return html.escape(str(text))
 
 
 def table(header: list[str], rows: list[list[Any]], *, classes: list[list[str]] | None = None) -> str:
-    """An HTML table; ``classes[i][j]`` is the class of cell (i, j) ("good" | "bad" | "")."""
-    head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = []
-    for i, row in enumerate(rows):
-        cells = []
-        for j, v in enumerate(row):
-            cls = classes[i][j] if classes else ""
-            cells.append(f"<td class='{cls}'>{esc(v)}</td>" if cls else f"<td>{esc(v)}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    """``workbench.html.table`` with a class per cell: ``classes[i][j]`` is "good", "bad" or "" (the report's
+    sections mark cells this way; they become green or vermillion cells)."""
+    kinds = {"good": "ok", "bad": "fail"}
+
+    def cell(v: Any, cls: str) -> Any:
+        return Cell(v, kinds[cls]) if cls else v
+
+    marked = [[cell(v, classes[i][j] if classes else "") for j, v in enumerate(r)] for i, r in enumerate(rows)]
+    return html_table(header, marked, left=[header[0]] if header else ())
 
 
 @dataclass
 class Page:
+    """Sections (id, heading, HTML parts) and figures of one page; ``render()`` is the whole file.
+
+    >>> page = Page("demo")
+    >>> page.section("intro", "Intro").append("<p>hi</p>")
+    >>> [sid for sid, _, _ in page.sections]
+    ['intro']
+    """
+
     title: str
     sections: list[tuple[str, str, list[str]]] = field(default_factory=list)  # (id, heading, html parts)
     _figures: int = 0
@@ -89,8 +101,3 @@ class Page:
             f"<body><h1>{esc(self.title)}</h1><nav>{nav}</nav>\n{body}\n"
             f"<script type='text/javascript'>{RENDER}</script></body></html>\n"
         )
-
-
-def dumps(obj: Any) -> str:
-    """Indented JSON for a ``<pre>`` block."""
-    return json.dumps(obj, indent=1, default=str)

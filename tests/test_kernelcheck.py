@@ -1,0 +1,283 @@
+"""The kernel-conformance harness (``workbench.kernelcheck``): built-in kernels pass, broken ones fail
+naming what they broke, bad arguments are refused in words, results render themselves."""
+
+from functools import partial
+from html.parser import HTMLParser
+
+import pytest
+import torch
+
+import kernels.causal_conv1d as conv
+import kernels.gated_delta_rule as gdn
+from kernels.conventions import CONVENTIONS
+from kernels.testing import OPS
+from workbench.errors import WorkbenchError
+from workbench.kernelcheck import (
+    KernelCheckError,
+    as_custom_op,
+    builtin,
+    candidate_name,
+    check_capture,
+    check_convention,
+    check_kernel,
+    mutated_args,
+)
+
+ALL = [(op, variant) for op, spec in OPS.items() for variant in spec.variants]
+
+
+# -- the built-in kernels --------------------------------------------------------------------------
+@pytest.mark.parametrize("op, variant", ALL, ids=[f"{o}[{v}]" for o, v in ALL])
+def test_the_reference_passes_every_op_and_variant_under_every_convention(op, variant):
+    res = check_kernel("reference", op, variant, capture=False)
+    assert res.ok, res.summary()
+    assert [c.name for c in res.conventions] == list(CONVENTIONS)
+
+
+@pytest.mark.slow  # every op in the Triton interpreter, captured: tens of seconds
+@pytest.mark.parametrize("op, variant", ALL, ids=[f"{o}[{v}]" for o, v in ALL])
+def test_triton_passes_every_op_and_variant_and_captures_as_one_op(op, variant):
+    res = check_kernel(builtin(op, "triton"), op, variant)
+    assert res.ok, res.summary()
+    assert res.candidate == f'{op} (impl="triton")'
+    assert res.capture is not None
+    assert sum(o.startswith("linattn.") for o in res.capture.ops) == 1, res.capture.ops  # one op per call
+
+
+# -- broken kernels fail, naming what they broke -----------------------------------------------------
+def test_a_kernel_writing_a_slot_no_row_owns_fails_under_every_convention_naming_the_slot():
+    written = []
+
+    def writes_a_free_slot(**kw):
+        gdn.recurrent(**kw, impl="reference")
+        owned = set(kw["state_indices"].tolist())
+        free = next(s for s in range(1, kw["state"].shape[0]) if s not in owned)
+        kw["state"][free] += 1.0
+        written.append(free)
+
+    res = check_kernel(writes_a_free_slot, capture=False)
+    assert not res.ok and res.failures == list(CONVENTIONS)
+    for c, slot in zip(res.conventions, written, strict=True):
+        assert f"slot(s) [{slot}] of state changed but no processed row owns them" in c.summary()
+
+
+def test_a_kernel_that_never_writes_padded_outputs_fails_under_sglang_and_vllm():
+    def leaves_skipped_rows(**kw):
+        out = kw["out"]
+        poisoned = out.clone()
+        conv.update(**kw, impl="reference")
+        if kw["pad_slot_id"] is not None:  # "skips" padded rows entirely: their outputs stay unwritten
+            skipped = kw["state_indices"] <= kw["pad_slot_id"]
+            out[skipped] = poisoned[skipped]
+
+    res = check_kernel(leaves_skipped_rows, "causal_conv1d.update", capture=False)
+    assert res.failures == ["sglang", "vllm"]
+    for name in ("sglang", "vllm"):
+        problems = res[name].problems()
+        assert any("never written (NaN)" in p for p in problems)
+        assert "outputs of skipped padding not zero: out row 3, out row 4" in problems
+    assert res["sglang-ascend"].ok  # Ascend processes padded rows: the kernel writes them
+
+
+def test_an_unguarded_varlen_kernel_fails_under_sglang_naming_the_guard_band():
+    triton_varlen = builtin("causal_conv1d.varlen", "triton")
+
+    def unguarded(**kw):
+        kw["pad_slot_id"] = None  # processes padded rows: sglang's -1 addresses the slot before the pool
+        triton_varlen(**kw)
+
+    res = check_convention(unguarded, "causal_conv1d.varlen", convention="sglang", padded_tokens=True)
+    assert not res.ok
+    assert "memory outside the pool written (guard band before conv_state)" in res.problems()[0]
+    # zero-length padded rows hide it: why padded_tokens exists
+    assert check_convention(unguarded, "causal_conv1d.varlen", convention="sglang").ok
+
+
+def test_a_kernel_that_raises_is_reported_not_raised():
+    def explodes(**kw):
+        raise RuntimeError("boom")
+
+    res = check_kernel(explodes, "mamba2.selective_state_update")
+    assert not res.ok and all(c.error == "RuntimeError: boom" for c in res.conventions)
+    assert res.capture is not None and "capture raised RuntimeError: boom" in res.capture.detail
+    assert res["vllm"].error_map() is None and res["vllm"].summary() == "vllm: raised RuntimeError: boom"
+
+
+def test_a_kernel_returning_a_new_tensor_is_told_to_write_out():
+    def returns_instead(**kw):
+        out = kw.pop("out")
+        return conv.update(**kw, out=torch.empty_like(out), impl="reference")
+
+    res = check_convention(returns_instead, "causal_conv1d.update")
+    assert not res.ok and "instead of writing out=" in res.summary()
+
+
+def test_capture_refuses_a_host_read_and_catches_a_frozen_value():
+    def syncs(**kw):
+        int(kw["cu_seqlens"][-1])  # a host read: a device graph cannot hold it
+        gdn.recurrent(**kw, impl="reference")
+
+    res = check_kernel(syncs, conventions="sglang")
+    assert res.conventions[0].ok and res.capture is not None and not res.capture.ok
+    assert res.capture.detail.startswith("capture refused")
+
+    cache = {}
+
+    def freezes_the_weights(**kw):  # keeps the first call's weights: a replay on new values is off
+        kw["weight"] = cache.setdefault("w", kw["weight"].clone())
+        conv.update(**kw, impl="reference")
+
+    cap = check_capture(freezes_the_weights, "causal_conv1d.update")
+    assert not cap.ok and "replay on new values" in cap.detail and "off the float64 reference" in cap.detail
+
+
+# -- bad arguments ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"op": "gdn_recurrent"}, "op: unknown op 'gdn_recurrent'; choose one of \\['gated_delta_rule.recurrent'"),
+        ({"variant": "prefill"}, "variant: gated_delta_rule.recurrent has no variant 'prefill'; choose one of"),
+        ({"conventions": ("sglang", "trtllm")}, "conventions: unknown convention 'trtllm'; choose from \\['sglang'"),
+        ({"conventions": ()}, "conventions: name at least one of"),
+        ({"shapes": "huge"}, "shapes: unknown preset 'huge'; choose one of \\['small', 'quarter', 'engine'\\]"),
+        ({"shapes": {"Q": 3}}, "shapes: unknown size\\(s\\) \\['Q'\\]"),
+        ({"shapes": {"K": 0}}, "shapes\\['K'\\]: must be an int >= 1, got 0"),
+        ({"shapes": {"H": 2, "HV": 3}}, "shapes: gated_delta_rule.recurrent\\[decode\\] refuses them: .*HV=3"),
+        ({"shapes": 7}, "shapes: a preset name or a mapping"),
+        ({"rows": 0}, "rows: must be an int >= 1, got 0"),
+        ({"seed": "x"}, "seed: must be an int, got 'x'"),
+    ],
+)
+def test_bad_arguments_raise_a_kernelcheck_error_naming_the_value(kwargs, message):
+    with pytest.raises(KernelCheckError, match=message) as err:
+        check_kernel("reference", **kwargs)
+    assert isinstance(err.value, WorkbenchError) and isinstance(err.value, ValueError)
+
+
+def test_a_bad_impl_or_candidate_is_refused():
+    with pytest.raises(KernelCheckError, match="impl: unknown implementation 'cuda'; choose one of"):
+        check_kernel("cuda")
+    with pytest.raises(KernelCheckError, match="fn: a function with the op's signature"):
+        check_kernel(42)  # type: ignore[arg-type]
+
+
+# -- results -----------------------------------------------------------------------------------------
+class _Tags(HTMLParser):
+    """Parses an HTML fragment, checking that every tag opened is closed in order."""
+
+    VOID = {"br", "hr", "img", "input", "meta"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.rows: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag not in self.VOID:
+            self.stack.append(tag)
+        if tag == "tr":
+            self.rows.append(dict(attrs).get("class") or "")
+
+    def handle_endtag(self, tag):
+        assert self.stack and self.stack.pop() == tag, f"</{tag}> closes nothing open"
+
+
+def _parse(page: str) -> _Tags:
+    p = _Tags()
+    p.feed(page)
+    p.close()
+    assert not p.stack, f"unclosed tags {p.stack}"
+    return p
+
+
+def test_html_shows_one_row_per_convention_failures_vermillion_passes_green():
+    def unguarded(**kw):
+        kw["pad_slot_id"] = None
+        conv.update(**kw, impl="reference")
+
+    res = check_kernel(unguarded, "causal_conv1d.update", capture=False)
+    page = res._repr_html_()
+    tags = _parse(page)
+    body_rows = tags.rows[1:]  # the header row first
+    assert body_rows == ["wb-fail" if not c.ok else "wb-ok" for c in res.conventions]
+    assert "#D55E00" in page and "#009E73" in page  # vermillion failures, a green pass (Ascend)
+    assert "unguarded" in page and "slot(s) [0] of conv_state changed" in page
+    _parse(res["vllm"]._repr_html_())
+    good = check_kernel("reference", "causal_conv1d.update")
+    assert "#D55E00" not in good._repr_html_() and _parse(good._repr_html_()).rows.count("wb-ok") == 3
+    assert good.capture is not None and "#009E73" in good.capture._repr_html_()
+
+
+def test_results_read_in_words():
+    res = check_kernel(partial(gdn.recurrent, impl="reference"), "gated_delta_rule.recurrent", "verify")
+    lines = repr(res).splitlines()
+    assert lines[0] == 'gated_delta_rule.recurrent[verify] [gated_delta_rule.recurrent (impl="reference")]: OK'
+    assert lines[1].startswith("  sglang: ok (max error") and lines[-1].startswith("  capture: ok: ")
+    assert repr(res["vllm"]).startswith("ConventionResult(vllm: ok") and res.failures == []
+    with pytest.raises(KeyError, match="'trtllm' was not checked"):
+        res["trtllm"]
+    rows, heads, err = res["sglang"].error_map()
+    assert len(rows) == len(err) == 3 + 2 + 1 and rows[-1] == "padding tokens"  # rows, padded rows, the tail
+    assert heads[0] == "value head 0" and len(err[0]) == len(heads) == 2
+    assert check_kernel("reference", "gated_delta_rule.scatter_accepted")["sglang"].error_map() is None
+
+
+def test_candidate_names_are_readable():
+    def my_kernel(**kw): ...
+
+    class Kernel:
+        def __call__(self, **kw): ...
+
+    assert candidate_name(partial(gdn.recurrent, impl="triton")) == 'gated_delta_rule.recurrent (impl="triton")'
+    assert candidate_name(gdn.recurrent) == "gated_delta_rule.recurrent"
+    assert candidate_name(my_kernel).endswith("my_kernel") and "<function" not in candidate_name(my_kernel)
+    assert candidate_name(Kernel()) == "test_candidate_names_are_readable.<locals>.Kernel"
+    assert check_kernel("reference", capture=False, name="mine").candidate == "mine"
+
+
+# -- the custom-op wrapper -----------------------------------------------------------------------------
+def test_as_custom_op_registers_one_op_a_graph_holds():
+    calls = []
+
+    def my_update(x, conv_state, weight, bias=None, *, state_indices, activation=None, pad_slot_id=-1, out=None,
+                  intermediate_conv_windows=None, disable_state_update=False):  # fmt: skip
+        calls.append(pad_slot_id)
+        conv.update(x, conv_state, weight, bias, state_indices=state_indices, activation=activation,
+                    pad_slot_id=pad_slot_id, out=out, intermediate_conv_windows=intermediate_conv_windows,
+                    disable_state_update=disable_state_update, impl="reference")  # fmt: skip
+
+    op = as_custom_op(my_update, op="causal_conv1d.update", name="kernelcheck_test::update")
+    assert op.mutates_args == mutated_args("causal_conv1d.update") == ("conv_state", "intermediate_conv_windows", "out")
+    schema = str(torch.ops.kernelcheck_test.update.default._schema)
+    assert "Tensor(a1!) conv_state" in schema and "Tensor(a9!)? out" in schema
+    res = check_kernel(op, "causal_conv1d.update", "verify")
+    assert res.ok, res.summary()
+    assert res.candidate == "kernelcheck_test::update" and calls
+    assert res.capture is not None and [o for o in res.capture.ops if "kernelcheck_test" in o] == [
+        "kernelcheck_test.update.default"
+    ]
+    # out allocated and returned when not given, as the public op does
+    call = res["sglang"].case.fresh()
+    args = {k: v for k, v in call.args.items() if k != "out"}
+    assert torch.equal(op(**args), conv.update(**res["sglang"].case.fresh().args, impl="reference"))
+
+
+def test_as_custom_op_swaps_the_function_of_a_name_and_refuses_another_op():
+    def first(**kw):
+        conv.update(**kw, impl="reference")
+
+    def second(**kw):
+        kw["out"].zero_()
+
+    name = "kernelcheck_test::swap"
+    assert check_kernel(as_custom_op(first, op="causal_conv1d.update", name=name), "causal_conv1d.update").ok
+    again = as_custom_op(second, op="causal_conv1d.update", name=name)  # a re-run notebook cell
+    assert not check_kernel(again, "causal_conv1d.update", capture=False).ok
+    with pytest.raises(KernelCheckError, match="name: 'kernelcheck_test::swap' is already registered for causal"):
+        as_custom_op(first, op="mamba2.selective_state_update", name=name)
+    with pytest.raises(KernelCheckError, match="name: a custom op is named 'namespace::op_name', got 'swap'"):
+        as_custom_op(first, op="causal_conv1d.update", name="swap")
+    with pytest.raises(KernelCheckError, match="mutates_args: causal_conv1d.update has no argument\\(s\\) \\['y'\\]"):
+        as_custom_op(first, op="causal_conv1d.update", name="kernelcheck_test::other", mutates_args=("y",))
+    with pytest.raises(KernelCheckError, match="op: unknown op 'conv'"):
+        as_custom_op(first, op="conv", name="kernelcheck_test::other")
