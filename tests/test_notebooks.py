@@ -31,7 +31,7 @@ EXPECTED = {
         'mamba2.selective_state_update[decode] [mamba2.selective_state_update (impl="triton")]: OK',
         "every built-in Triton kernel passes: True",
     ],
-    "05_timings.ipynb": ["records: 8", "loaded 14 records of gdn bench"],
+    "05_timings.ipynb": ["records: 8", "loaded 14 records of gdn quarter"],
     "03_bug_zoo.ipynb": ["every unfixed run broke: True", "every fixed run clean: True"],
 }
 pytestmark = pytest.mark.notebook
