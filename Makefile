@@ -20,14 +20,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	@touch $(STAMP)
 
+# No GPU answers nvidia-smi: the notebooks' Triton kernels run in Triton's interpreter, which must be on
+# before torch and the kernels are imported (the kernel playground says so otherwise)
+NO_GPU_ENV = $(if $(shell nvidia-smi -L 2>/dev/null | grep GPU),,TRITON_INTERPRET=1)
+
 lab: $(STAMP)
 	@$(NEED) jupyterlab lab "make lab"
-	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root,)
+	$(NO_GPU_ENV) $(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 # the MetadataExplorer as a standalone page (Voila), on http://localhost:8866
 app: $(STAMP)
 	@$(NEED) voila lab "make app"
-	$(BIN)/voila app/metadata_explorer.ipynb --port=8866 --no-browser
+	$(NO_GPU_ENV) $(BIN)/voila app/metadata_explorer.ipynb --port=8866 --no-browser
 
 test: lint
 	$(BIN)/python -m pytest -q
@@ -58,5 +62,8 @@ bench: $(STAMP)
 doctor: $(STAMP)
 	$(BIN)/workbench doctor
 
+# everything the targets and the tests write: the venv, tool caches, reports, benchmark output, screenshots
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis .import_linter_cache bench-results tests/screenshots
+	rm -rf build dist out *.egg-info report.html benchmarks/results/*_dryrun_*.json
+	find . -path ./.git -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +

@@ -99,6 +99,11 @@ def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return float(diff.max()) / max(1.0, float(b.nan_to_num(0.0).abs().max()))
 
 
+def error_text(err: float) -> str:
+    """An error of :func:`rel_err` in words: ``inf`` is a NaN (or an inf) where the reference is finite."""
+    return "NaN where the reference is finite" if err == float("inf") else f"{err:.3g}"
+
+
 @dataclass(frozen=True)
 class OpSpec:
     """An op the builders know: its public function (``module:attr``), variants, Triton launcher, and what
@@ -388,7 +393,7 @@ class CaseCheck:
         if self.unwritten:
             out.append(f"{self.unwritten} output value(s) never written (NaN)")
         for k in self.bad_outputs:
-            out.append(f"{k} off the float64 reference (error {self.output_err[k]:.3g} > {self.tol:g})")
+            out.append(f"{k} off the float64 reference (error {error_text(self.output_err[k])} > {self.tol:g})")
         if self.padded_wrong:
             where = ", ".join(f"{k} {'padding tokens' if r == -1 else f'row {r}'}" for k, r in self.padded_wrong)
             out.append(f"outputs of skipped padding not zero: {where}")
@@ -398,7 +403,7 @@ class CaseCheck:
                 out.append(f"slot(s) {slots} of {pool} changed but no processed row owns them")
         if self.bad_state_slots:
             slots = [s for _, s in self.bad_state_slots]
-            out.append(f"live slot(s) {slots} off the reference (error {self.state_err:.3g})")
+            out.append(f"live slot(s) {slots} off the reference (error {error_text(self.state_err)})")
         return out
 
     def summary(self) -> str:

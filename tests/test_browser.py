@@ -3,7 +3,11 @@
 that the widgets and figures render and react, and that the console stays free of errors.
 
 JupyterLab runs on a copy of ``notebooks/`` in a temp dir (it autosaves executed notebooks), on a free
-loopback port with a token. Screenshots go to ``tests/screenshots/`` (git-ignored). Where Chromium is
+loopback port with a token. Every notebook runs, all at once, each in a page of its own; in every plotly
+figure they draw (their own and their widgets') the text boxes are measured, and two labels drawn over
+each other, or one cut off by the figure's edge, fail the test by notebook, figure and text (the geometry is
+``tests/_figure_labels.py``, tested without a browser in ``tests/test_figure_labels.py``). No green tick may
+stand beside a False anywhere. Screenshots go to ``tests/screenshots/`` (git-ignored). Where Chromium is
 missing and the user is root, it is installed from Debian's packages first, as in CI; otherwise the
 module is skipped with one line saying why.
 """
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -19,8 +24,11 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import _figure_labels as labels  # beside this file (tests/ is on sys.path under pytest's default import mode)
 import pytest
 
 pytestmark = [pytest.mark.notebook, pytest.mark.slow]
@@ -42,6 +50,14 @@ LOCAL = ("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:")
 # the notebook panel on show (a restored workspace may hold other, hidden ones)
 NB = ".jp-NotebookPanel:not(.lm-mod-hidden)"
 BENIGN_CONSOLE = ("Failed to load resource: the server responded with a status of 404",)
+VIEWPORT = {"width": 1400, "height": 1000}
+# every notebook, 06 and on included once they exist
+NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+# started first: they run longest (the kernel checks in the Triton interpreter, the sweeps, the zoo)
+SLOW_FIRST = ["04_kernel_prototyping.ipynb", "05_timings.ipynb", "03_bug_zoo.ipynb"]
+# notebooks that must draw at least one plotly figure
+HAS_FIGURES = {n for n in NOTEBOOKS if not n.startswith("03_")}
+RUN_TIMEOUT_MS = 300_000  # a notebook's run-all, with the others running beside it
 
 
 def _have_chromium() -> str | None:
@@ -116,6 +132,10 @@ def _server_env(tmp: Path) -> dict[str, str]:
     note = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     note.parent.mkdir(parents=True, exist_ok=True)
     note.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    # every cell rendered, not only those in view: the figures of a whole notebook are measured at once
+    tracker = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    tracker.parent.mkdir(parents=True, exist_ok=True)
+    tracker.write_text(json.dumps({"windowingMode": "none"}))
     return dict(
         os.environ,
         TRITON_INTERPRET="1",
@@ -126,8 +146,8 @@ def _server_env(tmp: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def lab_server(tmp_path_factory) -> Iterator[str]:
-    """JupyterLab on a copy of notebooks/; yields the base URL with the token as a query string."""
+def lab_server(tmp_path_factory) -> Iterator[tuple[str, str]]:
+    """JupyterLab on a copy of notebooks/; yields its base URL and its token."""
     tmp = tmp_path_factory.mktemp("lab")
     shutil.copytree(ROOT / "notebooks", tmp / "notebooks")
     port, token = _free_port(), os.urandom(16).hex()
@@ -178,14 +198,13 @@ class Console:
             self.errors.append(msg.text)
 
 
-def _run_all(page, name: str) -> None:
-    """Open ``name`` in JupyterLab, run all cells, wait until every code cell has run.
+def _send_run_all(page, name: str) -> None:
+    """Send run-all to the notebook open in ``page`` once its kernel is up, without waiting for the cells.
 
     The execution indicator says idle before the kernel really is ready, and a run-all sent then is
     dropped: wait a moment, send it without awaiting its promise, and resend until a prompt moves."""
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
-    started = False
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
     for _attempt in range(4):
         page.wait_for_timeout(2_000)
         page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
@@ -196,32 +215,209 @@ def _run_all(page, name: str) -> None:
                 arg=NB,
                 timeout=8_000,
             )
-            started = True
-            break
+            return
         except Exception:
             continue
-    assert started, f"{name}: run-all never started"
+    raise AssertionError(f"{name}: run-all never started")
+
+
+def _wait_ran(page, name: str, timeout_ms: int = RUN_TIMEOUT_MS) -> None:
+    """Wait until every code cell of the notebook in ``page`` has run, or until it stopped at an error (run-all
+    stops there: fail at once, with the error, rather than at the timeout)."""
     try:
         page.wait_for_function(
-            "(nb) => { const ps = [...document.querySelectorAll(nb + ' .jp-CodeCell .jp-InputPrompt')];"
-            " return ps.length > 0 && ps.every(p => /\\[\\d+\\]/.test(p.textContent)); }",
+            "(nb) => { const ps = [...document.querySelectorAll(nb + ' .jp-CodeCell .jp-InputPrompt')]"
+            ".map(p => p.textContent.trim());"
+            " const all = ps.length > 0 && ps.every(p => /\\[\\d+\\]/.test(p));"
+            " const stopped = !ps.includes('[*]:') &&"
+            " !!document.querySelector(nb + \" [data-mime-type='application/vnd.jupyter.error']\");"
+            " return all || stopped; }",
             arg=NB,
-            timeout=240_000,
+            timeout=timeout_ms,
         )
     except Exception:
-        page.screenshot(path=str(SHOTS / f"{name}-timeout.png"))
+        page.screenshot(path=str(SHOTS / f"{Path(name).stem}-timeout.png"))
         prompts = page.eval_on_selector_all(NB + " .jp-CodeCell .jp-InputPrompt", "els => els.map(e => e.textContent)")
-        raise AssertionError(f"{name}: cells did not all run; prompts {prompts}") from None
+        raise AssertionError(
+            f"{name}: cells did not all run within {timeout_ms // 1000} s; prompts {prompts}"
+        ) from None
+    errors = _error_outputs(page)
+    assert not errors, f"{name}: a cell failed:\n" + "\n".join(e[-2000:] for e in errors)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
 
 
 def _error_outputs(page) -> list[str]:
+    mimes = ("application/vnd.jupyter.error", "application/vnd.jupyter.stderr")
     errs = page.eval_on_selector_all(
-        "[data-mime-type='application/vnd.jupyter.error'], [data-mime-type='application/vnd.jupyter.stderr']",
-        "els => els.map(e => e.textContent)",
+        ", ".join(f"{NB} [data-mime-type='{m}']" for m in mimes), "els => els.map(e => e.textContent)"
     )
     # tqdm progress bars write to stderr; they are not errors
     return [e for e in errs if "it/s]" not in e and "s/it]" not in e and "%|" not in e]
+
+
+@dataclass
+class Opened:
+    """A notebook open in its own page, its run-all sent. ``failure``: why it did not start or run."""
+
+    name: str
+    page: Any
+    console: Console
+    failure: str | None = None
+    ran: bool = False
+
+
+class Notebooks:
+    """The notebooks a test session needs, each open in a page of its own with run-all sent: started all at
+    once, so that the kernels run side by side (one after another they take about twice as long), and each
+    test waits for its own. A notebook no selected test named is opened when a test first asks for it."""
+
+    def __init__(self, browser, base: str, token: str) -> None:
+        self.browser, self.base, self.token = browser, base, token
+        self.opened: dict[str, Opened] = {}
+
+    def start(self, name: str) -> Opened:
+        if name in self.opened:
+            return self.opened[name]
+        page = self.browser.new_page(viewport=VIEWPORT)
+        nb = self.opened[name] = Opened(name, page, Console(page))
+        try:
+            page.goto(f"{self.base}/lab/workspaces/{Path(name).stem}/tree/{name}?token={self.token}")
+            _send_run_all(page, name)
+        except Exception as e:  # this notebook's tests fail with the reason; the others go on
+            nb.failure = f"{name}: {e}"
+        return nb
+
+    def ran(self, name: str) -> Opened:
+        """The page of notebook ``name`` once all its cells ran (the first call waits); fails with the reason."""
+        if name not in NOTEBOOKS:
+            pytest.fail(f"{name} is not in notebooks/")
+        nb = self.start(name)
+        if nb.failure is None and not nb.ran:
+            try:
+                _wait_ran(nb.page, name)
+                nb.ran = True
+            except AssertionError as e:
+                nb.failure = str(e)
+        if nb.failure is not None:
+            pytest.fail(nb.failure, pytrace=False)
+        return nb
+
+    def close(self) -> None:
+        for nb in self.opened.values():
+            nb.page.close()
+
+
+def _uses(name: str):
+    """Marks a test as one that drives notebook ``name`` (the ``notebooks`` fixture starts it up front)."""
+
+    def mark(fn):
+        fn.notebook = name
+        return fn
+
+    return mark
+
+
+@pytest.fixture(scope="module")
+def notebooks(request, browser, lab_server) -> Iterator[Notebooks]:
+    """Starts every notebook the selected tests of this module drive, the slowest first."""
+    here = request.module.__name__
+    wanted = set()
+    for item in request.session.items:
+        if getattr(getattr(item, "module", None), "__name__", None) != here:
+            continue
+        params = getattr(item, "callspec", None)
+        wanted |= {params.params["name"]} if params and "name" in params.params else set()
+        wanted |= {getattr(item.function, "notebook", None)} - {None}
+    first = [n for n in SLOW_FIRST if n in wanted] + sorted(wanted - set(SLOW_FIRST))
+    started = Notebooks(browser, *lab_server)
+    for name in first:
+        started.start(name)
+    yield started
+    started.close()
+
+
+def _settled(page, root: str = NB) -> None:
+    """Wait until every plotly figure under ``root`` has drawn (and stays drawn a moment): a FigureWidget
+    draws after its model synced, a responsive figure after its first resize."""
+    # a FigureWidget first draws an empty default figure (axes -1..6) and its traces only once its model
+    # synced, which a loaded machine can take tens of seconds to do: wait for traces, or for axes the
+    # figure hides on purpose (an empty placeholder)
+    count = (
+        "(root) => { const gs = [...document.querySelectorAll(root + ' .js-plotly-plot')];"
+        " const drawn = g => g._fullLayout && g.querySelector('svg.main-svg');"
+        " const filled = g => (g.data && g.data.length > 0) || !(g._fullLayout.xaxis || {}).visible;"
+        " return gs.every(g => drawn(g) && filled(g)) ? gs.length : -1; }"
+    )
+    last = None
+    for _ in range(200):
+        n = page.evaluate(count, root)
+        if n >= 0 and n == last:
+            break
+        last = n
+        page.wait_for_timeout(400)
+    page.mouse.move(1, 1)  # no hover label on a figure
+    page.wait_for_timeout(300)
+
+
+def _check_labels(page, what: str, root: str = NB) -> list[dict[str, Any]]:
+    """Measure every figure under ``root`` and fail, naming ``what`` (the notebook), the figure and the two
+    texts, on any labels drawn over each other or cut off by the figure's edge; screenshots of the figures
+    at fault go to ``tests/screenshots/``."""
+    _settled(page, root)
+    figures = page.evaluate(labels.COLLECT_JS, root)
+    problems = labels.figure_problems(figures)
+    if problems:
+        plots = page.locator(f"{root} .js-plotly-plot")
+        stem = re.sub(r"[^\w.-]+", "_", what)
+        for f in figures:
+            if labels.figure_problems([f]):
+                plots.nth(f["index"]).scroll_into_view_if_needed()
+                plots.nth(f["index"]).screenshot(path=str(SHOTS / f"{stem}-figure{f['index'] + 1}-labels.png"))
+    assert not problems, f"{what}: labels drawn over each other or cut off:\n  " + "\n  ".join(problems)
+    return figures
+
+
+# Runs in the page: the lines where a tick stands beside "False" (a green tick on a failed fact). A tick's
+# line is the text of its nearest non-inline element (a table cell: its whole row), split at line breaks.
+TICK_BESIDE_FALSE_JS = r"""
+(root) => {
+  const tick = /[\u2713\u2714]/;
+  const out = new Set();
+  const top = document.querySelector(root) || document.body;
+  const walker = document.createTreeWalker(top, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    if (!tick.test(n.nodeValue)) continue;
+    let el = n.parentElement;
+    while (el && el !== top && getComputedStyle(el).display.startsWith('inline')) el = el.parentElement;
+    if (el && el.closest('td, th')) el = el.closest('tr');
+    for (const line of ((el && el.innerText) || n.nodeValue).split('\n'))
+      if (tick.test(line) && /\bFalse\b/.test(line)) out.add(line.trim());
+  }
+  return [...out];
+}
+"""
+
+
+def _no_tick_beside_false(page, what: str, root: str = NB) -> None:
+    lines = page.evaluate(TICK_BESIDE_FALSE_JS, root)
+    assert not lines, f"{what}: a tick beside False: {lines}"
+
+
+def _clean_console(nb: Opened) -> None:
+    assert not nb.console.errors, nb.console.errors
+    assert not nb.console.external, nb.console.external
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_runs_and_no_figure_draws_a_label_over_another(notebooks, name):
+    """Every notebook runs in the lab without an error output; in every figure it draws (its own and its
+    widgets'), no two labels cover each other and none is cut off; no tick stands beside a False."""
+    nb = notebooks.ran(name)
+    figures = _check_labels(nb.page, name)
+    if name in HAS_FIGURES:
+        assert figures, f"{name}: no plotly figure rendered"
+    _no_tick_beside_false(nb.page, name)
+    _clean_console(nb)
 
 
 def _padding_bars(page, plot_index: int = 0) -> list[int]:
@@ -233,13 +429,10 @@ def _padding_bars(page, plot_index: int = 0) -> list[int]:
     )
 
 
-def test_quickstart_renders_and_the_slider_moves_the_bars(browser, lab_server):
-    base, token = lab_server
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    console = Console(page)
-    page.goto(f"{base}/lab/workspaces/quickstart/tree/00_quickstart.ipynb?token={token}")
-    _run_all(page, "00_quickstart.ipynb")
-    assert not _error_outputs(page)
+@_uses("00_quickstart.ipynb")
+def test_quickstart_renders_and_the_slider_moves_the_bars(notebooks):
+    nb = notebooks.ran("00_quickstart.ipynb")
+    page = nb.page
     page.wait_for_selector(".jupyter-widgets .widget-slider", timeout=60_000)
     page.wait_for_selector(".jupyter-widgets .js-plotly-plot", timeout=60_000)
     # the explorer's padding map is the first plotly figure inside a widget
@@ -247,6 +440,7 @@ def test_quickstart_renders_and_the_slider_moves_the_bars(browser, lab_server):
     idx = page.evaluate(
         "() => [...document.querySelectorAll('.js-plotly-plot')].findIndex(e => e.closest('.jupyter-widgets'))"
     )
+    _settled(page, ".jupyter-widgets")  # the FigureWidget's traces arrive once its model synced
     before = _padding_bars(page, idx)
     assert before == [15, 6, 3]  # 5 live rows x 3 profiles; 3 padded rows skipped x 2, processed x 1
     slider = page.locator(".widget-slider:has(.widget-label:text-is('raw batch size')) .noUi-handle").first
@@ -258,35 +452,144 @@ def test_quickstart_renders_and_the_slider_moves_the_bars(browser, lab_server):
     )
     after = _padding_bars(page, idx)
     assert after == [18, 4, 2] and after != before  # 6 live rows: bucket 8 keeps 2 padded rows each
+    _check_labels(page, "00_quickstart.ipynb after the slider moved")
     plots.nth(0).scroll_into_view_if_needed()
     page.screenshot(path=str(SHOTS / "00_quickstart_explorer.png"))
-    assert not console.errors, console.errors
-    assert not console.external, console.external
-    page.close()
+    _clean_console(nb)
 
 
-def test_capture_then_replay_shows_a_clean_integrity_result(browser, lab_server):
-    base, token = lab_server
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    console = Console(page)
-    page.goto(f"{base}/lab/workspaces/capture/tree/01_capture_and_replay.ipynb?token={token}")
-    _run_all(page, "01_capture_and_replay.ipynb")
-    assert not _error_outputs(page)
+def _lab_control(lab, label: str, kind: str = "input"):
+    """The ``input`` or ``select`` of the lab's control described ``label``."""
+    return lab.locator(f".widget-inline-hbox:has(> .widget-label:text-is('{label}')) {kind}").first
+
+
+def _lab_step(page, lab, *, batch_size: int, mode: str, wait_for: str) -> str:
+    """Set the batch size and mode, press Replay, wait for the step's "how it ran" line to say ``wait_for``;
+    returns the lab's whole text."""
+    _lab_control(lab, "mode", "select").select_option(mode)
+    size = _lab_control(lab, "batch size")
+    size.fill(str(batch_size))
+    size.press("Enter")
+    button = lab.locator("button:has-text('Replay')").first
+    page.wait_for_function("(b) => !b.disabled", arg=button.element_handle(), timeout=30_000)
+    button.click()
+    lab.locator(f".wb-verdict[data-key='how']:has-text('{wait_for}')").first.wait_for(timeout=120_000)
+    return lab.inner_text()
+
+
+def _lab_capture(page, lab) -> None:
+    lab.locator("button:has-text('Capture')").first.click()
+    lab.locator(".wb-verdict[data-key='capture']:has-text('captured 8 graphs')").first.wait_for(timeout=120_000)
+
+
+def _lab_accept(page, lab) -> str:
+    """Verify + accept after a verify step; returns the accept line, which must be a passed check."""
+    button = lab.locator("button:has-text('Verify + accept')").first
+    page.wait_for_function("(b) => !b.disabled", arg=button.element_handle(), timeout=30_000)
+    button.click()
+    line = lab.locator(".wb-accept").first
+    line.wait_for(timeout=120_000)
+    text = line.inner_text()
+    assert line.get_attribute("data-ok") == "true" and "holds its accepted state: True" in text, text
+    return text
+
+
+REPLAY_TIME = re.compile(r"\breplay\s+[\d.]+\s*(us|ms|s)\b")
+
+
+@_uses("01_capture_and_replay.ipynb")
+def test_capture_then_replay_shows_a_clean_integrity_result(notebooks):
+    """The lab captures, replays a batch in its bucket (clean, bitwise equal on the CPU recorder), runs a batch
+    above the largest bucket eagerly and says so (no replay claim, no replay time), and accepts a verify
+    step correctly under sglang and vLLM; no tick ever stands beside a False."""
+    name = "01_capture_and_replay.ipynb"
+    nb = notebooks.ran(name)
+    page = nb.page
     page.wait_for_selector(".jupyter-widgets .js-plotly-plot", timeout=60_000)
-    capture = page.locator(".jupyter-widgets button:has-text('Capture')").last
-    capture.scroll_into_view_if_needed()
-    capture.click()
-    page.wait_for_selector("text=captured 8 graphs", timeout=120_000)
-    replay = page.locator(".jupyter-widgets button:has-text('Replay')").last
-    page.wait_for_function("(b) => !b.disabled", arg=replay.element_handle(), timeout=30_000)
-    replay.click()
-    page.wait_for_selector(".wb-integrity[data-ok='true']", timeout=120_000)
-    assert "integrity: clean" in page.locator(".wb-integrity").last.inner_text()
-    page.locator(".wb-integrity").last.scroll_into_view_if_needed()
+    lab = page.locator(".widget-vbox", has=page.locator(".widget-html-content b", has_text="Capture and replay lab"))
+    lab = lab.first
+    lab.scroll_into_view_if_needed()
+    _lab_capture(page, lab)
+    text = _lab_step(page, lab, batch_size=3, mode="decode", wait_for="replay == eager bitwise")
+    assert "decode bs=3 -> 4: replay == eager bitwise: True" in text, text
+    integrity = lab.locator(".wb-integrity").first
+    assert integrity.get_attribute("data-ok") == "true" and "integrity: clean" in integrity.inner_text()
+    assert REPLAY_TIME.search(text), text  # a replayed step is timed both ways
+
+    # above the largest bucket (8): eager, and nothing that claims a replay
+    text = _lab_step(page, lab, batch_size=12, mode="decode", wait_for="no graph ran")
+    how = lab.locator(".wb-verdict[data-key='how']").first.inner_text()
+    assert "eager" in how and "above the largest bucket 8" in how, how
+    for claim in ("replay == eager bitwise", "does not list its ops"):
+        assert claim not in text, f"an eager step shows {claim!r}:\n{text}"
+    assert not REPLAY_TIME.search(text), f"an eager step shows a replay time:\n{text}"
+    assert "integrity: clean" in lab.locator(".wb-integrity").first.inner_text()
+    assert "ran eagerly" in text  # the ops table says why it is empty
+    _no_tick_beside_false(page, f"{name} (eager step)")
+    page.screenshot(path=str(SHOTS / "01_capture_replay_lab_eager.png"))
+
+    # verify + accept, under sglang (the accepted step copied back) and vLLM (one slot per draft position)
+    _lab_step(page, lab, batch_size=3, mode="target_verify", wait_for="target_verify bs=3")
+    _lab_accept(page, lab)
+    _no_tick_beside_false(page, f"{name} (sglang accept)")
+    _lab_control(lab, "profile", "select").select_option("vllm")
+    _lab_capture(page, lab)
+    _lab_step(page, lab, batch_size=3, mode="target_verify", wait_for="target_verify bs=3")
+    accepted = _lab_accept(page, lab)
+    assert "vllm keeps one slot per draft position" in accepted, accepted
+    _no_tick_beside_false(page, f"{name} (vllm accept)")
+    _check_labels(page, f"{name} after the lab's steps")
+    lab.locator(".wb-integrity").first.scroll_into_view_if_needed()
     page.screenshot(path=str(SHOTS / "01_capture_replay_lab.png"))
-    assert not console.errors, console.errors
-    assert not console.external, console.external
-    page.close()
+    _clean_console(nb)
+
+
+@_uses("03_bug_zoo.ipynb")
+def test_bug_zoo_widget_runs_a_case_and_checks_the_backend_typed_in(notebooks):
+    nb = notebooks.ran("03_bug_zoo.ipynb")
+    page = nb.page
+    zoo = page.locator(".widget-vbox", has=page.locator(".widget-html-content b", has_text="Bug zoo")).first
+    zoo.wait_for(timeout=60_000)
+    zoo.scroll_into_view_if_needed()
+    cases = zoo.locator(".widget-dropdown select option")
+    assert cases.count() >= 8, cases.all_inner_texts()  # every case of the zoo to pick from
+    assert zoo.locator("button:has-text('Run unfixed + fixed')").count() == 1
+    zoo.locator("button:has-text('Run unfixed + fixed')").click()
+    zoo.locator(".wb-zoo[data-broken='true']").first.wait_for(timeout=120_000)  # the bug as it shipped
+    zoo.locator(".wb-zoo[data-broken='false']").first.wait_for(timeout=10_000)  # and with its fix
+    field = zoo.locator(".widget-text:has(.widget-label:text-is('your backend')) input").first
+    field.scroll_into_view_if_needed()
+    field.fill(f"{ROOT / 'tests' / 'fixtures' / 'user_backends' / 'in_capture_bug.py'}:AscendBackend")
+    zoo.locator("button:has-text('Check my backend')").click()
+    page.wait_for_selector(".wb-zoo-checks[data-ok='false']", timeout=120_000)
+    table = page.locator(".wb-zoo-checks").last
+    text = table.inner_text()
+    assert "in_capture" in text and "sglang PR 29598" in text and "reproduced" in text
+    _no_tick_beside_false(page, "03_bug_zoo.ipynb (BugZoo)")
+    table.scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / "03_bug_zoo_your_backend.png"))
+    _clean_console(nb)
+
+
+@_uses("05_timings.ipynb")
+def test_timing_dashboard_draws_its_sweep_and_roofline_with_room_for_their_labels(notebooks):
+    """The dashboard's figures as its buttons redraw them (latency of a sweep, the roofline of the ceilings
+    and kernels) at the widget's width: no label over another."""
+    name = "05_timings.ipynb"
+    nb = notebooks.ran(name)
+    page = nb.page
+    board = page.locator(".widget-vbox", has=page.locator(".widget-html-content b", has_text="Timing dashboard")).first
+    board.wait_for(timeout=60_000)
+    board.scroll_into_view_if_needed()
+    board.locator("button:has-text('Sweep')").first.click()
+    board.locator("text=/\\d+ records: gdn step/").first.wait_for(timeout=120_000)
+    board.locator("button:has-text('Ceilings + kernels')").first.click()
+    board.locator("text=/ceilings on cpu: .* kernel records/").first.wait_for(timeout=180_000)
+    _check_labels(page, f"{name} after Sweep and Ceilings + kernels")
+    _no_tick_beside_false(page, f"{name} (dashboard)")
+    board.locator(".js-plotly-plot").nth(1).scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / "05_timings_dashboard.png"))
+    _clean_console(nb)
 
 
 @pytest.fixture(scope="module")
@@ -326,7 +629,7 @@ def test_voila_app_serves_the_explorer(browser, voila_server):
         "() => [...document.querySelectorAll('.js-plotly-plot')].filter(g => g.data && g.data.length).length === 3",
         timeout=60_000,
     )
-    page.wait_for_timeout(500)
+    _check_labels(page, "Voila's metadata explorer", root="body")
     page.screenshot(path=str(SHOTS / "voila_metadata_explorer.png"), full_page=True)
     # anywidget rejects a promise when a model takes over 2 s to start; Voila starts the three
     # FigureWidgets (each with plotly's bundle) at once, which a loaded 2-core machine can exceed. The

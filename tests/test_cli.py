@@ -222,9 +222,9 @@ def test_large_pool_is_allowed(capsys, machine_24gib):
     assert out["state_indices"] == [1, 2] and out["query_start_loc"] == [0, 1, 2]
 
 
-def test_unknown_flag_is_one_line(capsys):
+def test_unknown_flag_is_one_line_under_its_subcommand(capsys):
     assert error_line(["metadata", "--seq-lens", "1", "--bogus"], capsys) == (
-        "workbench: error: unrecognized arguments: --bogus (see 'workbench --help')"
+        "workbench metadata: error: unrecognized arguments: --bogus (see 'workbench metadata --help')"
     )
 
 

@@ -132,3 +132,14 @@ def test_no_subcommand_prints_another_prefix(capsys):
     code, _, err = exit_and_err(["check-contracts", "no_such_module_for_contracts"], capsys)
     assert code == 2
     assert err == "workbench check-contracts: error: no module or path named 'no_such_module_for_contracts'\n"
+
+
+@pytest.mark.parametrize("command", ["metadata", "zoo", "bench metadata", "check-contracts", "doctor"])
+def test_an_unknown_flag_is_refused_by_its_subcommand(command, capsys):
+    """The subcommand's own prefix and --help, not the top-level parser's."""
+    with pytest.raises(SystemExit) as e:
+        main([*command.split(), "--no-such-flag"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    name = command.split()[0]
+    assert err == f"workbench {name}: error: unrecognized arguments: --no-such-flag (see 'workbench {name} --help')"

@@ -164,3 +164,37 @@ def test_pre_commit_hook_entries_run_this_command() -> None:
         assert hook["entry"] == "workbench check-contracts --allow-nothing" and hook["types"] == ["python"]
         argv = hook["entry"].split()[2:] + ["eng/hardware/npu/ascend_backend.py"]
         assert main(argv) == 1
+
+
+# -- a user's file on the workbench's own bases: no --base needed ------------------------------------------
+USER_BACKENDS = Path(__file__).parent / "fixtures" / "user_backends"
+
+
+def test_a_user_file_on_workbench_bases_is_checked_without_base(capsys: pytest.CaptureFixture) -> None:
+    assert main([str(USER_BACKENDS / "in_capture_bug.py")]) == 1
+    out = capsys.readouterr().out
+    assert "AscendBackend.init_forward_metadata_out_graph [missing-parameter]" in out
+    assert "unexpected keyword argument 'in_capture'" in out
+    assert "checked against the workbench's own workbench.backends.npu:NpuMetadataBackend" in out
+    assert main([str(USER_BACKENDS / "correct.py")]) == 0
+    out = capsys.readouterr().out
+    assert "checked 4 subclass(es): AscendBackend, FreshTensorsBackend, MaxLenBackend, PlainBackend" in out
+    assert out.rstrip().endswith("OK: no findings")
+    # the same as naming the base, which still works
+    assert main([str(USER_BACKENDS / "in_capture_bug.py"), "--base", "workbench.backends:MetadataBackend"]) == 1
+    assert "'in_capture'" in capsys.readouterr().out
+
+
+def test_workbench_bases_are_a_fallback_only(tmp_path: Path) -> None:
+    # a file that defines its own base is checked against that base alone
+    (tmp_path / "own.py").write_text(
+        "from workbench.backends import MetadataBackend\n\n"
+        "class Mine(MetadataBackend):\n    def hook(self, x):\n        return self.step(x, flag=True)\n"
+        "    def step(self, x, flag=False):\n        return x\n\n"
+        "class Sub(Mine):\n    def step(self, x):\n        return x\n"
+    )
+    report = check(str(tmp_path / "own.py"))
+    assert [c.base.rpartition(":")[2] for c in report.contracts] == ["Mine"]
+    (finding,) = report.findings
+    assert (finding.cls, finding.method) == ("Sub", "step") and "'flag'" in finding.message
+    assert report.base == "every base class in the targets"

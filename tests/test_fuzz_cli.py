@@ -10,8 +10,6 @@ allocating gigabytes.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 import types
 from collections.abc import Iterator
@@ -19,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _cli_run import run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -98,17 +97,6 @@ def metadata_argv(draw: st.DrawFn) -> list[str]:
     if draw(st.integers(0, 9)) == 0:
         argv.insert(draw(st.integers(0, len(argv))), draw(st.sampled_from(["--bogus", "extra", "-x", "--json"])))
     return argv
-
-
-def run(argv: list[str]) -> tuple[int, str, str]:
-    """``main(argv)`` in process: (exit status, stdout, stderr). Any exception but SystemExit propagates."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = cli.main(argv)
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 2
-    return code, out.getvalue(), err.getvalue()
 
 
 def option_names(command: str) -> set[str]:

@@ -68,3 +68,25 @@ def test_changed_slots_is_bitwise():
     b["s"][1, 0] = -0.0  # equal as a number, different bits: a write happened
     b["s"][2, 1] = float("nan")
     assert changed_slots(a, b) == [("s", 1), ("s", 2)]
+
+
+def test_a_nan_is_said_as_nan_not_as_a_number():
+    """A NaN in a live slot or output is reported as NaN (it used to read "inf"), whatever order it comes in."""
+    from workbench.measure.integrity import error_text, worst
+
+    before, after, ref, out = _case()
+    after["ssm"][2, 0, 0] = float("nan")
+    bad_out = out.clone()
+    bad_out[1, 3] = float("nan")
+    rep = check(
+        before,
+        after,
+        allowed_slots=[0, 2],
+        live_slots=[2],
+        reference_state=ref,
+        live_outputs=bad_out,
+        reference_outputs=out.double(),
+    )
+    assert not rep.ok and "differs from the float64 reference by NaN" in str(rep) and "inf" not in str(rep)
+    assert error_text(worst([0.5, float("nan")])) == error_text(worst([float("nan"), 0.5])) == "NaN"
+    assert error_text(worst([0.5, 0.25])) == "0.5"

@@ -31,7 +31,10 @@ ALL = [(op, variant) for op, spec in OPS.items() for variant in spec.variants]
 def test_the_reference_passes_every_op_and_variant_under_every_convention(op, variant):
     res = check_kernel("reference", op, variant, capture=False)
     assert res.ok, res.summary()
-    assert [c.name for c in res.conventions] == list(CONVENTIONS)
+    assert res.names == [variant] and list(dict.fromkeys(c.name for c in res.results)) == list(CONVENTIONS)
+    varlen = "cu_seqlens" in res.results[0].case.args
+    tokens = [c.key for c in res.results if c.padded_tokens]
+    assert tokens == (["sglang+tokens", "vllm+tokens"] if varlen else [])  # where padded rows may be zero-length
 
 
 @pytest.mark.slow  # every op in the Triton interpreter, captured: tens of seconds
@@ -40,8 +43,9 @@ def test_triton_passes_every_op_and_variant_and_captures_as_one_op(op, variant):
     res = check_kernel(builtin(op, "triton"), op, variant)
     assert res.ok, res.summary()
     assert res.candidate == f'{op} (impl="triton")'
-    assert res.capture is not None
-    assert sum(o.startswith("linattn.") for o in res.capture.ops) == 1, res.capture.ops  # one op per call
+    cap = res[variant].capture
+    assert cap is not None
+    assert sum(o.startswith("linattn.") for o in cap.ops) == 1, cap.ops  # one op per call
 
 
 # -- broken kernels fail, naming what they broke -----------------------------------------------------
@@ -55,9 +59,10 @@ def test_a_kernel_writing_a_slot_no_row_owns_fails_under_every_convention_naming
         kw["state"][free] += 1.0
         written.append(free)
 
-    res = check_kernel(writes_a_free_slot, capture=False)
-    assert not res.ok and res.failures == list(CONVENTIONS)
-    for c, slot in zip(res.conventions, written, strict=True):
+    res = check_kernel(writes_a_free_slot, variants="decode", capture=False)
+    keys = ["sglang", "sglang+tokens", "sglang-ascend", "vllm", "vllm+tokens"]
+    assert not res.ok and res.failures == [f"decode: {k}" for k in keys]
+    for c, slot in zip(res.results, written, strict=True):
         assert f"slot(s) [{slot}] of state changed but no processed row owns them" in c.summary()
 
 
@@ -70,8 +75,8 @@ def test_a_kernel_that_never_writes_padded_outputs_fails_under_sglang_and_vllm()
             skipped = kw["state_indices"] <= kw["pad_slot_id"]
             out[skipped] = poisoned[skipped]
 
-    res = check_kernel(leaves_skipped_rows, "causal_conv1d.update", capture=False)
-    assert res.failures == ["sglang", "vllm"]
+    res = check_kernel(leaves_skipped_rows, "causal_conv1d.update", "decode", capture=False)
+    assert res.failures == ["decode: sglang", "decode: vllm"]  # no cu_seqlens: padded rows carry inputs, one form
     for name in ("sglang", "vllm"):
         problems = res[name].problems()
         assert any("never written (NaN)" in p for p in problems)
@@ -93,13 +98,107 @@ def test_an_unguarded_varlen_kernel_fails_under_sglang_naming_the_guard_band():
     assert check_convention(unguarded, "causal_conv1d.varlen", convention="sglang").ok
 
 
+def _unguarded_gdn(**kw):
+    """The built-in Triton launcher behind no public op (nothing checks ``state_indices``), skipping no row:
+    its None still skips negative slots, -2 does not, so sglang's -1 addresses the slot before the pool."""
+    from kernels.gated_delta_rule.triton_recurrent import launch_recurrent
+
+    defaults = {"has_initial_state": None, "intermediate_states": None, "disable_state_update": False}
+    launch_recurrent(**{**defaults, **kw, "pad_slot_id": -2})
+
+
+def test_the_default_check_catches_an_unguarded_recurrent_kernel_by_giving_padded_rows_tokens():
+    """Zero-length padded rows read a slot and write the same bytes back: the issue's false OK. Given tokens,
+    sglang's -1 writes the slot before the pool (the guard band), vLLM's 0 the null slot."""
+    res = check_kernel(_unguarded_gdn, variants="decode", capture=False)
+    assert res.failures == ["decode: sglang+tokens", "decode: vllm+tokens"], res.summary()
+    assert res["sglang"].ok and res["vllm"].ok and res["sglang-ascend"].ok  # as engines pad, it hides
+    sglang = res["sglang+tokens"]
+    assert sglang.label == "sglang (padded rows with tokens)" and sglang.padding == "with tokens"
+    assert "memory outside the pool written (guard band before state)" in sglang.summary()
+    assert "slot(s) [0] of state changed but no processed row owns them" in res["vllm+tokens"].summary()
+    assert sglang.rows_text().endswith("padded rows 3-4 hold -1 (with tokens)")
+    # asking for one form only: zero-length padded rows pass, as before this check ran both
+    assert check_kernel(_unguarded_gdn, variants="decode", capture=False, padded_tokens=False).ok
+
+
+def test_every_variant_is_checked_by_default_and_each_is_reported_by_name():
+    def ignores_disable_state_update(**kw):  # verify must leave the pool alone: this one updates it
+        gdn.recurrent(**{**kw, "disable_state_update": False}, impl="reference")
+
+    res = check_kernel(ignores_disable_state_update, capture=False)
+    assert res.names == list(OPS["gated_delta_rule.recurrent"].variants) == ["decode", "gating", "verify", "extend"]
+    assert {f.split(":")[0] for f in res.failures} == {"verify"}
+    assert all(v.ok for v in res.variants if v.variant != "verify")
+    assert "live slot(s)" in res["verify"]["sglang"].summary()
+    summary = res.summary().splitlines()
+    assert summary[0].endswith(": PROBLEMS (4 variants: decode, gating, verify, extend)")
+    assert "  verify: PROBLEMS" in summary and "  decode: OK" in summary
+    assert check_kernel("reference", variants=["extend", "decode"], capture=False).names == ["extend", "decode"]
+
+
+def test_a_kernel_without_an_argument_of_a_variant_fails_that_variant_naming_it():
+    def no_gating(q, k, v, g, beta, *, state, state_indices, cu_seqlens, scale=None, use_qk_l2norm=False,
+                  pad_slot_id=-1, out=None, intermediate_states=None, disable_state_update=False,
+                  has_initial_state=None):  # fmt: skip
+        gdn.recurrent(q, k, v, g, beta, state=state, state_indices=state_indices, cu_seqlens=cu_seqlens,
+                      scale=scale, use_qk_l2norm=use_qk_l2norm, pad_slot_id=pad_slot_id, out=out,
+                      intermediate_states=intermediate_states, disable_state_update=disable_state_update,
+                      has_initial_state=has_initial_state, impl="reference")  # fmt: skip
+
+    res = check_kernel(no_gating)
+    assert res.failures == ["gating: signature"]
+    gating = res["gating"]
+    assert gating.conventions == [] and gating.capture is None
+    assert gating.unfit == (
+        "the kernel takes no a=, b=, A_log=, dt_bias= (the gating variant passes them) "
+        "and requires g, beta, which the gating variant does not pass"
+    )
+    assert gating.lines() == [f"FAIL gated_delta_rule.recurrent[gating]: {gating.unfit}"]
+    assert "not run: the kernel takes no a=" in res.summary() and "not run: the kernel takes no a=" in res._repr_html_()
+
+    def no_verify(q, k, v, g, beta, *, state, state_indices, cu_seqlens, scale=None, use_qk_l2norm=False,
+                  pad_slot_id=-1, out=None):  # fmt: skip
+        gdn.recurrent(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            state=state,
+            state_indices=state_indices,
+            cu_seqlens=cu_seqlens,
+            scale=scale,
+            use_qk_l2norm=use_qk_l2norm,
+            pad_slot_id=pad_slot_id,
+            out=out,
+            impl="reference",
+        )
+
+    res = check_kernel(no_verify, variants=("decode", "verify"), capture=False)
+    assert res["decode"].ok and res["verify"].unfit == (
+        "the kernel takes no intermediate_states=, disable_state_update= (the verify variant passes them)"
+    )
+
+
+def test_results_as_json_name_every_check():
+    res = check_kernel("reference", "linear_attn.recurrent", "decode", conventions=("vllm",))
+    doc = res.to_dict()
+    assert doc["ok"] is True and doc["op"] == "linear_attn.recurrent" and doc["variants"][0]["variant"] == "decode"
+    runs = doc["variants"][0]["conventions"]
+    assert [(r["convention"], r["padded_rows"], r["ok"]) for r in runs] == [("vllm", "zero-length", True),
+                                                                           ("vllm", "with tokens", True)]  # fmt: skip
+    assert runs[0]["sentinel"] == 0 and doc["variants"][0]["capture"]["ok"] is True
+
+
 def test_a_kernel_that_raises_is_reported_not_raised():
     def explodes(**kw):
         raise RuntimeError("boom")
 
     res = check_kernel(explodes, "mamba2.selective_state_update")
-    assert not res.ok and all(c.error == "RuntimeError: boom" for c in res.conventions)
-    assert res.capture is not None and "capture raised RuntimeError: boom" in res.capture.detail
+    assert not res.ok and all(c.error == "RuntimeError: boom" for c in res.results) and len(res.results) == 3
+    cap = res["decode"].capture
+    assert cap is not None and "capture raised RuntimeError: boom" in cap.detail
     assert res["vllm"].error_map() is None and res["vllm"].summary() == "vllm: raised RuntimeError: boom"
 
 
@@ -117,9 +216,9 @@ def test_capture_refuses_a_host_read_and_catches_a_frozen_value():
         int(kw["cu_seqlens"][-1])  # a host read: a device graph cannot hold it
         gdn.recurrent(**kw, impl="reference")
 
-    res = check_kernel(syncs, conventions="sglang")
-    assert res.conventions[0].ok and res.capture is not None and not res.capture.ok
-    assert res.capture.detail.startswith("capture refused")
+    res = check_kernel(syncs, variants="decode", conventions="sglang")
+    assert res.results[0].ok and res["decode"].capture is not None and not res["decode"].capture.ok
+    assert res["decode"].capture.detail.startswith("capture refused") and res.failures == ["decode: capture"]
 
     cache = {}
 
@@ -136,7 +235,9 @@ def test_capture_refuses_a_host_read_and_catches_a_frozen_value():
     "kwargs, message",
     [
         ({"op": "gdn_recurrent"}, "op: unknown op 'gdn_recurrent'; choose one of \\['gated_delta_rule.recurrent'"),
-        ({"variant": "prefill"}, "variant: gated_delta_rule.recurrent has no variant 'prefill'; choose one of"),
+        ({"variants": "prefill"}, "variants: gated_delta_rule.recurrent has no variant 'prefill'; choose one of"),
+        ({"variants": ["decode", "tree"]}, "variants: gated_delta_rule.recurrent has no variant 'tree'"),
+        ({"variants": []}, "variants: name at least one of \\['decode', 'gating', 'verify', 'extend'\\]"),
         ({"conventions": ("sglang", "trtllm")}, "conventions: unknown convention 'trtllm'; choose from \\['sglang'"),
         ({"conventions": ()}, "conventions: name at least one of"),
         ({"shapes": "huge"}, "shapes: unknown preset 'huge'; choose one of \\['small', 'quarter', 'engine'\\]"),
@@ -199,23 +300,29 @@ def test_html_shows_one_row_per_convention_failures_vermillion_passes_green():
     page = res._repr_html_()
     tags = _parse(page)
     body_rows = tags.rows[1:]  # the header row first
-    assert body_rows == ["wb-fail" if not c.ok else "wb-ok" for c in res.conventions]
+    assert body_rows == ["wb-fail" if not c.ok else "wb-ok" for c in res.results] and len(body_rows) == 6
     assert "#D55E00" in page and "#009E73" in page  # vermillion failures, a green pass (Ascend)
     assert "unguarded" in page and "slot(s) [0] of conv_state changed" in page
-    _parse(res["vllm"]._repr_html_())
+    assert "FAIL: decode: sglang, decode: vllm, verify: sglang, verify: vllm" in page
+    _parse(res["verify"]["vllm"]._repr_html_())
     good = check_kernel("reference", "causal_conv1d.update")
-    assert "#D55E00" not in good._repr_html_() and _parse(good._repr_html_()).rows.count("wb-ok") == 3
-    assert good.capture is not None and "#009E73" in good.capture._repr_html_()
+    assert "#D55E00" not in good._repr_html_() and _parse(good._repr_html_()).rows.count("wb-ok") == 6
+    cap = good["verify"].capture
+    assert cap is not None and "#009E73" in cap._repr_html_() and "verify capture: ok" in good._repr_html_()
 
 
 def test_results_read_in_words():
     res = check_kernel(partial(gdn.recurrent, impl="reference"), "gated_delta_rule.recurrent", "verify")
     lines = repr(res).splitlines()
     assert lines[0] == 'gated_delta_rule.recurrent[verify] [gated_delta_rule.recurrent (impl="reference")]: OK'
-    assert lines[1].startswith("  sglang: ok (max error") and lines[-1].startswith("  capture: ok: ")
-    assert repr(res["vllm"]).startswith("ConventionResult(vllm: ok") and res.failures == []
+    assert lines[1].startswith("  sglang (zero-length padded rows): ok (max error")
+    assert lines[2].startswith("  sglang (padded rows with tokens): ok") and lines[-1].startswith("  capture: ok: ")
+    assert repr(res["vllm"]).startswith("ConventionResult(vllm (zero-length padded rows): ok") and res.failures == []
+    assert res["vllm+tokens"].padded_tokens and res["verify"]["vllm+tokens"] is res["vllm+tokens"]
     with pytest.raises(KeyError, match="'trtllm' was not checked"):
         res["trtllm"]
+    with pytest.raises(KeyError, match="variant: 'vllm' was not checked; checked \\['decode', 'extend'\\]"):
+        check_kernel("reference", "linear_attn.recurrent", capture=False)["vllm"]
     rows, heads, err = res["sglang"].error_map()
     assert len(rows) == len(err) == 3 + 2 + 1 and rows[-1] == "padding tokens"  # rows, padded rows, the tail
     assert heads[0] == "value head 0" and len(err[0]) == len(heads) == 2
@@ -253,9 +360,8 @@ def test_as_custom_op_registers_one_op_a_graph_holds():
     res = check_kernel(op, "causal_conv1d.update", "verify")
     assert res.ok, res.summary()
     assert res.candidate == "kernelcheck_test::update" and calls
-    assert res.capture is not None and [o for o in res.capture.ops if "kernelcheck_test" in o] == [
-        "kernelcheck_test.update.default"
-    ]
+    cap = res["verify"].capture
+    assert cap is not None and [o for o in cap.ops if "kernelcheck_test" in o] == ["kernelcheck_test.update.default"]
     # out allocated and returned when not given, as the public op does
     call = res["sglang"].case.fresh()
     args = {k: v for k, v in call.args.items() if k != "out"}

@@ -259,3 +259,18 @@ def test_speedup_rows_flag_noisy_ratios_in_words():
     assert quiet[:4] == [1, "reference", "2.00x", "9/7"] and quiet[4] == ""
     assert noisy[2] == "1.25x" and noisy[4].startswith("noisy: eager IQR over 25%")
     assert sorted(c[2] for c in classes) == ["", "bad"]
+
+
+@pytest.mark.parametrize("command", [["report"], ["demo"]])
+def test_report_and_demo_say_when_they_replace_a_file(command, tmp_path, monkeypatch, capsys):
+    """Both write report.html by default: the second one says it replaced the first's file."""
+    import workbench.demo
+    import workbench.report
+
+    monkeypatch.setattr(workbench.report, "build_report", lambda **kw: "<html>tiny</html>")
+    monkeypatch.setattr(workbench.demo, "run_demo", lambda: 0)
+    out = tmp_path / "report.html"
+    assert main([*command, "--quick", "--out", str(out)]) == 0
+    assert "replaced" not in capsys.readouterr().out
+    assert main([*command, "--quick", "--out", str(out)]) == 0
+    assert "replaced the file that was there" in capsys.readouterr().out and out.read_text() == "<html>tiny</html>"

@@ -155,6 +155,60 @@ def test_ceilings_and_fractions():
     assert ">2.0</td>" in page and ">0.500</td>" in page and 'class="wb-table"' in page  # through workbench.html
 
 
+def test_ceilings_are_medians_of_repeats_with_their_spread_kept_and_shown():
+    ceil = measure_ceilings("cpu", copy_bytes=2**22, matmul_n=64, min_run_time=0.01, threads=1, repeats=3)
+    assert len(ceil.copy_runs) == len(ceil.matmul_runs) == 3
+    assert ceil.copy_gbps == statistics.median(ceil.copy_runs)
+    assert ceil.matmul_tflops == statistics.median(ceil.matmul_runs)
+    lo, hi = ceil.copy_spread
+    assert lo == min(ceil.copy_runs) <= ceil.copy_gbps <= hi == max(ceil.copy_runs)
+    assert Ceilings.from_dict(json.loads(json.dumps(ceil.to_dict()))) == ceil  # through JSON: lists to tuples
+    known = Ceilings(copy_gbps=14.1, matmul_tflops=0.1, copy_runs=(8.5, 14.1, 32.4, 42.0), copy_bytes=2**26)
+    assert "copy 14.1 GB/s (median of 4: 8.5-42.0)" in repr(known)
+    page = known._repr_html_()
+    assert ">8.5 - 42.0</td>" in page and 'class="wb-warn"' in page  # a wide spread is flagged
+    assert "median of 4 repeat(s)" in page and "its size not recorded" in page
+    narrow = Ceilings(
+        copy_gbps=14.1, matmul_tflops=0.1, copy_runs=(13.9, 14.1, 14.4), cache_bytes=2**25, cache_name="L3"
+    )
+    assert 'class="wb-warn"' not in narrow._repr_html_() and "fit the L3 32 MiB" in narrow._repr_html_()
+    old = Ceilings.from_dict({"copy_gbps": 2.0, "matmul_tflops": 0.5})  # a file written before repeats
+    assert old.copy_spread is None and "(1 run: spread unknown)" in repr(old)
+    with pytest.raises(TimingError, match=r"ceilings: unknown fields \['copy_gbs'\]"):
+        Ceilings.from_dict({"copy_gbs": 2.0, "matmul_tflops": 0.5})
+    with pytest.raises(TimingError, match="repeats: expected an int >= 1, got 0"):
+        measure_ceilings("cpu", repeats=0)
+
+
+def test_last_level_cache_from_sysfs_or_a_stated_default(tmp_path):
+    from workbench.measure.ceilings import DEFAULT_CACHE_BYTES, cpu_last_level_cache
+
+    for i, (level, kind, size) in enumerate([(1, "Data", "32K"), (1, "Instruction", "32K"), (2, "Unified", "1M"),
+                                              (3, "Unified", "32768K")]):  # fmt: skip
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert cpu_last_level_cache(tmp_path) == (32 * 2**20, "L3")
+    size, name = cpu_last_level_cache(tmp_path / "missing")
+    assert size == DEFAULT_CACHE_BYTES and name.startswith("L3 (assumed")
+    ceil = Ceilings(copy_gbps=10.0, matmul_tflops=1.0, copy_bytes=2**24, cache_bytes=2**25, cache_name="L3")
+    assert ceil.fits_cache(_rec(1.0, bytes=2**25)) and not ceil.fits_cache(_rec(1.0, bytes=2**25 + 1))
+    assert ceil.fits_cache(_rec(1.0, bytes=None)) is None
+    assert ceil.copy_in_cache  # a 16 MiB copy (32 MiB with its destination) measured the cache
+    assert measure_ceilings("cpu", copy_bytes=2**20, matmul_n=32, min_run_time=0.01, repeats=1).cache_bytes
+
+
+def test_noisy_iqr_has_one_home_below_the_report_and_the_bench_tables():
+    import workbench.measure.legend as legend
+    import workbench.report.sections as sections
+    from workbench.measure import timing
+
+    assert sections.NOISY_IQR is timing.NOISY_IQR is legend.NOISY_IQR
+    assert not timing.is_noisy(_rec(100.0, iqr_us=25.0)) and timing.is_noisy(_rec(100.0, iqr_us=25.1))
+
+
 def test_cuda_timer_uses_events():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device here: the CUDA-event timer runs where one is lent")

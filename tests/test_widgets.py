@@ -8,6 +8,7 @@ pytest.importorskip("plotly")
 
 from workbench.viz import metadata as vm  # noqa: E402
 from workbench.widgets import CaptureReplayLab, KernelPlayground, MetadataExplorer  # noqa: E402
+from workbench.widgets.stale import is_stale  # noqa: E402
 
 
 def _cells(fig, name):
@@ -81,10 +82,12 @@ def test_lab_capture_replay_accept_by_clicks():
     assert not lab.accept_button.disabled
     lab.accepted_text.value = "1, 2, 9"
     lab.accept_button.click()
-    assert "num_accepted" in lab.error.value  # a bad typed list, in words
+    assert "num_accepted" in lab.notes["accepted"].value  # a bad typed list, in words, beside its control
     lab.accepted_text.value = ""
     lab.accept_button.click()
-    assert "holds its accepted state: True" in lab.accept_result.value
+    assert (
+        "&#10004; accepted" in lab.accept_result.value and "holds its accepted state: True" in lab.accept_result.value
+    )
 
 
 def test_lab_unavailable_backends_are_disabled_with_the_reason():
@@ -97,7 +100,7 @@ def test_lab_unavailable_backends_are_disabled_with_the_reason():
         if why != "ok":
             assert html.escape(why) in lab.backend_note.value
             lab.backend.value = name
-            assert lab.capture_button.disabled and html.escape(why) in lab.error.value
+            assert lab.capture_button.disabled and html.escape(why) in lab.notes["backend"].value
     lab.backend.value = "cpu"
     assert not lab.capture_button.disabled
 
@@ -157,15 +160,20 @@ def test_timing_dashboard_sweep_load_and_waste_update_the_same_figures(tmp_path)
     saved = d.model.results.save(tmp_path / "gpu_like_cpu.json")
     d.path.value = str(saved)
     d.load_button.click()
-    assert any("[gpu_like_cpu]" in (t.name or "") for t in lat.data)
+    lines = {t.name: t.line.color for t in lat.data if not t.name.endswith("IQR")}
+    assert {"this run eager", "this run replay", "gpu_like_cpu eager", "gpu_like_cpu replay"} == set(lines)
+    assert lines["gpu_like_cpu eager"] not in (lines["this run eager"], lines["this run replay"])  # its own colour
+    assert "loaded 4 records" in d.status.value
     d.path.value = str(tmp_path / "nope.json")
     d.load_button.click()
-    assert "nope.json" in d.error.value
+    assert "nope.json" in d.errors["path"].value and d.status.value == ""  # no success line left standing
     n = len(waste.data)
     d.buckets.value = "1, 4, 16, 64"
     assert d.waste_fig is waste and len(waste.data) > n  # a third list beside the engines'
     d.buckets.value = "4, x"
-    assert "item 1 is &#x27;x&#x27;" in d.error.value
+    assert "item 1 is &#x27;x&#x27;" in d.errors["buckets"].value and is_stale(waste)
+    d.buckets.value = "4, 8"
+    assert d.errors["buckets"].value == "" and not is_stale(waste)
 
 
 def test_bug_zoo_shows_broken_and_fixed_side_by_side():

@@ -113,8 +113,8 @@ def test_lab_verify_then_accept_writes_the_accepted_states(lab):
     rep = lab.step(2, "target_verify", seed=2, time_it=False)
     assert rep is not None and rep.clean and rep.changed == []  # verify leaves the pool alone
     res = lab.accept([2, 1])
-    assert res is not None and res["foreign"] == [] and all(res["holds_accepted_state"])
-    assert set(res["changed"]) <= set(rep.live_slots)
+    assert res is not None and res.ok and res.foreign == [] and all(res.holds_accepted_state)
+    assert set(res.changed) <= set(rep.live_slots)
 
 
 def test_lab_timing_restores_the_state(lab):
@@ -159,9 +159,9 @@ def test_playground_model_offers_every_op_and_variant_of_the_one_registry():
     assert m.variants("gated_delta_rule.recurrent") == ["decode", "gating", "verify", "extend"]
     res = m.run()
     assert res is not None and res.ok and m.error is None, m.error
-    assert (res.op, res.variant) == ("causal_conv1d.update", "verify")
+    assert (res.op, res.names) == ("causal_conv1d.update", ["verify"])  # the variant chosen, not every one
     assert res.candidate == 'causal_conv1d.update (impl="reference")'
-    assert [c.name for c in res.conventions] == ["sglang", "sglang-ascend", "vllm"] and res.capture is not None
+    assert [c.name for c in res.results] == ["sglang", "sglang-ascend", "vllm"] and res["verify"].capture is not None
 
 
 def test_playground_model_checks_a_user_kernel_and_says_what_is_wrong_in_words():
@@ -175,10 +175,71 @@ def test_playground_model_checks_a_user_kernel_and_says_what_is_wrong_in_words()
     assert "out off the float64 reference" in res["vllm"].summary()
     m.use_kernel(None)
     m.variant = "verify"  # linear attention has no verify variant
-    assert m.run() is None and m.error is not None
-    assert m.error.startswith("variant: linear_attn.recurrent has no variant 'verify'; choose one of")
+    assert m.run() is None and m.error is not None and m.result is None
+    assert m.errors["variant"].startswith("variants: linear_attn.recurrent has no variant 'verify'; choose one of")
     m.variant, m.impl = None, "cuda"
     assert m.run() is None and m.error is not None and m.error.startswith("impl: unknown implementation 'cuda'")
+    assert list(m.errors) == ["impl"]
+
+
+def test_playground_impl_defaults_to_what_runs_here_and_triton_says_how_to_restart(monkeypatch):
+    import sys
+    import types
+
+    import workbench.widgets.playground_model as pm
+
+    assert PlaygroundModel().impl == "triton"  # conftest set TRITON_INTERPRET=1 before any kernel import
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert PlaygroundModel().impl == "reference" and pm.default_impl() == "reference"
+    monkeypatch.setattr(pm, "check_kernel", lambda *a, **k: pytest.fail("a check ran where Triton cannot"))
+    m = PlaygroundModel(op="causal_conv1d.update", impl="triton")
+    assert m.run() is None and m.errors == {"impl": pm.TRITON_HINT}
+    assert pm.TRITON_HINT.startswith("Triton needs TRITON_INTERPRET=1 before torch and the kernels are imported")
+    m.use_kernel(lambda **kw: None)  # a user kernel: the impl choice is ignored, so is its problem
+    assert m.plan().ok
+    # the variable set too late: a kernel module was already compiled for a GPU
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert pm.triton_problem() is None
+    JITFunction = type("JITFunction", (), {})
+    monkeypatch.setitem(sys.modules, "kernels._compiled_too_early", types.SimpleNamespace(kernel=JITFunction()))
+    assert pm.triton_problem().endswith(pm.TRITON_HINT) and PlaygroundModel().impl == "reference"
+
+
+def test_playground_refuses_a_huge_request_before_any_work_in_well_under_a_second(monkeypatch):
+    import time
+
+    import workbench.widgets.playground_model as pm
+
+    monkeypatch.setattr(pm, "check_kernel", lambda *a, **k: pytest.fail("a refused request ran"))
+    m = PlaygroundModel(shapes={"K": 8192, "V": 8192, "HV": 64, "H": 64}, rows=64, impl="reference")
+    t0 = time.perf_counter()
+    assert m.run() is None
+    took = time.perf_counter() - t0
+    assert took < 0.2, took
+    assert (
+        list(m.errors) == ["shapes"] and "would hold" in m.errors["shapes"] and "at most 256 MiB" in m.errors["shapes"]
+    )
+    # the interpreter's bound is lower: quarter-sized shapes run in the reference, not in Triton
+    assert PlaygroundModel(shapes="quarter", impl="reference").plan().ok
+    refused = PlaygroundModel(shapes="quarter", impl="triton").plan()
+    assert "Triton's interpreter runs at most 16 MiB" in refused.errors["shapes"]
+
+
+def test_playground_says_what_it_clamped():
+    m = PlaygroundModel(op="causal_conv1d.update", variant="decode", impl="reference", rows=100_000, padded=-3,
+                        shapes={"dim": 10**9})  # fmt: skip
+    plan = m.plan()
+    assert (plan.rows, plan.padded, plan.sizes["dim"]) == (64, 0, 8192)
+    assert plan.notes["shapes"] == (
+        "rows: 100,000 clamped to 64 (the playground takes 1 to 64); padded: -3 clamped to 0 (the playground "
+        "takes 0 to 64); dim: 1,000,000,000 clamped to 8192 (the playground takes 1 to 8192)"
+    )
+    m.rows, m.shapes = 2, {"dim": 9000}
+    res = m.run()
+    assert res is not None and res.ok and res.padded == 0 and res.shapes == "small, dim=8192", m.errors
+    assert m.notes["shapes"].endswith("; dim: 9,000 clamped to 8192 (the playground takes 1 to 8192)")
+    m.shapes = {"dim": "wide"}
+    assert m.run() is None and m.errors == {"shapes": "dim: must be an int, got 'wide'"}
 
 
 # -- timing dashboard and bug zoo ---------------------------------------------------------------------

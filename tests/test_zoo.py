@@ -227,6 +227,8 @@ def test_verify_alias_evidence(runs):
     # only request 0 (request row 1, slot 1) accepted a wrong state; its outputs were right
     assert ev.slots == [1] and ev.owners == {1: 1}
     assert ev.report.output_mismatches == [] and ev.report.changed_slots == []
+    rows = one(runs["verify_alias"][0].evidence, RowsDiffer)  # the padded row's scratch index is request 0's
+    assert (rows.what, rows.rows, rows.got, rows.expected) == ("intermediate_state_indices", [3], [0], [3])
 
 
 def test_uninit_pad_evidence(runs):
@@ -256,12 +258,22 @@ def test_tail_slice_evidence(runs):
     # and the three live requests got no update and wrong outputs
     assert sorted({s for _, s, _ in ev.report.state_mismatches}) == [1, 2, 3]
     assert [t for t, _ in ev.report.output_mismatches] == [0, 1, 2]
+    # the index the graph was handed: the buffer's tail, the previous step's last four slots
+    rows = one(runs["tail_slice"][0].evidence, RowsDiffer)
+    assert (rows.what, rows.rows, rows.got, rows.expected) == (
+        "state_indices",
+        [0, 1, 2, 3],
+        [5, 6, 7, 8],
+        [1, 2, 3, -1],
+    )
 
 
 def test_rebuilt_tensors_evidence(runs):
     broken, fixed = runs["rebuilt_tensors"]
-    addr = one(broken.evidence, AddressMismatch)
-    assert addr.recorded_ptr != addr.written_ptr
+    moved = [e for e in broken.evidence if isinstance(e, AddressMismatch)]
+    # every tensor the eager builder made is new: state_indices first, each at another address
+    assert moved[0].field_name == "state_indices" and all(e.recorded_ptr != e.written_ptr for e in moved)
+    assert {e.field_name for e in moved} >= {"state_indices", "query_start_loc"}
     ev = one(broken.evidence, IntegrityEvidence)
     assert sorted({s for _, s, _ in ev.report.state_mismatches}) == [1, 2, 3]  # every live slot stale
     fixed_addr = one(fixed.evidence, AddressMismatch)
@@ -272,7 +284,7 @@ def test_fill_count_evidence(runs):
     broken, _ = runs["fill_count"]
     # row 0 has the fill value's length, but the tail count drops the LAST live row (row 2, slot 3)
     rows = one(broken.evidence, RowsDiffer)
-    assert (rows.what, rows.rows, rows.got, rows.expected) == ("state_indices", [2], [-1], [3])
+    assert (rows.what, rows.rows, rows.got, rows.expected) == ("state_indices (live rows)", [2], [-1], [3])
     ev = one(broken.evidence, IntegrityEvidence)
     assert [t for t, _ in ev.report.output_mismatches] == [2]
     assert {s for _, s, _ in ev.report.state_mismatches} == {3}
@@ -311,7 +323,8 @@ def test_cli_unknown_name_exits_2_naming_it_and_the_choices(capsys):
 def test_cli_runs_cases_side_by_side(capsys):
     assert main(["zoo", "stale_rows", "fill_count", "--backend", "cpu"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("stale_rows") and "broken: second decode: foreign slot(s) [4]" in out[0]
+    assert out[0].startswith("stale_rows") and "broken: req_pool_indices: row 3: 4 (want 0)" in out[0]
+    assert "second decode: foreign slot(s) [4]" in out[0]  # the integrity report follows the mechanism
     assert out[0].endswith("fixed: clean") and out[1].startswith("fill_count")
     assert out[-1] == "2/2 unfixed runs broke, 2/2 fixed runs clean"
 

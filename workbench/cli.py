@@ -338,7 +338,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_zoo(args: argparse.Namespace) -> int:
     from workbench.zoo.cli import run_cli
 
-    return run_cli(args.names, list_only=args.list, as_json=args.json, backend=args.backend)
+    return run_cli(
+        args.names,
+        list_only=args.list,
+        as_json=args.json,
+        backend=args.backend,
+        metadata_backend=args.metadata_backend,
+        kernel=args.kernel,
+        profile=args.profile,
+        export=args.export,
+    )
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -347,19 +356,25 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from workbench.demo import run_demo
     from workbench.report import check_out_path, write_report
 
-    check_out_path(args.out)  # a bad --out is refused before the tour runs
+    replaced = check_out_path(args.out).exists()  # a bad --out is refused before the tour runs
     run_demo()
     path = write_report(args.out, quick=args.quick, progress=True)
-    print(f"\nreport: {Path(path).resolve()}")
+    print(f"\nreport: {Path(path).resolve()}{_replaced_note(replaced)}")
     return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from workbench.report import write_report
+    from workbench.report import check_out_path, write_report
 
+    replaced = check_out_path(args.out).exists()
     path = write_report(args.out, device=args.device, quick=args.quick, progress=True)
-    print(f"wrote {path}")
+    print(f"wrote {path}{_replaced_note(replaced)}")
     return 0
+
+
+def _replaced_note(replaced: bool) -> str:
+    """`workbench report` and `workbench demo` write report.html by default: say when one replaced a file."""
+    return " (replaced the file that was there: --out names another)" if replaced else ""
 
 
 def add_doctor_parser(sub: Any) -> None:
@@ -416,12 +431,44 @@ def add_check_contracts_parser(sub: Any) -> None:
 
 
 def add_zoo_parser(sub: Any) -> None:
-    z = _subcommand(sub, "zoo", "run known production bugs unfixed and fixed, one line each", "workbench zoo --list")
-    z.add_argument("names", nargs="*", metavar="NAME", help="cases to run (default: all)")
+    z = _subcommand(
+        sub,
+        "zoo",
+        "run known production bugs unfixed and fixed, or against your own backend, one line each",
+        "workbench zoo --metadata-backend my_backend.py:AscendBackend",
+    )
+    z.add_argument(
+        "names", nargs="*", metavar="NAME", help="cases to run (default: all; with your code, those that exercise it)"
+    )
     z.add_argument("--list", action="store_true", help="list the cases without running them")
     z.add_argument("--json", action="store_true", help="print JSON instead of lines")
     z.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda", "npu"], help="auto: the CPU recorder")
+    z.add_argument(
+        "--metadata-backend",
+        default=None,
+        metavar="MODULE_OR_FILE:CLASS",
+        help="run the cases that exercise a metadata backend against your MetadataBackend subclass instead",
+    )
+    z.add_argument(
+        "--kernel",
+        default=None,
+        metavar="MODULE_OR_FILE:FUNCTION",
+        help="run the cases that exercise a kernel (uninit_pad: a causal_conv1d.update) against your function",
+    )
+    z.add_argument(
+        "--profile",
+        default=None,
+        choices=sorted(PROFILES),
+        help="conventions for your code (default: sglang-ascend for an NPU-family backend, else sglang)",
+    )
+    z.add_argument("--export", default=None, metavar="DIR", help="write test_<case>.py of each failing case into DIR")
     z.set_defaults(fn=_cmd_zoo)
+
+
+def add_check_kernel_parser(sub: Any) -> None:
+    from workbench.kernelcheck.cli import EXAMPLE, SUMMARY, configure, run  # no torch until it runs
+
+    configure(_subcommand(sub, "check-kernel", SUMMARY, EXAMPLE)).set_defaults(fn=run)
 
 
 def add_demo_parser(sub: Any) -> None:
@@ -440,6 +487,7 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_check_contracts_parser,
     add_zoo_parser,
     add_demo_parser,
+    add_check_kernel_parser,
 ]
 
 
@@ -448,13 +496,25 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in SUBCOMMANDS:
         add(sub)
+    p.set_defaults(_subparsers=sub.choices)
     return p
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse ``argv``; an unknown flag is refused by the subcommand it was given to (its prefix and its
+    --help), not by the top-level parser, which collects the leftovers."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        owner = args._subparsers.get(args.command, parser)
+        owner.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``). Returns the exit status; an argument
     error exits 2 through ``SystemExit`` (argparse), a WorkbenchError is one ``error:`` line and status 2."""
-    args = build_parser().parse_args(argv)
+    args = _parse(argv)
     try:
         return args.fn(args)
     except WorkbenchError as e:

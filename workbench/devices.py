@@ -126,3 +126,36 @@ def doctor_text(probe_npu: bool = True) -> str:
     for d in devices(probe_npu):
         lines.append(f"{d.name:12} {'yes' if d.usable else 'no':7} {d.detail}")
     return "\n".join(lines)
+
+
+TRITON_RESTART = (
+    "restart the kernel with %env TRITON_INTERPRET=1 as its first cell (make lab sets it where no GPU is present)"
+)
+TRITON_ON_CPU = "Triton needs TRITON_INTERPRET=1 before torch and the kernels are imported: " + TRITON_RESTART
+
+
+def kernels_compiled_for_a_gpu() -> bool:
+    """Triton, or a module of ``kernels``, was imported before ``TRITON_INTERPRET=1`` was set: its functions
+    are compiled ``JITFunction`` s, not the interpreter's, for good (the flag is read once, at import), and
+    calling them on CPU tensors fails ("0 active drivers", "Cannot call @triton.jit'd outside of the scope
+    of a kernel") until the process restarts."""
+    return any(
+        name.startswith(("kernels.", "triton.language"))
+        and any(type(v).__name__ == "JITFunction" for v in vars(module).values())
+        for name, module in list(sys.modules.items())
+        if module is not None
+    )
+
+
+def triton_cpu_problem() -> str | None:
+    """Why the Triton kernels cannot run on CPU tensors in this process, in one line naming the fix, or None.
+    The widgets ask this before offering Triton (the playground's cases and the CPU dashboard)."""
+    from kernels.dispatch import interpreter_on, triton_importable
+
+    if not triton_importable():
+        return "triton cannot be imported here (pip install triton, or choose reference)"
+    if not interpreter_on():
+        return TRITON_ON_CPU
+    if kernels_compiled_for_a_gpu():
+        return "the kernels were imported before TRITON_INTERPRET=1 was set. " + TRITON_ON_CPU
+    return None

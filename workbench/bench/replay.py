@@ -7,6 +7,7 @@ this module picks the buckets and the preset, prints the table and saves the rec
 from __future__ import annotations
 
 from workbench.layers import GDNConfig
+from workbench.measure.legend import mark, print_legend
 from workbench.measure.timing import Results, ratio
 from workbench.sweeps.replay import sweep
 
@@ -14,8 +15,9 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def print_table(results: Results) -> None:
-    """Eager and replay medians per batch size and the speed-up, one impl after the other."""
-    print(f"{'impl':<10}{'bs':>5}{'eager us':>11}{'IQR':>8}{'replay us':>11}{'IQR':>8}{'speedup':>9}")
+    """Eager and replay medians per batch size and the speed-up, one impl after the other; a ``!`` flags a
+    noisy median and a speed-up built on one (``legend.mark``); a legend line per column ends the table."""
+    print(f"{'impl':<10}{'bs':>5}{'eager us':>11} {'IQR':>8}{'replay us':>11} {'IQR':>8}{'speedup':>9}")
     for impl in sorted({r.impl for r in results}):
         for bs in sorted({r.shape["bs"] for r in results}):
             sel = results.filter(impl=impl, bs=bs)
@@ -24,9 +26,18 @@ def print_table(results: Results) -> None:
                 continue
             sp = ratio(e[0], r[0])
             print(
-                f"{impl:<10}{bs:5d}{e[0].median_us:11.1f}{e[0].iqr_us:8.1f}{r[0].median_us:11.1f}{r[0].iqr_us:8.1f}"
-                f"{sp:8.2f}x"
+                f"{impl:<10}{bs:5d}{e[0].median_us:11.1f}{mark(e[0])}{e[0].iqr_us:8.1f}{r[0].median_us:11.1f}"
+                f"{mark(r[0])}{r[0].iqr_us:8.1f}{sp:8.2f}x{mark(e[0], r[0])}"
             )
+    print_legend(
+        [
+            "bs: the captured bucket the batch fills; impl: the kernels' implementation",
+            "eager us: build the step's metadata afresh, then run the layer step, as without graphs",
+            "replay us: write the metadata into the bucket's buffers in place, then replay the captured graph",
+            "IQR: interquartile range of the column before it, us",
+            "speedup: eager us / replay us (above 1: replay is faster)",
+        ]
+    )
 
 
 def run(

@@ -44,6 +44,9 @@ DEFAULT_BASE = "workbench.backends:MetadataBackend"
 DEFAULT_TARGETS = ("workbench",)
 """What the CLI checks when no module or path is given: the whole workbench package."""
 
+WORKBENCH_ROOT = Path(__file__).resolve().parents[1]
+"""The installed ``workbench`` package: where bases of a user's file are looked up when the targets define none."""
+
 Target = ModuleType | str | os.PathLike
 
 
@@ -310,10 +313,17 @@ def check(
     if broken:
         raise ContractError(f"target file does not parse: {'; '.join(broken)}")
     parsed = [m for m in modules if m is not None]
+    own = False  # the bases are the installed workbench's, not the targets'
     if base is not None:
         bases = [_base_ref(base, index, parsed)]
     else:
         bases, elsewhere, discovery_notes = _discover(parsed, index, roots)
+        if not bases:  # a user's file on the workbench's own classes: check against those
+            bases, _, discovery_notes = _discover(parsed, index, [*roots, WORKBENCH_ROOT])
+            own = bool(bases)
+            if bases:
+                names = ", ".join(dict.fromkeys(ref.label for ref in bases))
+                discovery_notes.append(f"no base class in the targets: checked against the workbench's own {names}")
         if not bases:
             hint = f"; found elsewhere or not at all: {', '.join(dict.fromkeys(elsewhere))}" if elsewhere else ""
             raise NothingToCheck(
@@ -327,7 +337,7 @@ def check(
                 names = ", ".join(c.label for c in contracts)
                 raise ContractError(f"--method {name!r}: no base class found ({names}) defines or calls it")
     if base is None:
-        label = "every base class in the targets"
+        label = "the workbench's own base classes" if own else "every base class in the targets"
     else:
         label = base if isinstance(base, str) and ":" in base else contracts[0].label
     report = Report(label)

@@ -1,35 +1,44 @@
-"""Check a kernel the way the workbench checks its own: against the float64 reference under every padding
-convention, and through the CPU graph recorder.
+"""Check a kernel the way the workbench checks its own: against the float64 reference, every variant of the
+op, under every padding convention, and through the CPU graph recorder.
 
 A candidate is a function with the public op's signature (keyword arguments as ``kernels.<op>`` takes them,
 ``pad_slot_id`` and ``out`` among them, ``impl`` not): ``partial(kernels.gated_delta_rule.recurrent,
 impl="triton")`` (the interpreter on the CPU), ``"triton"`` or ``"reference"`` for the op's built-in
 implementation, or your own. Everything about the inputs and the verdict is ``kernels.testing``'s: each
 convention draws a seeded :func:`~kernels.testing.make_case` (live rows on shuffled slots, padded rows with
-the convention's sentinel, NaN-poisoned outputs, a NaN guard band around every pool) and judges the call
-with :meth:`~kernels.testing.Case.check`.
+the convention's sentinel, NaN-poisoned outputs, a guard band of finite ``GUARD_VALUE`` slots around every
+pool) and judges the call with :meth:`~kernels.testing.Case.check`.
+
+Where a convention skips padded rows and the op packs tokens (``cu_seqlens``), the case runs twice: with
+zero-length padded rows, as engines pad, and with padded rows carrying tokens. A kernel that forgets the
+guard reads a slot of zero-length rows and writes the same bytes back, which no check can see; given
+tokens, it writes its result there (the guard band before the pool under sglang's -1, the null slot 0
+under vLLM's). A kernel must skip padded rows by their index, not by their length.
 
 >>> res = check_kernel("reference", "causal_conv1d.update", capture=False)
->>> res.ok, [c.name for c in res.conventions]
-(True, ['sglang', 'sglang-ascend', 'vllm'])
+>>> res.ok, res.names, [c.name for c in res["verify"].conventions]
+(True, ['decode', 'verify'], ['sglang', 'sglang-ascend', 'vllm'])
+>>> [c.key for c in check_kernel("reference", "linear_attn.recurrent", "decode", capture=False).results]
+['sglang', 'sglang+tokens', 'sglang-ascend', 'vllm', 'vllm+tokens']
 >>> res.candidate
 'causal_conv1d.update (impl="reference")'
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import torch
 
-from kernels.conventions import CONVENTIONS, Convention
+from kernels.conventions import CONVENTIONS, Convention, get_convention
 from kernels.testing import Call, Case
 from workbench.errors import CaptureError
-from workbench.kernelcheck.choices import KernelCheckError, Shapes, draw_case, resolve_conventions
+from workbench.kernelcheck.choices import KernelCheckError, Shapes, draw_case, resolve_conventions, resolve_op
 from workbench.kernelcheck.names import builtin, candidate_name
-from workbench.kernelcheck.results import CaptureResult, ConventionResult, KernelCheck
+from workbench.kernelcheck.results import CaptureResult, ConventionResult, KernelCheck, VariantCheck
 
 Candidate = Callable[..., Any] | str  # a kernel with the op's signature, or "triton" / "reference" / "auto"
 
@@ -175,7 +184,40 @@ def check_capture(
     return CaptureResult(name, False, f"{what}: " + "; ".join(check.problems()), ops, check)
 
 
-def check_kernel(
+def unfit(fn: Callable[..., Any], case: Case) -> str | None:
+    """Why ``fn`` cannot take ``case``'s call, in words naming the arguments (None when its signature takes
+    them, or has none to read): what it lacks (a kernel without the gating inputs ``a=`` ...) and what it
+    requires that the variant does not pass."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin or an object without a signature: let the call decide
+        return None
+    P = inspect.Parameter
+    by_keyword = {p.name for p in params if p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)}
+    takes_any = any(p.kind is P.VAR_KEYWORD for p in params)
+    lacks = [] if takes_any else [k for k in case.args if k not in by_keyword]
+    required = [p.name for p in params if p.default is P.empty and p.kind not in (P.VAR_POSITIONAL, P.VAR_KEYWORD)]
+    needs = [k for k in required if k not in case.args]
+    parts = []
+    if lacks:
+        them = "it" if len(lacks) == 1 else "them"
+        parts.append(f"takes no {', '.join(k + '=' for k in lacks)} (the {case.variant} variant passes {them})")
+    if needs:
+        parts.append(f"requires {', '.join(needs)}, which the {case.variant} variant does not pass")
+    return f"the kernel {' and '.join(parts)}" if parts else None
+
+
+def padding_forms(convention: str | Convention, case: Case, padded_tokens: bool | None = None) -> list[bool]:
+    """The ``padded_tokens`` values to run ``case``'s op under ``convention``: both (False first) where the
+    convention skips padded rows and the op packs tokens (``cu_seqlens``), else zero-length only;
+    ``padded_tokens`` True or False asks for that one form."""
+    if padded_tokens is not None:
+        return [padded_tokens]
+    skips = not get_convention(convention).processes_padding
+    return [False, True] if skips and case.padded and "cu_seqlens" in case.args else [False]
+
+
+def check_variant(
     fn: Candidate,
     op: str = "gated_delta_rule.recurrent",
     variant: str | None = None,
@@ -184,29 +226,80 @@ def check_kernel(
     shapes: Shapes = "small",
     capture: bool = True,
     seed: int = 0,
+    rows: int = 3,
+    padded: int = 2,
+    padded_tokens: bool | None = None,
+) -> VariantCheck:
+    """Check ``fn`` on one variant of ``op``: under each of ``conventions`` in every form of padded rows
+    (:func:`padding_forms`), then, with ``capture``, through the CPU recorder under the first convention
+    (padded rows as engines pad them). A kernel whose signature cannot take the variant's call is not run:
+    :attr:`VariantCheck.unfit` says which arguments. Other arguments as :func:`check_convention`."""
+    f = _candidate(fn, op)
+    convs = resolve_conventions(conventions)
+    kw: dict[str, Any] = dict(shapes=shapes, rows=rows, padded=padded, seed=seed)
+    first = draw_case(op, variant, convention=convs[0], **kw)  # refuses bad arguments before anything runs
+    why = unfit(f, first)
+    if why is not None:
+        return VariantCheck(first.op, first.variant, [], None, unfit=why)
+    results = []
+    for c in convs:
+        forms = padding_forms(c, first, padded_tokens)
+        for tokens in forms:
+            res = check_convention(f, op, first.variant, c, padded_tokens=tokens, **kw)
+            res.padded_tokens, res.paired = tokens, len(forms) > 1
+            results.append(res)
+    cap = check_capture(f, op, first.variant, convs[0], padded_tokens=padded_tokens is True, **kw) if capture else None
+    return VariantCheck(first.op, first.variant, results, cap)
+
+
+def resolve_variants(op: str, variants: str | Sequence[str] | None) -> list[str]:
+    """The variants of ``op`` named (None: every one, in the op's order)."""
+    spec = resolve_op(op)
+    if variants is None:
+        return list(spec.variants)
+    items = [variants] if isinstance(variants, str) else list(variants)
+    if not items:
+        raise KernelCheckError(f"variants: name at least one of {list(spec.variants)}")
+    for v in items:
+        if v not in spec.variants:
+            raise KernelCheckError(f"variants: {op} has no variant {v!r}; choose one of {list(spec.variants)}")
+    return list(dict.fromkeys(items))
+
+
+def check_kernel(
+    fn: Candidate,
+    op: str = "gated_delta_rule.recurrent",
+    variants: str | Sequence[str] | None = None,
+    *,
+    conventions: str | Convention | Sequence[str | Convention] = tuple(CONVENTIONS),
+    shapes: Shapes = "small",
+    capture: bool = True,
+    seed: int = 0,
     name: str | None = None,
     rows: int = 3,
     padded: int = 2,
-    padded_tokens: bool = False,
+    padded_tokens: bool | None = None,
 ) -> KernelCheck:
-    """Check ``fn`` (``op``'s signature) under each of ``conventions`` and, with ``capture``, through the CPU
-    graph recorder under the first of them. ``name``: how the result names the candidate (default
-    :func:`~workbench.kernelcheck.names.candidate_name`). Other arguments as :func:`check_convention`.
+    """Check ``fn`` (``op``'s signature) on every variant of ``op`` (``variants``: one name or a few), each
+    as :func:`check_variant` does: every convention of ``conventions``, zero-length padded rows and padded
+    rows with tokens where the convention skips them, then a capture. ``name``: how the result names the
+    candidate (default :func:`~workbench.kernelcheck.names.candidate_name`); ``padded_tokens`` True or
+    False: that form of padded rows only. Other arguments as :func:`check_convention`.
 
     Raises :class:`KernelCheckError` for a bad op, variant, convention or shape before anything runs.
     """
     f = _candidate(fn, op)
+    names = resolve_variants(op, variants)
     convs = resolve_conventions(conventions)
-    kw: dict[str, Any] = dict(shapes=shapes, rows=rows, padded=padded, seed=seed, padded_tokens=padded_tokens)
-    first = draw_case(op, variant, convention=convs[0], **kw)  # refuses bad arguments before anything runs
-    results = [check_convention(f, op, first.variant, c, **kw) for c in convs]
-    cap = check_capture(f, op, first.variant, convs[0], **kw) if capture else None
+    kw: dict[str, Any] = dict(shapes=shapes, rows=rows, padded=padded, seed=seed)
+    for v in names:
+        draw_case(op, v, convention=convs[0], **kw)  # refuses bad arguments before anything runs
+    checks = [check_variant(f, op, v, conventions=convs, capture=capture, padded_tokens=padded_tokens, **kw)
+              for v in names]  # fmt: skip
     return KernelCheck(
-        op=first.op,
-        variant=first.variant,
+        op=checks[0].op,
         candidate=name or candidate_name(f),
-        conventions=results,
-        capture=cap,
+        variants=checks,
         shapes=_shapes_text(shapes),
         rows=rows,
         padded=padded,

@@ -1,16 +1,25 @@
-"""What a kernel check returns: one :class:`ConventionResult` per padding convention, a
-:class:`CaptureResult`, and the :class:`KernelCheck` that holds them. Each says what went wrong in words
-(``summary()``), has a short ``__repr__`` and renders itself in a notebook (``_repr_html_``)."""
+"""What a kernel check returns: one :class:`ConventionResult` per padding convention and form of padded
+rows, a :class:`CaptureResult`, the :class:`VariantCheck` that holds them for one variant of the op, and the
+:class:`KernelCheck` that holds every variant checked. Each says what went wrong in words (``summary()``;
+``lines()``: one line per check, what ``workbench check-kernel`` prints), has a short ``__repr__`` and
+renders itself in a notebook (``_repr_html_``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from kernels.conventions import Convention
 from kernels.testing import Call, Case, CaseCheck
 from workbench import html
 
 ErrorMap = tuple[list[str], list[str], list[list[float]]]  # row labels, head labels, max |error| per cell
+TOKENS = "+tokens"  # the key suffix of a run whose padded rows carry tokens ("sglang+tokens")
+
+
+def _span(lo: int, hi: int) -> str:
+    """``"row 3"`` or ``"rows 3-4"`` for rows ``lo..hi`` inclusive."""
+    return f"row {lo}" if lo == hi else f"rows {lo}-{hi}"
 
 
 @dataclass
@@ -24,6 +33,8 @@ class ConventionResult:
         check: ``Case.check``'s verdict (None when the candidate raised).
         error: ``"Type: message"`` when the candidate raised.
         notes: hints beside the verdict (e.g. a result returned instead of written into ``out``).
+        padded_tokens: padded rows of a varlen op carried the live rows' token count (else zero tokens, as
+            engines pad); paired: the other form ran too under this convention (then the label says which).
     """
 
     convention: Convention
@@ -32,10 +43,43 @@ class ConventionResult:
     check: CaseCheck | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    padded_tokens: bool = False
+    paired: bool = False
 
     @property
     def name(self) -> str:
         return self.convention.name
+
+    @property
+    def variant(self) -> str:
+        return self.case.variant
+
+    @property
+    def varlen(self) -> bool:
+        """The op packs tokens by ``cu_seqlens``: padded rows may be zero-length."""
+        return "cu_seqlens" in self.case.args
+
+    @property
+    def key(self) -> str:
+        """How a :class:`VariantCheck` is indexed: the convention's name, ``+tokens`` for padded rows with tokens."""
+        return self.name + (TOKENS if self.padded_tokens and self.varlen else "")
+
+    @property
+    def padding(self) -> str:
+        """What the padded rows carried: "zero-length", "with tokens", "with inputs" (an op whose every row
+        has its inputs: no ``cu_seqlens``), or "none" (no padded rows)."""
+        if not self.case.padded:
+            return "none"
+        if not self.varlen:
+            return "with inputs"
+        return "with tokens" if self.padded_tokens else "zero-length"
+
+    @property
+    def label(self) -> str:
+        """The convention's name, and the form of its padded rows where both forms were checked."""
+        if self.varlen and (self.padded_tokens or self.paired):
+            return f"{self.name} ({'padded rows with tokens' if self.padded_tokens else 'zero-length padded rows'})"
+        return self.name
 
     @property
     def ok(self) -> bool:
@@ -52,10 +96,19 @@ class ConventionResult:
             return [f"raised {self.error}"]
         return ([] if self.check is None else self.check.problems()) + ([] if self.ok else self.notes)
 
+    def rows_text(self) -> str:
+        """Which rows were live on which slots, and what the padded rows held: ``live rows 0-2 on slots [1, 6, 3];
+        padded rows 3-4 hold -1 (zero-length)``."""
+        c = self.case
+        text = f"live {_span(0, c.rows - 1)} on slot(s) {c.live_slots}"
+        if c.padded:
+            text += f"; padded {_span(c.rows, c.rows + c.padded - 1)} hold {c.convention.sentinel} ({self.padding})"
+        return text
+
     def summary(self) -> str:
         if self.ok:
-            return f"{self.name}: ok (max error {self.max_err:.2e}, untouched slots and guard band bitwise unchanged)"
-        return f"{self.name}: " + "; ".join(self.problems())
+            return f"{self.label}: ok (max error {self.max_err:.2e}, untouched slots and guard band bitwise unchanged)"
+        return f"{self.label}: " + "; ".join(self.problems())
 
     def error_map(self, output: str | None = None) -> ErrorMap | None:
         """``Case.error_map`` of ``output`` (default: the op's first output) per (batch row, head); None when
@@ -64,19 +117,25 @@ class ConventionResult:
             return None
         return self.case.error_map(self.call, output or self.case.outputs[0])
 
+    def to_dict(self) -> dict[str, Any]:
+        err = self.max_err
+        return {"convention": self.name, "padded_rows": self.padding, "ok": self.ok,
+                "max_error": None if err != err else err, "problems": self.problems(),
+                "live_slots": list(self.case.live_slots), "sentinel": self.case.convention.sentinel}  # fmt: skip
+
     def __repr__(self) -> str:
         return f"ConventionResult({self.summary()})"
 
     def _repr_html_(self) -> str:
         problems = self.problems()
         head = html.facts({"convention": self.name, "padded rows hold": self.convention.sentinel,
-                           "kernels": self.convention.guard})  # fmt: skip
+                           "padded rows": self.padding, "kernels": self.convention.guard})  # fmt: skip
         body = (
             html.table(["problem"], [[p] for p in problems], row_kinds=["fail"] * len(problems), left=("problem",))
             if problems
             else html.note(self.summary())
         )
-        return html.block(html.badge(self.ok), head, body, title=f"{self.case.name} under {self.name}")
+        return html.block(html.badge(self.ok), head, body, title=f"{self.case.name} under {self.label}")
 
 
 @dataclass
@@ -104,6 +163,9 @@ class CaptureResult:
     def summary(self) -> str:
         return f"capture: {'ok' if self.ok else 'FAILED'}: {self.detail}"
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"convention": self.convention, "ok": self.ok, "detail": self.detail, "ops": list(self.ops)}
+
     def __repr__(self) -> str:
         return f"CaptureResult({self.summary()})"
 
@@ -112,26 +174,23 @@ class CaptureResult:
 
 
 @dataclass
-class KernelCheck:
-    """A candidate kernel checked against ``op``'s float64 reference under padding conventions, and
-    captured. Index it by convention name (``res["vllm"]``).
+class VariantCheck:
+    """One variant of an op checked under padding conventions, and captured. Index it by convention
+    (``res["vllm"]``: padded rows as engines pad them; ``res["vllm+tokens"]``: padded rows with tokens).
 
     Attributes:
-        op, variant: what was checked (names of ``kernels.testing.OPS``); candidate: the kernel's name.
-        conventions: one result per convention, in the order asked.
-        capture: the capture check, None when not asked for.
-        shapes, rows, padded, seed: how the cases were drawn (``kernels.testing.make_case``).
+        op, variant: what was checked (names of ``kernels.testing.OPS``).
+        conventions: one result per convention and form of padded rows, in the order asked.
+        capture: the capture check, None when not asked for (or when the kernel does not fit the call).
+        unfit: why the candidate cannot take this variant's call (an argument it lacks or requires), in
+            words; then nothing ran.
     """
 
     op: str
     variant: str
-    candidate: str
     conventions: list[ConventionResult]
     capture: CaptureResult | None = None
-    shapes: str = "small"
-    rows: int = 3
-    padded: int = 2
-    seed: int = 0
+    unfit: str | None = None
 
     @property
     def name(self) -> str:
@@ -139,45 +198,159 @@ class KernelCheck:
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.conventions) and (self.capture is None or self.capture.ok)
+        return self.unfit is None and all(c.ok for c in self.conventions) and (self.capture is None or self.capture.ok)
 
     @property
     def failures(self) -> list[str]:
-        """The conventions that failed (and "capture" when it did)."""
-        out = [c.name for c in self.conventions if not c.ok]
+        """The keys of the conventions that failed (and "capture", or "signature" when the kernel does not fit)."""
+        out = ["signature"] if self.unfit is not None else []
+        out += [c.key for c in self.conventions if not c.ok]
         return out + (["capture"] if self.capture is not None and not self.capture.ok else [])
 
-    def __getitem__(self, convention: str) -> ConventionResult:
+    def __getitem__(self, key: str) -> ConventionResult:
         for c in self.conventions:
-            if c.name == convention:
+            if key in (c.key, c.label):
                 return c
-        raise KeyError(f"convention: {convention!r} was not checked; checked {[c.name for c in self.conventions]}")
+        raise KeyError(f"convention: {key!r} was not checked; checked {[c.key for c in self.conventions]}")
+
+    def details(self) -> list[str]:
+        """One line per check (convention and form, capture), unindented."""
+        if self.unfit is not None:
+            return [f"not run: {self.unfit}"]
+        out = [c.summary() for c in self.conventions]
+        return out + ([self.capture.summary()] if self.capture is not None else [])
+
+    def lines(self) -> list[str]:
+        """One line per check, each naming the variant and the convention; a failure also names the rows and
+        slots (what ``workbench check-kernel`` prints)."""
+        if self.unfit is not None:
+            return [f"FAIL {self.name}: {self.unfit}"]
+        out = []
+        for c in self.conventions:
+            if c.ok:
+                out.append(f"ok   {self.name} {c.label}: max error {c.max_err:.2e}")
+            else:
+                out.append(f"FAIL {self.name} {c.label}: {'; '.join(c.problems())}; {c.rows_text()}")
+        if self.capture is not None:
+            verdict = "ok  " if self.capture.ok else "FAIL"
+            out.append(f"{verdict} {self.name} capture ({self.capture.convention}): {self.capture.detail}")
+        return out
 
     def summary(self) -> str:
-        lines = [f"{self.name} [{self.candidate}]: {'OK' if self.ok else 'PROBLEMS'}"]
-        lines += ["  " + c.summary() for c in self.conventions]
-        if self.capture is not None:
-            lines.append("  " + self.capture.summary())
+        return "\n".join([f"{self.name}: {'OK' if self.ok else 'PROBLEMS'}", *("  " + d for d in self.details())])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"variant": self.variant, "ok": self.ok, "unfit": self.unfit,
+                "conventions": [c.to_dict() for c in self.conventions],
+                "capture": None if self.capture is None else self.capture.to_dict()}  # fmt: skip
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+
+@dataclass
+class KernelCheck:
+    """A candidate kernel checked against ``op``'s float64 reference: every variant asked, each under padding
+    conventions and captured. Index it by variant (``res["verify"]``, a :class:`VariantCheck`), or, when one
+    variant was checked, by convention (``res["vllm"]``).
+
+    Attributes:
+        op: what was checked (a name of ``kernels.testing.OPS``); candidate: the kernel's name.
+        variants: one :class:`VariantCheck` per variant, in the op's order.
+        shapes, rows, padded, seed: how the cases were drawn (``kernels.testing.make_case``).
+    """
+
+    op: str
+    candidate: str
+    variants: list[VariantCheck]
+    shapes: str = "small"
+    rows: int = 3
+    padded: int = 2
+    seed: int = 0
+
+    @property
+    def names(self) -> list[str]:
+        """The variants checked."""
+        return [v.variant for v in self.variants]
+
+    @property
+    def name(self) -> str:
+        return self.variants[0].name if len(self.variants) == 1 else self.op
+
+    @property
+    def ok(self) -> bool:
+        return all(v.ok for v in self.variants)
+
+    @property
+    def results(self) -> list[ConventionResult]:
+        """Every convention run of every variant, in order."""
+        return [c for v in self.variants for c in v.conventions]
+
+    @property
+    def failures(self) -> list[str]:
+        """What failed: ``"variant: key"`` per failed check (``"decode: sglang+tokens"``, ``"verify: capture"``)."""
+        return [f"{v.variant}: {f}" for v in self.variants for f in v.failures]
+
+    def __getitem__(self, key: str) -> Any:
+        for v in self.variants:
+            if v.variant == key:
+                return v
+        if len(self.variants) == 1:
+            return self.variants[0][key]
+        raise KeyError(f"variant: {key!r} was not checked; checked {self.names} (index a variant by convention)")
+
+    def lines(self) -> list[str]:
+        """One line per check of every variant (see :meth:`VariantCheck.lines`)."""
+        return [line for v in self.variants for line in v.lines()]
+
+    def summary(self) -> str:
+        verdict = "OK" if self.ok else "PROBLEMS"
+        if len(self.variants) == 1:
+            v = self.variants[0]
+            return "\n".join([f"{v.name} [{self.candidate}]: {verdict}", *("  " + d for d in v.details())])
+        lines = [f"{self.op} [{self.candidate}]: {verdict} ({len(self.variants)} variants: {', '.join(self.names)})"]
+        for v in self.variants:
+            lines += [f"  {v.variant}: {'OK' if v.ok else 'PROBLEMS'}", *("    " + d for d in v.details())]
         return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "candidate": self.candidate, "ok": self.ok, "shapes": self.shapes,
+                "rows": self.rows, "padded": self.padded, "seed": self.seed,
+                "variants": [v.to_dict() for v in self.variants]}  # fmt: skip
 
     def __repr__(self) -> str:
         return self.summary()
 
     def _repr_html_(self) -> str:
-        rows, kinds = [], []
-        for c in self.conventions:
-            kind = "ok" if c.ok else "fail"
-            err = "" if c.check is None else c.max_err
-            problems = "; ".join(c.problems()) or "untouched slots and guard band bitwise unchanged"
-            rows.append([c.name, c.convention.sentinel, c.convention.guard, html.Cell("ok" if c.ok else "FAIL", kind),
-                         err, problems])  # fmt: skip
-            kinds.append(kind)
-        cols = ["convention", "padded rows hold", "kernels", "verdict", "max error", "problems"]
-        table = html.table(cols, rows, row_kinds=kinds, left=("convention", "kernels", "problems"))
+        rows: list[list[object]] = []
+        kinds = []
+        for v in self.variants:
+            if v.unfit is not None:
+                rows.append([v.variant, "", "", "", "", html.Cell("FAIL", "fail"), "", f"not run: {v.unfit}"])
+                kinds.append("fail")
+            for c in v.conventions:
+                kind = "ok" if c.ok else "fail"
+                err = "" if c.check is None else c.max_err
+                problems = "; ".join(c.problems()) or "untouched slots and guard band bitwise unchanged"
+                rows.append([v.variant, c.name, c.padding, c.convention.sentinel, c.convention.guard,
+                             html.Cell("ok" if c.ok else "FAIL", kind), err, problems])  # fmt: skip
+                kinds.append(kind)
+        cols = [
+            "variant",
+            "convention",
+            "padded rows",
+            "padded rows hold",
+            "kernels",
+            "verdict",
+            "max error",
+            "problems",
+        ]
+        table = html.table(cols, rows, row_kinds=kinds, left=("variant", "convention", "padded rows", "kernels",
+                                                               "problems"))  # fmt: skip
         head = html.facts({"candidate": self.candidate, "shapes": self.shapes, "rows": self.rows,
                            "padded": self.padded, "seed": self.seed})  # fmt: skip
-        parts = [html.badge(self.ok, "OK" if self.ok else f"FAIL: {', '.join(self.failures)}"), head]
-        parts.append(table)
-        if self.capture is not None:
-            parts.append(f"<div>{html.badge(self.capture.ok, self.capture.summary())}</div>")
+        parts = [html.badge(self.ok, "OK" if self.ok else f"FAIL: {', '.join(self.failures)}"), head, table]
+        for v in self.variants:
+            if v.capture is not None:
+                parts.append(f"<div>{html.badge(v.capture.ok, f'{v.variant} {v.capture.summary()}')}</div>")
         return html.block(*parts, title=f"KernelCheck {self.name}")

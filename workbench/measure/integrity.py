@@ -4,6 +4,7 @@ the float64 reference, and which padded outputs are not zeros. Data in, a report
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -107,14 +108,15 @@ class IntegrityReport:
         lines = ["integrity: PROBLEMS"]
         lines += [f"  slot {c.slot} of {c.tensor} changed but no live row owns it" for c in self.changed_slots]
         lines += [
-            f"  {m.tensor}[{m.slot}] differs from the float64 reference by {m.error:.3g}" for m in self.state_mismatches
+            f"  {m.tensor}[{m.slot}] differs from the float64 reference by {error_text(m.error)}"
+            for m in self.state_mismatches
         ]
         lines += [
-            f"  {m.tensor} row {m.row} differs from the float64 reference by {m.error:.3g}"
+            f"  {m.tensor} row {m.row} differs from the float64 reference by {error_text(m.error)}"
             for m in self.intermediate_mismatches
         ]
         lines += [
-            f"  output token {m.token} differs from the float64 reference by {m.error:.3g}"
+            f"  output token {m.token} differs from the float64 reference by {error_text(m.error)}"
             for m in self.output_mismatches
         ]
         if self.nonzero_padded_outputs:
@@ -161,10 +163,24 @@ def changed_slots(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor
 
 
 def _max_err(got: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> tuple[bool, float]:
+    """(any value off, the largest error): NaN when a NaN is involved (said as NaN, never as a number)."""
     g, r = got.double(), ref.double()
     err = (g - r).abs()
     bad = ~(err <= atol + rtol * r.abs())  # NaN counts as bad
-    return bool(bad.any()), float(err.nan_to_num(float("inf")).max()) if err.numel() else 0.0
+    if not err.numel():
+        return False, 0.0
+    return bool(bad.any()), float("nan") if bool(err.isnan().any()) else float(err.max())
+
+
+def worst(errors: Iterable[float]) -> float:
+    """The largest error, NaN if any is NaN (``max`` alone depends on the order NaNs come in)."""
+    values = list(errors)
+    return float("nan") if any(math.isnan(e) for e in values) else max(values, default=0.0)
+
+
+def error_text(err: float) -> str:
+    """An error for a message: ``NaN`` spelled out, else three significant digits."""
+    return "NaN" if math.isnan(err) else f"{err:.3g}"
 
 
 def check(

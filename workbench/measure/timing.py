@@ -53,6 +53,8 @@ KEY_FIELDS = ("what", "device", "shape", "impl", "mode", "l2")
 QUIET_KEY_FIELDS = ("l2",)
 # fewest repetitions behind a median and an IQR
 MIN_REPS = 5
+# a median whose IQR exceeds this fraction of it is noise at a benchmark's n (the report, every CLI table)
+NOISY_IQR = 0.25
 # TimingRecord.l2: the cache state each timed repetition started from
 L2_WARM, L2_FLUSHED, L2_NOT_FLUSHED_CPU = "warm", "flushed", "not flushed (cpu)"
 
@@ -171,6 +173,15 @@ class TimingRecord:
 
     def _repr_html_(self) -> str:
         return Results([self])._repr_html_()
+
+
+def is_noisy(rec: TimingRecord) -> bool:
+    """Whether ``rec``'s IQR exceeds ``NOISY_IQR`` of its median (then its median is no measured difference).
+
+    >>> is_noisy(TimingRecord("x", "cpu", {}, "ref", "eager", 100.0, 30.0, 9, 1))
+    True
+    """
+    return bool(rec.iqr_us > NOISY_IQR * rec.median_us)
 
 
 def json_safe(value: Any) -> Any:

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from workbench.measure.timing import NOISY_IQR, is_noisy
 from workbench.viz.page import Page, esc, table
 
 D = 2  # draft tokens of the verify checks
@@ -107,13 +108,6 @@ def _impl_for(device: str) -> str:
     return recorded_impl("auto", device)  # the kernels' own rule: the reference on the CPU, Triton elsewhere
 
 
-NOISY_IQR = 0.25  # a row whose IQR exceeds this fraction of its median is noise at the report's n
-
-
-def _noisy(rec: Any) -> bool:
-    return bool(rec.iqr_us > NOISY_IQR * rec.median_us)
-
-
 def speedup_rows(res: Any) -> tuple[list[list[Any]], list[list[str]]]:
     """Rows of the replay speed-up table (batch size, impl, eager / replay, n, note) of a replay sweep's
     ``Results``, and their cell classes: a ratio whose eager or replay record is noisy (IQR over
@@ -125,7 +119,7 @@ def speedup_rows(res: Any) -> tuple[list[list[Any]], list[list[str]]]:
     for k, speedup in ratio(res.filter(mode="eager"), res.filter(mode="replay")).rows:
         key = (k["shape"]["bs"], k["impl"])
         recs = {m: by_mode[m].get(key) for m in by_mode}
-        noisy = [m for m, r in recs.items() if r is not None and _noisy(r)]
+        noisy = [m for m, r in recs.items() if r is not None and is_noisy(r)]
         ns = "/".join(str(r.n) for r in recs.values() if r is not None)
         note = (
             f"noisy: {' and '.join(noisy)} IQR over {NOISY_IQR:.0%} of the median; not a measured difference"
@@ -168,7 +162,8 @@ def roofline_section(parts: list[str], page: Page, device: str, quick: bool, pro
     from workbench.viz import roofline
 
     if quick:
-        ceil = measure_ceilings(device, copy_bytes=2**24, matmul_n=256, min_run_time=0.05)
+        # the default copy size (past the last-level cache: DRAM), fewer and shorter repeats
+        ceil = measure_ceilings(device, matmul_n=256, min_run_time=0.05, repeats=3)
         res = sweep([1, 4], preset="quarter", device=device, impl=_impl_for(device), progress=progress,
                     min_run_time=0.02)  # fmt: skip
     else:

@@ -293,7 +293,7 @@ def slot_map_layout(meta: Metadata, pool: StatePool) -> dict[str, Any]:
     ticks = [-1, *range(0, pool.num_slots, max(1, pool.num_slots // 16))]
     return {
         "title_text": f"Slot map: {panel_label(meta)} on a pool of {pool.num_slots} slots",
-        "height": 260 + 12 * meta.batch_size,
+        "height": 320 + 12 * meta.batch_size,  # 60 of it for the legend rows at the foot
         "xaxis2_range": [-1.6, pool.num_slots - 0.4],
         "xaxis2_tickvals": ticks,
         "xaxis2_ticktext": ["sentinel" if t == -1 else str(t) for t in ticks],
@@ -345,7 +345,12 @@ def slot_map(
     fig.update_xaxes(title_text="state slot (index into the pool; left: the sentinel column)", row=2, col=1)
     fig.update_yaxes(autorange="reversed", title_text="batch row", row=1, col=1)
     fig.update_yaxes(categoryorder="array", categoryarray=["written", "read", "pool"], row=2, col=1)
-    fig.update_layout(margin=dict(l=60, r=20, t=60, b=50), legend=dict(orientation="h", y=-0.25))
+    # the legend at the figure's foot (yref "container" reserves its rows), so the pool axis's title and
+    # labels sit above it at any width, however many rows the legend wraps to
+    fig.update_layout(
+        margin=dict(l=60, r=20, t=60, b=10),
+        legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0, xanchor="left"),
+    )
     fig.update_layout(**slot_map_layout(meta, pool))
     fig.add_vrect(x0=-1.5, x1=-0.5, fillcolor=LIGHT_GREY, opacity=0.35, line_width=0, layer="below")
     return fig

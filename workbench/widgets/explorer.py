@@ -8,9 +8,18 @@ from typing import Any
 import ipywidgets as W
 import plotly.graph_objects as go
 
+from workbench import html
 from workbench.viz import metadata as vm
-from workbench.widgets.explorer_model import PROFILE_CHOICES, PROFILE_NAMES, ExplorerModel, ExplorerState
+from workbench.widgets.explorer_model import (
+    LIMITS,
+    PROFILE_CHOICES,
+    PROFILE_NAMES,
+    SLIDERS,
+    ExplorerModel,
+    ExplorerState,
+)
 from workbench.widgets.html import error_html, metadata_html
+from workbench.widgets.stale import mark_stale, stale_html
 
 
 def update_padding_map(fig: go.FigureWidget, metas: list) -> None:
@@ -52,15 +61,36 @@ def update_qsl(fig: go.FigureWidget, metas: list) -> None:
                 tr.update(x=[], y=[], customdata=[], visible=False)
 
 
+def _range(name: str, value: Any) -> dict[str, Any]:
+    """``value``, ``min``, ``max`` of slider ``name``: its ``SLIDERS`` range, widened to hold a starting value
+    within the model's limit (ipywidgets would cut it silently)."""
+    lo, hi = SLIDERS[name]
+    top = LIMITS[name][1] if name in LIMITS else hi
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and LIMITS.get(name, (lo, top))[0] <= value <= top
+    )
+    return {"value": value, "min": lo, "max": max(hi, value)} if ok else {"value": lo, "min": lo, "max": hi}
+
+
+def _note_html(note: str | None) -> str:
+    return f"<span style='color:#666'>{html.escape(note)}</span>" if note else ""
+
+
 class MetadataExplorer(W.VBox):
     """Build state-index / query_start_loc metadata interactively and see padding, slots and qsl.
 
     Controls: profile (or all three), mode, raw batch size, seq lens (typed or random), draft tokens,
-    bucket list (engine default or typed), pool size, fragmentation. Bad typed input shows the error
-    beside the control that caused it; nothing raises into the notebook.
+    bucket list (engine default or typed), pool size, fragmentation. Bad typed input and sizes past the
+    model's ``LIMITS`` show the error beside the control that caused it, before any work; nothing raises
+    into the notebook. While the inputs are refused the figures are veiled and the table dimmed under the
+    model's ``stale`` line (they show the last accepted step). A slider at its end says, beside it, that a
+    larger typed value was cut to it.
 
     Attributes: ``model`` (the :class:`ExplorerModel`), ``controls`` (name -> widget), ``errors`` (name ->
-    HTML widget beside it), ``padding_fig``, ``slot_fig``, ``qsl_fig`` (FigureWidgets), ``table`` (HTML).
+    HTML widget beside it), ``notes`` (name -> HTML, grey), ``padding_fig``, ``slot_fig``, ``qsl_fig``
+    (FigureWidgets), ``table`` (HTML).
     """
 
     def __init__(self, **params: Any) -> None:
@@ -74,31 +104,37 @@ class MetadataExplorer(W.VBox):
             "mode": W.Dropdown(
                 options=("decode", "target_verify", "extend", "idle"), value=p.mode, description="mode", style=style
             ),
-            "raw_batch_size": W.IntSlider(value=p.raw_batch_size, min=0, max=256, description="raw batch size", **row),
+            "raw_batch_size": W.IntSlider(
+                **_range("raw_batch_size", p.raw_batch_size), description="raw batch size", **row
+            ),
             "seq_lens": W.Text(
                 value=p.seq_lens, description="seq lens", placeholder="empty: random; or 7, 3, 9", **row
             ),
-            "draft_tokens": W.IntSlider(value=p.draft_tokens, min=1, max=8, description="draft tokens D", **row),
+            "draft_tokens": W.IntSlider(**_range("draft_tokens", p.draft_tokens), description="draft tokens D", **row),
             "buckets": W.Text(value=p.buckets, description="buckets", placeholder="empty: engine default", **row),
-            "pool_size": W.IntSlider(value=p.pool_size, min=2, max=1024, description="pool slots", **row),
+            "pool_size": W.IntSlider(**_range("pool_size", p.pool_size), description="pool slots", **row),
             "fragmentation": W.FloatSlider(
-                value=p.fragmentation, min=0.0, max=1.0, step=0.05, description="fragmentation", **row
+                **_range("fragmentation", p.fragmentation), step=0.05, description="fragmentation", **row
             ),
         }
         self.focus = W.Dropdown(options=PROFILE_NAMES, value=PROFILE_NAMES[0], description="slot map of", style=style)
         self.errors = {name: W.HTML() for name in (*self.controls, "general")}
+        self.notes = {name: W.HTML() for name in SLIDERS}
         st = self.model.state
         metas = st.metas or self._placeholder()
         self.padding_fig = go.FigureWidget(vm.padding_map(metas))
         self.qsl_fig = go.FigureWidget(vm.qsl_staircase(metas))
         self.slot_fig = go.FigureWidget(vm.slot_map(metas[0], (st.pools or [self._placeholder_pool()])[0]))
         self.table = W.HTML()
+        self._table_body = ""  # the last good table, dimmed while the inputs are refused
         self._syncing = False
         for name, w in self.controls.items():
             w.observe(self._on_change, names="value")
             w._wb_name = name  # which parameter the control sets
         self.focus.observe(lambda _: None if self._syncing else self._render(self.model.state), names="value")
-        rows = [W.HBox([w, self.errors[n]]) for n, w in self.controls.items()]
+        rows = [
+            W.HBox([w, self.errors[n], *([self.notes[n]] if n in self.notes else [])]) for n, w in self.controls.items()
+        ]
         super().__init__(
             [
                 W.HTML("<b>Metadata explorer</b>: change a control, the figures follow."),
@@ -134,17 +170,37 @@ class MetadataExplorer(W.VBox):
         self._render(st)
         return st
 
+    def _sync_slider(self, name: str, value: Any) -> None:
+        """Show ``value`` on slider ``name`` without a change event, widening its range rather than letting
+        ipywidgets cut it (a value past the model's limit was refused: the slider keeps its place)."""
+        w = self.controls[name]
+        lo, hi = LIMITS[name][:2] if name in LIMITS else SLIDERS[name]
+        if w.value == value or isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+            return
+        self._syncing = True
+        try:
+            w.min, w.max = min(w.min, value), max(w.max, value)
+            w.value = value
+        finally:
+            self._syncing = False
+
     def _render(self, st: ExplorerState) -> None:
         for name, w in self.errors.items():
             w.value = error_html(st.errors.get(name))
-        if st.params.seq_lens.strip() and st.raw_batch_size != self.controls["raw_batch_size"].value:
-            self._syncing = True  # the typed list decides the batch size: show it on the slider
-            try:
-                self.controls["raw_batch_size"].value = st.raw_batch_size
-            finally:
-                self._syncing = False
-        if not st.metas:
-            return  # keep the last good figures; the error says what to fix
+        notes = self.model.notes()
+        for name, w in self.notes.items():
+            w.value = _note_html(notes.get(name))
+        typed = bool(st.params.seq_lens.strip())  # the typed list decides the batch size: show it on the slider
+        for name in SLIDERS:  # a value set from Python shows on its slider too
+            self._sync_slider(
+                name, st.raw_batch_size if name == "raw_batch_size" and typed else getattr(st.params, name)
+            )
+        stale = self.model.stale
+        for fig in (self.padding_fig, self.slot_fig, self.qsl_fig):
+            mark_stale(fig, stale)
+        if not st.metas:  # the last good figures stay, veiled; the table dims under the same line
+            self.table.value = stale_html(stale, self._table_body)
+            return
         shown = [m.profile.name for m in st.metas]
         self.focus.disabled = len(shown) == 1
         k = shown.index(self.focus.value) if self.focus.value in shown else 0
@@ -157,4 +213,5 @@ class MetadataExplorer(W.VBox):
         update_padding_map(self.padding_fig, st.metas)
         update_slot_map(self.slot_fig, st.metas[k], st.pools[k])
         update_qsl(self.qsl_fig, st.metas)
-        self.table.value = "".join(metadata_html(m) for m in st.metas)
+        self._table_body = "".join(metadata_html(m) for m in st.metas)
+        self.table.value = self._table_body

@@ -4,6 +4,13 @@ The user sets parameters (profile or all three, mode, raw batch size, seq lens t
 tokens, bucket list typed or the engine's, pool size and fragmentation); :meth:`ExplorerModel.update`
 rebuilds the metadata and returns an :class:`ExplorerState` with the metadata, their pools and, instead of
 raising, the validator's errors in words keyed by the control that caused them.
+
+Sizes are checked before any work (``LIMITS``, through ``workbench.limits``): the figures draw every row and
+every slot, so a batch of 100,000 or a pool of millions is refused in one line beside its control, not
+drawn for minutes. When the current inputs are refused, :attr:`ExplorerModel.stale` says in one line that
+what is on screen is the last accepted step (``ExplorerModel.shown``), not these inputs. ``SLIDERS`` are the
+view's slider ranges: a value at a slider's end may have been cut to it by the browser, and
+:meth:`ExplorerModel.notes` says so beside the control.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from typing import Any
 
 from workbench.batch import Batch
 from workbench.errors import MetadataError, WorkbenchError
+from workbench.limits import check_int
 from workbench.metadata import Metadata, build_metadata, validate
 from workbench.pool import StatePool
 
@@ -22,6 +30,23 @@ PROFILE_CHOICES = (*PROFILE_NAMES, "all")
 MODES = ("decode", "target_verify", "extend", "idle")
 # the controls an error can be shown beside; "general" for anything else
 CONTROLS = ("profile", "mode", "raw_batch_size", "seq_lens", "draft_tokens", "buckets", "pool_size", "fragmentation")
+# what the explorer draws at most: every row of a step is a bar and every slot a point, and a step at these
+# sizes answers a control change in about half a second on a 2-core CPU (`workbench bench widgets`)
+MAX_ROWS = 1024
+MAX_POOL = 4096
+MAX_DRAFT = 64
+LIMITS: dict[str, tuple[int, int, str]] = {
+    "raw_batch_size": (0, MAX_ROWS, "the explorer draws every row; `workbench metadata` prints larger steps"),
+    "pool_size": (2, MAX_POOL, "the slot map draws every slot; `workbench metadata --num-slots` takes more"),
+    "draft_tokens": (1, MAX_DRAFT, "engines draft a few tokens per request"),
+}
+# the view's slider ranges (min, max): the browser cuts a typed value to them without a word
+SLIDERS: dict[str, tuple[float, float]] = {
+    "raw_batch_size": (0, 256),
+    "draft_tokens": (1, 8),
+    "pool_size": (2, 1024),
+    "fragmentation": (0.0, 1.0),
+}
 
 
 @dataclass(frozen=True)
@@ -103,13 +128,50 @@ def control_of(message: str) -> str:
     return table.get(head, "general")
 
 
+def describe(st: ExplorerState) -> str:
+    """A step in a few words: ``sglang decode 5->8, pool 64`` (each profile shown, its raw and padded size)."""
+    steps = ", ".join(f"{m.profile.name} {st.params.mode} {m.raw_batch_size}->{m.batch_size}" for m in st.metas)
+    return f"{steps}, pool {st.params.pool_size}"
+
+
 class ExplorerModel:
     """Builds the metadata the explorer shows. ``update(**changes)`` never raises on bad input: the
-    errors come back in ``ExplorerState.errors`` (control name -> message)."""
+    errors come back in ``ExplorerState.errors`` (control name -> message).
+
+    Attributes: ``params``, ``state`` (of the current params), ``shown`` (the last state that built a step:
+    what the figures draw; None before any).
+    """
 
     def __init__(self, **params: Any) -> None:
         self.params = ExplorerParams(**params)
+        self.shown: ExplorerState | None = None
         self.state = self.update()
+
+    @property
+    def stale(self) -> str | None:
+        """None when the figures show the current inputs; else one line saying what they show instead."""
+        if self.state.metas or not self.state.errors:
+            return None
+        if self.shown is None:
+            return "nothing built: these inputs were refused (the line beside the control says why)"
+        return (
+            f"stale: the figures and table show the last accepted inputs ({describe(self.shown)}), not these, "
+            "which were refused (the line beside the control says why)"
+        )
+
+    def notes(self) -> dict[str, str]:
+        """Control -> a line for a slider at its end: a larger value typed in its box was cut to it."""
+        out = {}
+        for name, (_, top) in SLIDERS.items():
+            value = getattr(self.params, name)
+            limit = LIMITS.get(name, (0, top, ""))[1]
+            if value == top and limit > top:
+                out[name] = (
+                    f"{value:g} is this slider's end: a larger value typed in its box is cut to it; "
+                    f"up to {limit:,} through set({name}=...)"
+                    + (" or typed seq lens" if name == "raw_batch_size" else "")
+                )
+        return out
 
     def update(self, **changes: Any) -> ExplorerState:
         """Apply ``changes`` to the parameters and rebuild; returns (and keeps) the new state."""
@@ -118,6 +180,8 @@ class ExplorerModel:
         except TypeError as e:  # an unknown parameter name is a programming error, not user input
             raise MetadataError(f"ExplorerModel.update: {e}") from None
         self.state = self._build(self.params)
+        if self.state.metas:
+            self.shown = self.state
         return self.state
 
     # -- building -------------------------------------------------------------------------------------
@@ -128,29 +192,45 @@ class ExplorerModel:
             errors["profile"] = f"profile: {p.profile!r} is not one of {list(PROFILE_CHOICES)}"
         if p.mode not in MODES:
             errors["mode"] = f"mode: {p.mode!r} is not one of {list(MODES)}"
-        if not 0.0 <= p.fragmentation <= 1.0:
+        if isinstance(p.fragmentation, bool) or not isinstance(p.fragmentation, int | float):
+            errors["fragmentation"] = f"fragmentation: {p.fragmentation!r} is not a number in [0, 1]"
+        elif not 0.0 <= p.fragmentation <= 1.0:
             errors["fragmentation"] = f"fragmentation: {p.fragmentation} is not in [0, 1]"
-        if p.mode == "target_verify" and p.draft_tokens < 1:
-            errors["draft_tokens"] = f"draft_tokens: {p.draft_tokens}, must be >= 1"
         lens: list[int] | None = None
         buckets: list[int] | None = None
         try:
             lens = parse_int_list("seq_lens", p.seq_lens) if p.seq_lens.strip() else None
+            if lens is not None and len(lens) > MAX_ROWS:
+                raise MetadataError(
+                    f"seq_lens: {len(lens):,} lengths typed, one request each; the explorer draws at most "
+                    f"{MAX_ROWS:,} rows ({LIMITS['raw_batch_size'][2]})"
+                )
         except WorkbenchError as e:
             errors["seq_lens"] = str(e)
         try:
             buckets = parse_int_list("buckets", p.buckets) if p.buckets.strip() else None
             if buckets is not None and not buckets:
                 raise MetadataError("buckets: no batch size typed; clear the box for the engine default")
+            for i, b in enumerate(buckets or []):
+                if b > MAX_ROWS:  # a padded step is as tall as its bucket
+                    raise MetadataError(
+                        f"buckets[{i}] = {b:,}: the explorer draws every padded row, at most {MAX_ROWS:,}"
+                    )
         except WorkbenchError as e:
             errors["buckets"] = str(e)
+        # sizes before any work: only those the step reads (a typed list decides the batch size)
+        used = {"pool_size": True, "raw_batch_size": lens is None and p.mode != "idle"}
+        used["draft_tokens"] = p.mode == "target_verify"
+        for name, (lo, hi, why) in LIMITS.items():
+            if used[name]:
+                try:
+                    check_int(name, getattr(p, name), lo, hi)
+                except MetadataError as e:
+                    errors[name] = f"{e} ({why})"
         if errors:
             return st
         r = 0 if p.mode == "idle" else (len(lens) if lens is not None else p.raw_batch_size)
         st.raw_batch_size = r
-        if r < 0:
-            errors["raw_batch_size"] = f"raw_batch_size: {r}, must be >= 0"
-            return st
         if lens is None:
             rng = random.Random(p.seed)
             lens = [rng.randint(1, 64 if p.mode == "extend" else 512) for _ in range(r)]

@@ -1,7 +1,16 @@
 """The model behind ``TimingDashboard``: sweep batch sizes x impl x eager/replay, measure the device's
 ceilings and the kernels for the roofline, compare bucket lists, load and overlay saved result files.
 
-Plain Python (no ipywidgets). Bad input comes back as ``error`` (words), never as an exception.
+Plain Python (no ipywidgets). Bad input comes back as ``error`` (words) beside the control ``error_on``
+names, never as an exception. Three rules keep what the dashboard shows true:
+
+- Sizes are checked before any work (:func:`check_sweep`): a sweep is refused when its largest step would
+  move more state than ``STATE_BUDGET`` or hold more rows than ``MAX_BATCH`` on the CPU (a batch of 100,000
+  swept for 274 s, blocking the kernel), or its state would not fit the device's free memory.
+- The implementations default to what runs here (``kernels.dispatch.resolve_impl``); choosing Triton where
+  it cannot run (:func:`impl_problem`) says how to restart, beside the control, before any work.
+- A failed action marks its figure stale (``stale[figure]``: one line) and leaves no success line standing
+  (``status`` is cleared); a saved run of another benchmark kind is refused, not overlaid.
 """
 
 from __future__ import annotations
@@ -9,14 +18,30 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import torch
+
+from kernels.dispatch import resolve_impl, triton_importable
+from workbench.devices import TRITON_RESTART, triton_cpu_problem
 from workbench.errors import WorkbenchError
+from workbench.limits import check_memory, gib
 from workbench.measure.timing import Results
 from workbench.profiles import sglang_buckets, vllm_buckets
+from workbench.viz.timing import benchmark_kind
 from workbench.widgets.explorer_model import parse_int_list
 
 Progress = Callable[[int, int], None]
+IMPLS = ("reference", "triton")
+FIGURES = ("latency", "roofline", "waste")
+# what one dashboard sweep may ask of the CPU: the reference kernels run each row's state through torch ops,
+# so a step's time grows with its state bytes and its rows (a quarter-width layer at 256 rows: ~30 s a sweep)
+STATE_BUDGET = 64 * 2**20
+MAX_BATCH = 1024
+MAX_SIZES = 16
+DEVICE_MAX_BATCH = 8192  # on a GPU/NPU memory is the bound (checked), and this keeps the page usable
+KIND = "replay"  # the latency figure is the replay sweep's: layer-step latency per batch size
 
 
 def relabel(res: Results, label: str) -> Results:
@@ -27,23 +52,98 @@ def relabel(res: Results, label: str) -> Results:
     return out
 
 
+def impl_problem(impl: str, device: str) -> str | None:
+    """Why ``impl`` cannot run on ``device`` here, in one line naming the fix, or None."""
+    if impl not in IMPLS:
+        return f"impls: {impl!r} is not one of {list(IMPLS)}"
+    if impl == "reference":
+        return None
+    if torch.device(device).type == "cpu":
+        problem = triton_cpu_problem()
+        return None if problem is None else f"impls: {problem}"
+    if not triton_importable():
+        return "impls: triton cannot be imported here (pip install triton, or choose reference)"
+    return None
+
+
+def default_impls(device: str) -> tuple[str, ...]:
+    """What ``impl="auto"`` runs on ``device`` (the reference on the CPU, Triton on a GPU)."""
+    return (resolve_impl("auto", torch.device(device)),)
+
+
+def layer_state_bytes(layer: str, preset: str) -> int:
+    """float32 state bytes of one request (one slot) of the replay sweep's ``layer`` at ``preset``."""
+    from workbench.sweeps.replay import LAYERS, PRESETS
+
+    if layer not in LAYERS:
+        raise WorkbenchError(f"layer: {layer!r} is not one of {list(LAYERS)}")
+    if preset not in PRESETS:
+        raise WorkbenchError(f"preset: {preset!r} is not one of {list(PRESETS)}")
+    # the layer's own shape rule, read without building a layer (no weights allocated)
+    shapes = LAYERS[layer][0]._state_shapes(SimpleNamespace(config=PRESETS[preset][layer]), 1)  # type: ignore[arg-type]
+    return 4 * sum(_prod(s[1:]) for s in shapes)
+
+
+def kernel_state_bytes(preset: str) -> int:
+    """The largest float32 state of one row among the decode kernels at ``kernels.testing.SHAPES[preset]``."""
+    from kernels.testing import SHAPES
+
+    if preset not in SHAPES:
+        raise WorkbenchError(f"preset: {preset!r} is not one of {list(SHAPES)}")
+    s = SHAPES[preset]
+    return 4 * max(s["HV"] * s["K"] * s["V"], s["nheads"] * s["headdim"] * s["dstate"], s["dim"] * (s["width"] - 1))
+
+
+def _prod(xs: Sequence[int]) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def check_sweep(sizes: Sequence[int], per_row: int, device: str, preset: str) -> None:
+    """Refuse, in one line naming the batch size, a sweep this dashboard should not start (see the module
+    docstring); ``per_row`` is the state bytes of one request."""
+    if len(sizes) > MAX_SIZES:
+        raise WorkbenchError(f"batch sizes: {len(sizes)} typed; the dashboard sweeps at most {MAX_SIZES} at once")
+    for i, bs in enumerate(sizes):
+        if bs < 1:
+            raise WorkbenchError(f"batch sizes: item {i} is {bs}; a batch size is an int >= 1")
+    bs = max(sizes)
+    cpu = torch.device(device).type == "cpu"
+    top = min(MAX_BATCH, STATE_BUDGET // per_row) if cpu else DEVICE_MAX_BATCH
+    if bs > top:
+        bound = f"{gib(STATE_BUDGET)} of state and {MAX_BATCH:,} rows a step" if cpu else "its page stays usable"
+        raise WorkbenchError(
+            f"batch sizes: {bs:,} with preset {preset!r} moves {gib(bs * per_row)} of state a step; on {device} the "
+            f"dashboard sweeps up to {top:,} rows ({bound}), or it blocks the kernel for minutes; `workbench bench` "
+            "runs larger sweeps from a terminal"
+        )
+    check_memory(f"batch sizes: {bs:,}", (bs + 2) * per_row * 2, f"the state pool of {bs + 2:,} slots", device)
+
+
 class TimingModel:
     """Sweeps and saved results for the dashboard.
 
     Args:
         batch_sizes: typed comma-separated batch sizes (each a captured bucket of the replay sweep).
-        impls: kernel implementations ("reference", "triton").
+        impls: kernel implementations ("reference", "triton"); None: what "auto" runs on ``device``.
         modes: "eager" and/or "replay".
         layer: "gdn" or "mamba2"; preset: "small" | "quarter" | "engine" (see ``workbench.sweeps.common``).
         device: "cpu" (or a device that is usable here).
         buckets: your bucket list for the waste figure ("" = none), beside the engines' defaults.
         min_run_time: seconds per timed case.
+
+    Attributes besides the arguments: ``results`` (the last sweep), ``kernels`` and ``ceilings`` (the last
+    roofline run), ``overlays`` (label -> a loaded run), ``error`` and ``error_on`` (the control it belongs
+    beside, or "general"), ``status`` (the last success, in words; "" after a failure), ``stale`` (figure
+    -> why what it shows is not of the current inputs).
     """
 
     def __init__(
         self,
         batch_sizes: str = "1, 2, 4, 8",
-        impls: Sequence[str] = ("reference",),
+        impls: Sequence[str] | None = None,
         modes: Sequence[str] = ("eager", "replay"),
         layer: str = "gdn",
         preset: str = "small",
@@ -51,7 +151,8 @@ class TimingModel:
         buckets: str = "",
         min_run_time: float = 0.05,
     ) -> None:
-        self.batch_sizes, self.impls, self.modes = batch_sizes, tuple(impls), tuple(modes)
+        self.batch_sizes, self.modes = batch_sizes, tuple(modes)
+        self.impls = tuple(impls) if impls is not None else default_impls(device)
         self.layer, self.preset, self.device = layer, preset, device
         self.buckets, self.min_run_time = buckets, min_run_time
         self.results = Results()
@@ -59,6 +160,26 @@ class TimingModel:
         self.ceilings: Any = None
         self.overlays: dict[str, Results] = {}
         self.error: str | None = None
+        self.error_on = "general"
+        self.status = ""
+        self.stale: dict[str, str] = {}
+
+    # -- outcomes ---------------------------------------------------------------------------------------
+    def _start(self) -> None:
+        self.error, self.error_on = None, "general"
+
+    def _fail(self, figure: str | None, control: str, message: str) -> None:
+        """Record a failure: the words beside ``control``, no success line, ``figure`` stale if it shows one."""
+        self.error, self.error_on, self.status = message, control, ""
+        if figure is not None and self._has(figure):
+            self.stale[figure] = f"stale: this shows the last run, not these inputs ({message})"
+
+    def _done(self, figure: str, status: str) -> None:
+        self.status = status
+        self.stale.pop(figure, None)
+
+    def _has(self, figure: str) -> bool:
+        return {"latency": len(self.results) > 0, "roofline": self.kernels is not None, "waste": True}[figure]
 
     def _sizes(self) -> list[int]:
         sizes = parse_int_list("batch sizes", self.batch_sizes)
@@ -66,14 +187,45 @@ class TimingModel:
             raise WorkbenchError("batch sizes: type at least one, e.g. 1, 2, 4, 8")
         return sizes
 
+    def _impl_error(self) -> str | None:
+        if not self.impls:
+            return "impls: choose at least one"
+        return next((p for p in (impl_problem(i, self.device) for i in self.impls) if p), None)
+
+    def problems(self) -> dict[str, str]:
+        """What would refuse a sweep of the current inputs, by control, without running or changing anything
+        (parsing, sizes and memory, the implementations): microseconds, for a check on every change."""
+        out: dict[str, str] = {}
+        try:
+            check_sweep(self._sizes(), layer_state_bytes(self.layer, self.preset), self.device, self.preset)
+        except WorkbenchError as e:
+            out[_control_of(str(e))] = str(e)
+        problem = self._impl_error()
+        if problem:
+            out["impls"] = problem
+        return out
+
+    def plan_sweep(self) -> list[int] | None:
+        """The batch sizes of a sweep, or None with the first of :meth:`problems` as ``error`` (and the
+        latency figure stale)."""
+        found = self.problems()
+        if found:
+            control, message = next(iter(found.items()))
+            self._fail("latency", control, message)
+            return None
+        return self._sizes()
+
+    # -- actions ----------------------------------------------------------------------------------------
     def sweep(self, progress: Progress | None = None) -> Results | None:
         """Eager vs replay of one layer step for each batch size, impl and mode (one size at a time, so
         ``progress(done, total)`` can follow)."""
         from workbench.sweeps.replay import sweep
 
-        self.error = None
+        self._start()
+        sizes = self.plan_sweep()
+        if sizes is None:
+            return None
         try:
-            sizes = self._sizes()
             out = Results()
             for k, bs in enumerate(sizes, start=1):
                 part = sweep(
@@ -92,9 +244,10 @@ class TimingModel:
                 if progress is not None:
                     progress(k, len(sizes))
         except (WorkbenchError, ValueError, RuntimeError) as e:
-            self.error = str(e)
+            self._fail("latency", _control_of(str(e)), self._with_hint(str(e)))
             return None
         self.results = out
+        self._done("latency", f"{len(out)} records: {self.layer} step, {out.meta.get('graph_backend', '')}")
         return out
 
     def roofline_run(self, ops: Sequence[str] | None = None) -> Results | None:
@@ -102,61 +255,104 @@ class TimingModel:
         from workbench.measure.ceilings import measure_ceilings
         from workbench.sweeps.kernels import sweep
 
-        self.error = None
+        self._start()
         try:
             sizes = self._sizes()
-            self.ceilings = measure_ceilings(self.device, min_run_time=self.min_run_time)
-            self.kernels = sweep(
-                sizes,
-                ops=ops,
-                preset=self.preset,
-                device=self.device,
-                impl="reference" if "triton" not in self.impls else "triton",
-                progress=False,
-                min_run_time=self.min_run_time,
-            )
-        except (WorkbenchError, ValueError, RuntimeError) as e:
-            self.error = str(e)
+            check_sweep(sizes, kernel_state_bytes(self.preset), self.device, self.preset)
+        except WorkbenchError as e:
+            self._fail("roofline", _control_of(str(e)), str(e))
             return None
-        return self.kernels
+        impl = "triton" if "triton" in self.impls else "reference"
+        problem = impl_problem(impl, self.device)
+        if problem:
+            self._fail("roofline", "impls", problem)
+            return None
+        try:
+            ceilings = measure_ceilings(self.device, min_run_time=self.min_run_time)
+            kernels = sweep(
+                sizes, ops=ops, preset=self.preset, device=self.device, impl=impl, progress=False,
+                min_run_time=self.min_run_time,
+            )  # fmt: skip
+        except (WorkbenchError, ValueError, RuntimeError) as e:
+            self._fail("roofline", _control_of(str(e)), self._with_hint(str(e)))
+            return None
+        self.ceilings, self.kernels = ceilings, kernels
+        c = ceilings
+        self._done(
+            "roofline",
+            f"ceilings on {c.device}: copy {c.copy_text()}, matmul {c.matmul_text()}; {len(kernels)} kernel records",
+        )
+        return kernels
 
     def bucket_lists(self, max_bs: int | None = None) -> dict[str, list[int]] | None:
         """The engines' default lists (and yours, when typed) up to ``max_bs`` (default: the largest size)."""
-        self.error = None
+        self._start()
         try:
             top = max_bs or max(self._sizes() + [64])
+            if top > DEVICE_MAX_BATCH:
+                raise WorkbenchError(
+                    f"batch sizes: {top:,}; the waste figure draws raw sizes up to {DEVICE_MAX_BATCH:,}"
+                )
             lists = {"sglang default": sglang_buckets(top), "vLLM default": vllm_buckets(top)}
             if self.buckets.strip():
                 from workbench.buckets import check_buckets
 
                 lists["yours"] = check_buckets(parse_int_list("buckets", self.buckets))
+                if lists["yours"][-1] > DEVICE_MAX_BATCH:
+                    raise WorkbenchError(
+                        f"buckets: {lists['yours'][-1]:,}; the waste figure draws raw sizes up to {DEVICE_MAX_BATCH:,}"
+                    )
         except (WorkbenchError, ValueError) as e:
-            self.error = str(e)
+            self._fail("waste", _control_of(str(e)), str(e))
             return None
+        self.stale.pop("waste", None)
         return lists
 
     def load(self, path: str | Path, label: str | None = None) -> Results | None:
-        """Load a saved result file (``Results`` JSON) to overlay on the latency figure."""
-        self.error = None
+        """Load a saved result file (``Results`` JSON) to overlay on the latency figure; refused when it holds
+        another benchmark (metadata updates, kernels: not layer-step latency)."""
+        self._start()
         p = Path(path)
         try:
             res = Results.load(p)
         except FileNotFoundError:
-            self.error = f"file: {str(p)!r} does not exist"
+            self._fail(None, "path", f"file: {str(p)!r} does not exist")
             return None
         except (WorkbenchError, ValueError, KeyError, TypeError) as e:
-            self.error = f"file: {str(p)!r} is not a saved result file ({e})"
+            self._fail(None, "path", f"file: {str(p)!r} is not a saved result file ({e})")
             return None
         name = label or p.stem
-        self.overlays[name] = relabel(res, name)
-        return self.overlays[name]
+        kind = benchmark_kind(res)
+        if kind != KIND:  # the figure is the replay sweep's, live run or not
+            whats = ", ".join(sorted({r.what for r in res})[:3])
+            self._fail(
+                None, "path", f"file: {str(p)!r} holds a {kind!r} benchmark ({whats}), not layer-step latency "
+                f"({KIND!r}): different quantities, not one axis",
+            )  # fmt: skip
+            return None
+        self.overlays[name] = res
+        self._done("latency", f"loaded {len(res)} records from {p} as {name!r}")
+        return res
 
     def combined(self) -> Results:
-        """This session's sweep and every loaded file, as one Results for the latency figure."""
+        """This session's sweep and every loaded file, as one Results (each run's ``impl`` labelled)."""
         out = Results(meta=dict(self.results.meta))
         for r in self.results:
             out.append(replace(r, impl=f"{r.impl} [this run]") if self.overlays else r)
-        for res in self.overlays.values():
-            for r in res:
+        for name, res in self.overlays.items():
+            for r in relabel(res, name):
                 out.append(r)
         return out
+
+    def _with_hint(self, message: str) -> str:
+        """A failure of a Triton run on the CPU carries the one fix that helps."""
+        if "triton" in self.impls and torch.device(self.device).type == "cpu" and TRITON_RESTART not in message:
+            return f"{message} ({TRITON_RESTART})"
+        return message
+
+
+def _control_of(message: str) -> str:
+    """The control an error belongs beside, from its leading word ("buckets[1] must ..." -> buckets)."""
+    table = {"batch sizes": "batch_sizes", "batch_sizes": "batch_sizes", "buckets": "buckets", "impl": "impls"}
+    table |= {"layer": "layer", "preset": "preset", "modes": "modes", "file": "path"}
+    return next((control for head, control in table.items() if message.startswith(head)), "general")

@@ -8,14 +8,15 @@ from typing import Any
 import ipywidgets as W
 
 from workbench.widgets.html import error_html
-from workbench.widgets.zoo_model import ZooModel
+from workbench.widgets.zoo_model import SPEC_HINT, ZooModel
 
 
 class BugZoo(W.VBox):
-    """Pick a known production bug, run it unfixed and fixed side by side: evidence and explanation.
+    """Pick a known production bug, run it unfixed and fixed side by side: evidence and explanation. Below,
+    "your backend": a ``MODULE_OR_FILE:CLASS`` checked against every case that exercises a metadata backend.
 
     Attributes: ``model``, ``case`` (Dropdown), ``run_button``, ``unfixed`` / ``fixed`` / ``explanation``
-    (HTML), ``error``.
+    (HTML), ``error``; ``your_backend`` (Text), ``check_button``, ``checks`` (HTML, the results table).
     """
 
     def __init__(self, **params: Any) -> None:
@@ -26,8 +27,20 @@ class BugZoo(W.VBox):
         self.unfixed = W.HTML(layout=W.Layout(width="50%"))
         self.fixed = W.HTML(layout=W.Layout(width="50%"))
         self.explanation = W.HTML()
+        self.your_backend = W.Text(
+            placeholder="MODULE_OR_FILE:CLASS",
+            description="your backend",
+            style={"description_width": "initial"},
+            layout=W.Layout(width="560px"),
+        )
+        self.check_button = W.Button(
+            description="Check my backend", icon="search", tooltip=SPEC_HINT, layout=W.Layout(width="auto")
+        )
+        self.checks = W.HTML()
         self.run_button.on_click(lambda _: self.do_run())
+        self.check_button.on_click(lambda _: self.do_check())
         self.case.observe(lambda _: self._describe(), names="value")
+        self.your_backend.observe(lambda _: self._spec_changed(), names="value")
         super().__init__(
             [
                 W.HTML("<b>Bug zoo</b>: each case runs the bug as it shipped, then with its fix."),
@@ -35,6 +48,9 @@ class BugZoo(W.VBox):
                 self.error,
                 self.explanation,
                 W.HBox([self.unfixed, self.fixed]),
+                W.HTML("<b>Your backend</b>: which of these bugs would your MetadataBackend subclass have?"),
+                W.HBox([self.your_backend, self.check_button]),
+                self.checks,
             ]
         )
         self._describe()
@@ -51,10 +67,27 @@ class BugZoo(W.VBox):
         pair = self.model.run(self.case.value)
         self.error.value = error_html(self.model.error)
         if pair is None:
+            self.unfixed.value = self.fixed.value = ""  # a failed run leaves no earlier verdict on show
             return False
         broken, fixed = pair
         self.unfixed.value = (
             f"<div class='wb-zoo' data-broken='{str(broken.broken).lower()}'>{broken._repr_html_()}</div>"
         )
         self.fixed.value = f"<div class='wb-zoo' data-broken='{str(fixed.broken).lower()}'>{fixed._repr_html_()}</div>"
+        return True
+
+    def _spec_changed(self) -> None:
+        self.model.set_backend_spec(self.your_backend.value)
+        if self.model.checks is None:
+            self.checks.value = ""  # the table described another spec
+
+    def do_check(self) -> bool:
+        checks = self.model.check_backend(self.your_backend.value)
+        self.error.value = error_html(self.model.error)
+        if checks is None:
+            self.checks.value = ""
+            return False
+        self.checks.value = (
+            f"<div class='wb-zoo-checks' data-ok='{str(checks.ok).lower()}'>{checks._repr_html_()}</div>"
+        )
         return True

@@ -9,6 +9,12 @@ graph runner, the kernels, the CPU recorder, the integrity check) and runs it un
     zoo.get("in_capture").run(fixed=False).evidence
 
 A case that cannot fail would be a defect: ``ZooResult.broken`` is computed from what the run produced.
+
+Cases whose scenario exercises a metadata backend or a kernel also run against the user's own::
+
+    zoo.check_backend("my_backend.py:AscendBackend")      # every metadata-backend case; a ZooChecks list
+    zoo.get("in_capture").run_with(MyBackend)             # one case: status reproduced | clean | ...
+    zoo.check_kernel("my_kernels.py:conv_update")         # the kernel cases (uninit_pad)
 """
 
 from __future__ import annotations
@@ -16,11 +22,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from importlib import import_module
 
-from workbench.zoo.case import ZooCase
+from workbench.zoo.case import ZooCase, family_profile
+from workbench.zoo.check import ZooChecks, check_backend, check_kernel
 from workbench.zoo.result import (
+    STATUSES,
     AddressMismatch,
     Evidence,
     IntegrityEvidence,
+    Interrupted,
     Propagation,
     RaisedError,
     RecorderError,
@@ -70,10 +79,13 @@ def run_all(names: Sequence[str] | None = None, *, backend: str = "auto") -> lis
 
 
 __all__ = [
+    "STATUSES",
     "AddressMismatch",
     "ZooCase",
+    "ZooChecks",
     "Evidence",
     "IntegrityEvidence",
+    "Interrupted",
     "Propagation",
     "RaisedError",
     "RecorderError",
@@ -82,6 +94,9 @@ __all__ = [
     "ZooError",
     "ZooResult",
     "cases",
+    "check_backend",
+    "check_kernel",
+    "family_profile",
     "get",
     "names",
     "run_all",

@@ -11,13 +11,22 @@ import torch
 
 from workbench.backends import MetadataBackend
 from workbench.batch import Batch
+from workbench.errors import CaptureError
 from workbench.graphs import get_backend
 from workbench.layers import GatedDeltaNetLayer, GDNConfig, LayerState, Mamba2Config, Mamba2Layer, float64_reference
 from workbench.measure.integrity import check, snapshot
 from workbench.metadata import build_metadata
 from workbench.pool import StatePool
 from workbench.runner import GraphRunner
-from workbench.zoo.result import Evidence, IntegrityEvidence, RaisedError, RowsDiffer, Survived, ZooError
+from workbench.zoo.result import (
+    AddressMismatch,
+    Evidence,
+    IntegrityEvidence,
+    RaisedError,
+    RowsDiffer,
+    Survived,
+    ZooError,
+)
 
 BACKEND_NAMES = ("auto", "cpu", "cuda", "npu")
 
@@ -161,13 +170,66 @@ def capture_failure(exc: BaseException, runner: GraphRunner) -> RaisedError:
     return RaisedError.of(exc, where)
 
 
-def metadata_rows_differ(runner: GraphRunner, batch: Batch, field_name: str = "state_indices") -> RowsDiffer:
+def metadata_rows_differ(
+    runner: GraphRunner, batch: Batch, field_name: str = "state_indices", rows: Iterable[int] | None = None
+) -> RowsDiffer:
     """Rows of the runner's last graph metadata that differ from the metadata built eagerly for ``batch``
-    at the same bucket (``workbench.metadata.build_metadata``, the ground truth of padding)."""
+    at the same bucket (``workbench.metadata.build_metadata``, the ground truth of padding); only ``rows``
+    when given (e.g. the live ones)."""
     meta = runner.last_metadata
     if meta is None:
         raise ZooError("metadata_rows_differ: the runner has run no step yet")
     want = build_metadata(batch, runner.pool, bucket=meta.batch_size, buckets=[meta.batch_size])
-    got, exp = getattr(meta, field_name).tolist(), getattr(want, field_name).tolist()
-    rows = [i for i, (g, e) in enumerate(zip(got, exp, strict=True)) if g != e]
-    return RowsDiffer(field_name, rows, got=[got[i] for i in rows], expected=[exp[i] for i in rows])
+    exp = getattr(want, field_name).tolist()
+    got_t = getattr(meta, field_name)
+    what = field_name if rows is None else f"{field_name} (live rows)"
+    if got_t is None:  # the backend left the field out: every row differs
+        return RowsDiffer(f"{field_name} (missing)", list(range(len(exp))), got=[None] * len(exp), expected=exp)
+    got = got_t.tolist()
+    keep = set(range(len(exp))) if rows is None else set(rows)
+    differ = [i for i, (g, e) in enumerate(zip(got, exp, strict=True)) if g != e and i in keep]
+    return RowsDiffer(what, differ, got=[got[i] for i in differ], expected=[exp[i] for i in differ])
+
+
+def is_host_sync(exc: BaseException, graph_backend: str) -> bool:
+    """Whether a capture error is a host read: the CPU recorder says "host sync" (its other refusals, a
+    dynamic shape or a storage swap, are other bugs); on a device any capture RuntimeError counts (torch's
+    messages differ per device)."""
+    if graph_backend == "cpu":
+        return isinstance(exc, CaptureError) and "host sync" in str(exc)
+    return isinstance(exc, RuntimeError)
+
+
+def watched(cls: type[MetadataBackend]) -> type[MetadataBackend]:
+    """``cls`` unchanged but for a record of the ``data_ptr`` of every metadata tensor its host-side hook
+    hands out, per bucket: ``recorded`` at capture (what the graph reads), ``written`` at the last replay.
+
+    The override forwards its arguments exactly as it got them, so a hook that cannot take them fails as
+    it would unwatched.
+    """
+
+    class Watched(cls):  # type: ignore[valid-type, misc]
+        def init_forward_metadata_out_graph(self, batch: Batch, *args: Any, **kwargs: Any) -> Any:
+            meta = super().init_forward_metadata_out_graph(batch, *args, **kwargs)
+            in_capture = bool(kwargs.get("in_capture", args[0] if args else False))
+            book = self.__dict__.setdefault("_zoo_recorded" if in_capture else "_zoo_written", {})
+            book[meta.batch_size] = {n: t.data_ptr() for n, t in meta.tensors().items()}
+            return meta
+
+    Watched.__name__, Watched.__qualname__ = cls.__name__, cls.__qualname__
+    Watched.__module__ = cls.__module__
+    return Watched
+
+
+def address_evidence(backend: MetadataBackend, bucket: int) -> list[AddressMismatch]:
+    """For a ``watched`` backend: each metadata tensor of ``bucket`` handed out at the last replay at
+    another address than the graph recorded (one clean ``state_indices`` entry when none moved)."""
+    recorded = backend.__dict__.get("_zoo_recorded", {}).get(bucket, {})
+    written = backend.__dict__.get("_zoo_written", {}).get(bucket, {})
+    if not recorded or not written:
+        raise ZooError(f"address_evidence: bucket {bucket} was not both captured and replayed")
+    moved = [
+        AddressMismatch(n, recorded[n], written[n]) for n in recorded if n in written and recorded[n] != written[n]
+    ]
+    field_name = "state_indices"
+    return moved or [AddressMismatch(field_name, recorded[field_name], written[field_name])]

@@ -1,30 +1,94 @@
-"""``workbench zoo``: run cases unfixed and fixed side by side, one line each (or JSON)."""
+"""``workbench zoo``: run cases unfixed and fixed side by side, one line each (or JSON); with
+``--metadata-backend`` / ``--kernel``, run them against the user's class or function instead."""
 
 from __future__ import annotations
 
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+from workbench.errors import WorkbenchError
 from workbench.zoo import cases, names, run_all
+from workbench.zoo.check import ZooChecks, check_backend, check_kernel, fit
 
 
-def _fit(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
+def _error(message: str) -> int:
+    print(f"workbench zoo: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run_against(
+    selected: Sequence[str],
+    *,
+    metadata_backend: str | None,
+    kernel: str | None,
+    as_json: bool = False,
+    backend: str = "auto",
+    profile: str | None = None,
+    export: str | None = None,
+) -> int:
+    """Run the cases (default: those of each subject) against the user's backend class and/or kernel: one
+    line per case and a verdict per subject; 0 when every applicable case is clean, 1 when any reproduced
+    or failed another way, 2 for bad input (one line). ``export``: a folder to write ``test_<case>.py`` of
+    every case that is not clean into."""
+    if export is not None and not Path(export).is_dir():
+        return _error(f"--export: {export!r} is not a folder")
+    chosen = list(selected) or None
+    checks: list[ZooChecks] = []
+    try:
+        if metadata_backend is not None:
+            checks.append(check_backend(metadata_backend, chosen, profile=profile, backend=backend))
+        if kernel is not None:
+            checks.append(check_kernel(kernel, chosen, profile=profile, backend=backend))
+    except WorkbenchError as e:  # an unloadable spec, not a backend class, a bad profile or backend
+        return _error(str(e))
+    ok = all(c.ok for c in checks)
+    exported = []
+    if export is not None:
+        exported = [r.write_pytest(export) for c in checks for r in c if r.status in ("reproduced", "other failure")]
+    if as_json:
+        data = {"ok": ok, "checks": [c.to_dict() for c in checks], "exported": [str(p) for p in exported]}
+        print(json.dumps(data))
+    else:
+        for c in checks:
+            print("\n".join(c.lines()))
+        for path in exported:
+            print(f"exported {path}")
+    return 0 if ok else 1
 
 
 def run_cli(
-    selected: Sequence[str] = (), *, list_only: bool = False, as_json: bool = False, backend: str = "auto"
+    selected: Sequence[str] = (),
+    *,
+    list_only: bool = False,
+    as_json: bool = False,
+    backend: str = "auto",
+    metadata_backend: str | None = None,
+    kernel: str | None = None,
+    profile: str | None = None,
+    export: str | None = None,
 ) -> int:
     """Print the cases (``list_only``) or run them; 0 only when every unfixed run broke and every fixed run
-    is clean, 1 otherwise, 2 for an unknown case name."""
+    is clean, 1 otherwise, 2 for an unknown case name. With ``metadata_backend`` or ``kernel``: see
+    :func:`run_against`."""
     unknown = [n for n in selected if n not in names()]
     if unknown:
-        print(
-            f"workbench zoo: error: unknown case {', '.join(map(repr, unknown))}; choose from {', '.join(names())}",
-            file=sys.stderr,
+        return _error(f"unknown case {', '.join(map(repr, unknown))}; choose from {', '.join(names())}")
+    subject = metadata_backend is not None or kernel is not None
+    if not subject and (profile is not None or export is not None):
+        flag = "--profile" if profile is not None else "--export"
+        return _error(f"{flag} needs --metadata-backend MODULE_OR_FILE:CLASS or --kernel MODULE_OR_FILE:FUNCTION")
+    if subject and not list_only:
+        return run_against(
+            selected,
+            metadata_backend=metadata_backend,
+            kernel=kernel,
+            as_json=as_json,
+            backend=backend,
+            profile=profile,
+            export=export,
         )
-        return 2
     chosen = [c for c in cases() if not selected or c.name in selected]
     if list_only:
         if as_json:
@@ -42,8 +106,8 @@ def run_cli(
     else:
         width = max(len(b.case) for b, _ in pairs)
         for b, f in pairs:
-            unfixed = ("broken: " if b.broken else "NOT BROKEN: ") + _fit(b.summary, 170)
-            fixed = "fixed: " + ("clean" if not f.broken else "STILL BROKEN: " + _fit(f.summary, 80))
+            unfixed = ("broken: " if b.broken else "NOT BROKEN: ") + fit(b.summary, 170)
+            fixed = "fixed: " + ("clean" if not f.broken else "STILL BROKEN: " + fit(f.summary, 80))
             print(f"{b.case:<{width}}  {b.issue:<34}  {unfixed}  |  {fixed}")
         print(
             f"{sum(b.broken for b, _ in pairs)}/{len(pairs)} unfixed runs broke, "

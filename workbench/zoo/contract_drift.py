@@ -12,9 +12,10 @@ from workbench.backends import MetadataBackend, NpuMetadataBackend
 from workbench.batch import Batch
 from workbench.metadata import Metadata
 from workbench.pool import StatePool
+from workbench.profiles import Profile
 from workbench.zoo import _harness as h
 from workbench.zoo.case import ZooCase
-from workbench.zoo.result import Evidence, Survived
+from workbench.zoo.result import Evidence, RaisedError, Survived
 
 EXPLANATION = (
     "In sglang the public host-side hook of the mamba backend base calls a private hook on `self`, "
@@ -75,24 +76,54 @@ def backend_class(fixed: bool, later: bool = True) -> type[MetadataBackend]:
     return _durable(base) if fixed else _one_keyword(base)
 
 
-def _capture(cls: type[MetadataBackend], backend: str) -> tuple[Any, StatePool, Exception | None]:
+def variant(fixed: bool) -> type[MetadataBackend]:
+    """The case's own override, written against the earlier base (the scenario also puts it on the later)."""
+    return backend_class(fixed, later=False)
+
+
+def on_base(cls: type[MetadataBackend], base: type[EarlierBase]) -> type[MetadataBackend]:
+    """``cls`` with ``base`` below its own classes: ``cls`` itself when it already derives from ``base``,
+    else a class ``(cls, base)``, so that ``cls``'s ``super()`` calls reach ``base``'s hook."""
+    if issubclass(cls, base):
+        return cls
+    both = type(cls.__name__, (cls, base), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    return both
+
+
+def overrides_the_hook(cls: type[MetadataBackend], profile: Profile) -> str | None:
+    """The case applies to a class that overrides the private hook the base calls, ``_replay_metadata``."""
+    if any("_replay_metadata" in vars(k) for k in cls.__mro__ if k not in (EarlierBase, LaterBase)):
+        return None
+    return (
+        f"{cls.__qualname__} does not override _replay_metadata, the private hook this case's base calls with a "
+        "keyword it added later (write the override against workbench.zoo.contract_drift.EarlierBase)"
+    )
+
+
+def _capture(cls: type[MetadataBackend], profile: str, backend: str) -> tuple[Any, StatePool, Exception | None]:
     name, device = h.resolve_backend(backend)
-    pool = StatePool(16, "sglang-ascend", device=device)
+    pool = StatePool(16, profile, device=device)
     runner = h.make_runner(h.gdn_layer(device), pool, name, buckets=(2, 4), metadata_backend=cls)
     try:
         runner.capture(progress=False)
     except TypeError as exc:
+        if "argument" not in str(exc):
+            raise  # not a signature error: not this case's bug
         return runner, pool, exc
     return runner, pool, None
 
 
-def _run(fixed: bool, backend: str) -> list[Evidence]:
+def scenario(cls: type[MetadataBackend], profile: str, backend: str) -> list[Evidence]:
+    """Capture buckets 2 and 4 with ``cls`` on the earlier base, then on the later base (skipped when ``cls``
+    already derives from the later one), then replay one decode step of three requests and check it.
+    Evidence of the bug: a ``TypeError`` from a keyword the override does not take."""
     out: list[Evidence] = []
-    runner, _, exc = _capture(backend_class(fixed, later=False), backend)
-    if exc is not None:
-        return [h.capture_failure(exc, runner)]
-    out.append(Survived(f"earlier base: captured {len(runner.captured)} graphs"))
-    runner, pool, exc = _capture(backend_class(fixed, later=True), backend)
+    if not issubclass(cls, LaterBase):
+        runner, _, exc = _capture(on_base(cls, EarlierBase), profile, backend)
+        if exc is not None:
+            return [h.capture_failure(exc, runner)]
+        out.append(Survived(f"earlier base: captured {len(runner.captured)} graphs"))
+    runner, pool, exc = _capture(on_base(cls, LaterBase), profile, backend)
     if exc is not None:
         return [*out, h.capture_failure(exc, runner)]
     out.append(Survived(f"later base: captured {len(runner.captured)} graphs"))
@@ -110,5 +141,12 @@ CASE = ZooCase(
     issue="sglang PR 29598, later base",
     profile="sglang-ascend",
     explanation=EXPLANATION,
-    run_fn=_run,
+    subject="metadata_backend",
+    scenario=scenario,
+    variant=variant,
+    mechanism=(RaisedError,),
+    applies=overrides_the_hook,
+    steps="pool of 16 slots, GDN layer (small, seed 0), decode buckets 2, 4; capture() with the override on "
+    "the earlier base (passes in_capture=) and on the later base (also passes mamba_track_indices=); then one "
+    "decode step of 3 requests (seq_lens 5, 6, 7) padded to 4, replayed and checked",
 )

@@ -61,4 +61,6 @@ CASE = ZooCase(
     profile="sglang",
     explanation=EXPLANATION,
     run_fn=_run,
+    why_not="the case exercises the state pool's allocator (whether it hands out slot 0), not a metadata "
+    "backend or a kernel",
 )

@@ -9,9 +9,10 @@ from workbench.backends import MetadataBackend
 from workbench.batch import Batch
 from workbench.metadata import Metadata
 from workbench.pool import StatePool
+from workbench.profiles import Profile
 from workbench.zoo import _harness as h
 from workbench.zoo.case import ZooCase
-from workbench.zoo.result import Evidence
+from workbench.zoo.result import Evidence, RowsDiffer
 
 EXPLANATION = (
     "At replay the engine fills the padded rows of the static `seq_lens` buffer with a fill value (1 for "
@@ -49,17 +50,36 @@ def _backend(from_batch_size: bool) -> type[MetadataBackend]:
     return HostPaddingCountBackend
 
 
-def _run(fixed: bool, backend: str) -> list[Evidence]:
+def variant(fixed: bool) -> type[MetadataBackend]:
+    """The case's own backend: padding counted from fill values (unfixed) or from the batch size (fixed)."""
+    return _backend(from_batch_size=fixed)
+
+
+def fill_a_live_row_can_have(cls: type[MetadataBackend], profile: Profile) -> str | None:
+    """The miscount needs a fill value that a live decode row's length can equal (at least 1)."""
+    if profile.seq_len_fill >= 1:
+        return None
+    return (
+        f"under {profile.name} padded seq_lens hold {profile.seq_len_fill}, a length no live decode row has: "
+        "a count of fill values cannot take a live row (the case needs a fill of 1 or more, as sglang's)"
+    )
+
+
+def scenario(cls: type[MetadataBackend], profile: str, backend: str) -> list[Evidence]:
+    """Capture decode buckets 1, 2, 4 with ``cls``; replay a step of three requests whose first has the
+    profile's fill value as its length, padded to 4, and check it. Evidence of the bug: a live row's
+    ``state_indices`` marked as padding."""
     name, device = h.resolve_backend(backend)
-    pool = StatePool(16, "sglang", device=device)
-    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=_backend(from_batch_size=fixed))
+    pool = StatePool(16, profile, device=device)
+    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=cls)
     runner.capture(progress=False)
     rows = pool.alloc(3)
-    batch = Batch.decode(rows, [1, 8, 9], device=device)  # request 1 has the fill value's length
+    fill = pool.profile.seq_len_fill
+    batch = Batch.decode(rows, [fill, 8, 9], device=device)  # request 1 has the fill value's length
     step = h.replay_and_check(
         runner, batch, h.inputs_for(runner, batch, 0), what="decode replay", may_write=[pool.profile.dummy_slot]
     )
-    return [h.metadata_rows_differ(runner, batch), step]
+    return [h.metadata_rows_differ(runner, batch, rows=range(batch.raw_batch_size)), step]
 
 
 CASE = ZooCase(
@@ -68,5 +88,12 @@ CASE = ZooCase(
     issue="sglang replay num_padding count",
     profile="sglang",
     explanation=EXPLANATION,
-    run_fn=_run,
+    subject="metadata_backend",
+    scenario=scenario,
+    variant=variant,
+    mechanism=(RowsDiffer,),
+    applies=fill_a_live_row_can_have,
+    steps="pool of 16 slots, GDN layer (small, seed 0), decode buckets 1, 2, 4; capture(); one decode step "
+    "of 3 requests with seq_lens (fill value, 8, 9) padded to 4: live rows' state_indices compared with "
+    "build_metadata's, output and slots checked against the float64 reference",
 )

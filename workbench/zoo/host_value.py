@@ -10,7 +10,7 @@ from workbench.batch import Batch
 from workbench.pool import StatePool
 from workbench.zoo import _harness as h
 from workbench.zoo.case import ZooCase
-from workbench.zoo.result import Evidence, RecorderError
+from workbench.zoo.result import Evidence, RaisedError, RecorderError
 
 EXPLANATION = (
     "A graph replays device work on fixed addresses; host code inside the captured region runs once, at "
@@ -43,13 +43,22 @@ def _backend(on_device: bool) -> type[MetadataBackend]:
     return RecordedPaddingBackend
 
 
-def _run(fixed: bool, backend: str) -> list[Evidence]:
+def variant(fixed: bool) -> type[MetadataBackend]:
+    """The case's own backend: a host read (unfixed) or the same mask on the device (fixed)."""
+    return _backend(on_device=fixed)
+
+
+def scenario(cls: type[MetadataBackend], profile: str, backend: str) -> list[Evidence]:
+    """Capture decode buckets 1, 2, 4 with ``cls``; if capture survives, replay one decode step of three
+    requests and check it. Evidence of the bug: the recorder's refusal of a host read (op and line)."""
     name, device = h.resolve_backend(backend)
-    pool = StatePool(16, "sglang", device=device)
-    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=_backend(on_device=fixed))
+    pool = StatePool(16, profile, device=device)
+    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=cls)
     try:
         runner.capture(progress=False)
     except RuntimeError as exc:  # CaptureError on the CPU recorder; torch's own error on a device
+        if not h.is_host_sync(exc, name):
+            raise  # a dynamic shape, a storage swap...: not this case's bug
         parsed = RecorderError.parse(exc)
         return [parsed if parsed is not None else h.capture_failure(exc, runner)]
     return h.decode_after_capture(runner, pool, device)
@@ -61,5 +70,11 @@ CASE = ZooCase(
     issue="sglang PR 16186",
     profile="sglang",
     explanation=EXPLANATION,
-    run_fn=_run,
+    subject="metadata_backend",
+    scenario=scenario,
+    variant=variant,
+    mechanism=(RecorderError, RaisedError),
+    steps="pool of 16 slots, GDN layer (small, seed 0), decode buckets 1, 2, 4; capture() on the recorder, "
+    "which refuses a host read inside init_forward_metadata_in_graph; then one decode step of 3 requests "
+    "(seq_lens 5, 6, 7) padded to 4, replayed and checked",
 )

@@ -9,7 +9,7 @@ from workbench.metadata import Metadata
 from workbench.pool import StatePool
 from workbench.zoo import _harness as h
 from workbench.zoo.case import ZooCase
-from workbench.zoo.result import Evidence
+from workbench.zoo.result import Evidence, RaisedError
 
 EXPLANATION = (
     "sglang split graph metadata into an eager hook, a host-side hook run outside the graph and a recorded "
@@ -45,13 +45,17 @@ def backend_class(fixed: bool) -> type[MetadataBackend]:
     return _fixed_backend() if fixed else _broken_backend()
 
 
-def _run(fixed: bool, backend: str) -> list[Evidence]:
+def scenario(cls: type[MetadataBackend], profile: str, backend: str) -> list[Evidence]:
+    """Capture buckets 1, 2, 4 with ``cls`` on a pool of 16 slots; if capture survives, replay one decode step
+    of three requests and check it. Evidence of the bug: the ``TypeError`` about ``in_capture``."""
     name, device = h.resolve_backend(backend)
-    pool = StatePool(16, "sglang-ascend", device=device)
-    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=backend_class(fixed))
+    pool = StatePool(16, profile, device=device)
+    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=cls)
     try:
         runner.capture(progress=False)
     except TypeError as exc:
+        if "in_capture" not in str(exc):
+            raise  # another signature error: not this case's bug
         return [h.capture_failure(exc, runner)]
     return h.decode_after_capture(runner, pool, device)
 
@@ -62,5 +66,10 @@ CASE = ZooCase(
     issue="sglang PR 29598",
     profile="sglang-ascend",
     explanation=EXPLANATION,
-    run_fn=_run,
+    subject="metadata_backend",
+    scenario=scenario,
+    variant=backend_class,
+    mechanism=(RaisedError,),
+    steps="pool of 16 slots, GDN layer (small, seed 0), decode buckets 1, 2, 4; capture(); then one decode "
+    "step of 3 requests (seq_lens 5, 6, 7) padded to 4, replayed and checked against the float64 reference",
 )

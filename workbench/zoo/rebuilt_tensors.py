@@ -3,8 +3,6 @@ keeps reading the tensors it captured (sglang issue 26019)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from workbench.backends import MetadataBackend
 from workbench.batch import Batch
 from workbench.metadata import Metadata, build_metadata
@@ -27,50 +25,44 @@ EXPLANATION = (
 
 
 class RebuildingBackend(MetadataBackend):
-    """Remembers the ``state_indices`` address each bucket's graph recorded and the one each step wrote;
-    with ``in_place = False`` it rebuilds the metadata every step (the bug)."""
-
-    in_place = False
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.recorded: dict[int, int] = {}
-        self.written: dict[int, int] = {}
+    """Rebuilds each replay's metadata into fresh tensors and swaps them in for the bucket's static set
+    (the bug)."""
 
     def init_forward_metadata_out_graph(self, batch: Batch, in_capture: bool = False) -> Metadata:
-        if in_capture or self.in_place:
-            meta = super().init_forward_metadata_out_graph(batch, in_capture=in_capture)
-        else:
-            bufs = self.buffers[self.graph_mode_of(batch)]
-            bs = bufs.bucket_for(batch.raw_batch_size)
-            assert bs is not None
-            meta = build_metadata(self.to_pool_device(batch), self.pool, bucket=bs, buckets=bufs.buckets)
-            bufs.static[bs] = meta  # new tensors under the old name
-            self.forward_metadata = meta
-        (self.recorded if in_capture else self.written)[meta.batch_size] = meta.state_indices.data_ptr()
+        if in_capture:
+            return super().init_forward_metadata_out_graph(batch, in_capture=in_capture)
+        bufs = self.buffers[self.graph_mode_of(batch)]
+        bs = bufs.bucket_for(batch.raw_batch_size)
+        assert bs is not None
+        meta = build_metadata(self.to_pool_device(batch), self.pool, bucket=bs, buckets=bufs.buckets)
+        bufs.static[bs] = meta  # new tensors under the old name
+        self.forward_metadata = meta
         return meta
 
 
-class InPlaceBackend(RebuildingBackend):
-    in_place = True
+class InPlaceBackend(MetadataBackend):
+    """Writes each step into the captured tensors (the base's ``MetadataBuffers.update``): the fix."""
 
 
-def _run(fixed: bool, backend: str) -> list[Evidence]:
+def variant(fixed: bool) -> type[MetadataBackend]:
+    return InPlaceBackend if fixed else RebuildingBackend
+
+
+def scenario(cls: type[MetadataBackend], profile: str, backend: str) -> list[Evidence]:
+    """Capture decode buckets 1, 2, 4 with ``cls`` (watched: the address of each metadata tensor it hands
+    out is recorded), replay one decode step of three requests and check it. Evidence of the bug: a
+    metadata tensor handed out at replay at another address than the graph recorded."""
     name, device = h.resolve_backend(backend)
-    pool = StatePool(16, "sglang", device=device)
-    cls = InPlaceBackend if fixed else RebuildingBackend
-    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=cls)
+    pool = StatePool(16, profile, device=device)
+    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=h.watched(cls))
     runner.capture(progress=False)
     rows = pool.alloc(3)
     batch = Batch.decode(rows, [5, 6, 7], device=device)
     step = h.replay_and_check(
         runner, batch, h.inputs_for(runner, batch, 0), what="decode replay", may_write=[pool.profile.dummy_slot]
     )
-    be = runner.meta_backend
-    assert isinstance(be, RebuildingBackend) and runner.last_metadata is not None
-    bs = runner.last_metadata.batch_size
-    address = AddressMismatch("state_indices", be.recorded[bs], be.written[bs])
-    return [address, step]
+    assert runner.last_metadata is not None  # replay_and_check replayed
+    return [*h.address_evidence(runner.meta_backend, runner.last_metadata.batch_size), step]
 
 
 CASE = ZooCase(
@@ -79,5 +71,11 @@ CASE = ZooCase(
     issue="sglang issue 26019",
     profile="sglang",
     explanation=EXPLANATION,
-    run_fn=_run,
+    subject="metadata_backend",
+    scenario=scenario,
+    variant=variant,
+    mechanism=(AddressMismatch,),
+    steps="pool of 16 slots, GDN layer (small, seed 0), decode buckets 1, 2, 4; capture(), keeping the "
+    "data_ptr of every metadata tensor handed out; one decode step of 3 requests (seq_lens 5, 6, 7) padded "
+    "to 4: addresses compared with capture's, output and slots checked against the float64 reference",
 )

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 import re
+import traceback
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from workbench import html
 from workbench.errors import WorkbenchError
-from workbench.measure.integrity import IntegrityReport
+from workbench.measure.integrity import IntegrityReport, error_text, worst
 
 
 class ZooError(WorkbenchError, ValueError):
@@ -121,11 +123,11 @@ class IntegrityEvidence:
             parts.append(f"foreign slot(s) {slots} written" + self._owned(slots))
         bad_state = sorted({s for n, s, _ in r.state_mismatches if not n.startswith("intermediate")})
         if bad_state:
-            err = max(e for n, _, e in r.state_mismatches if not n.startswith("intermediate"))
-            parts.append(f"live slot(s) {bad_state} off the reference by {err:.3g}" + self._owned(bad_state))
+            err = worst(e for n, _, e in r.state_mismatches if not n.startswith("intermediate"))
+            parts.append(f"live slot(s) {bad_state} off the reference by {error_text(err)}" + self._owned(bad_state))
         if r.output_mismatches:
             rows = [t for t, _ in r.output_mismatches]
-            parts.append(f"output row(s) {rows} off by {max(e for _, e in r.output_mismatches):.3g}")
+            parts.append(f"output row(s) {rows} off by {error_text(worst(e for _, e in r.output_mismatches))}")
         if r.nonzero_padded_outputs:
             parts.append(f"padded output row(s) {r.nonzero_padded_outputs} not zero")
         return f"{self.what}: " + "; ".join(parts)
@@ -226,7 +228,41 @@ class Survived:
         return self.what
 
 
-Evidence = RaisedError | RecorderError | IntegrityEvidence | RowsDiffer | AddressMismatch | Propagation | Survived
+@dataclass(frozen=True)
+class Interrupted:
+    """The scenario stopped on an exception that is not this case's bug (run against a user's backend or
+    kernel): the case could not look, so it is neither clean nor reproduced. ``where``: the innermost
+    ``file:line in function`` of the traceback."""
+
+    type: str
+    message: str
+    where: str = ""
+
+    @property
+    def broken(self) -> bool:
+        return True  # not clean: whatever stopped the scenario is a failure too
+
+    def summary(self) -> str:
+        at = f" at {self.where}" if self.where else ""
+        return f"stopped by {self.type}: {_LOCALS.sub('', self.message)}{at}"
+
+    @classmethod
+    def of(cls, exc: BaseException) -> Interrupted:
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+        return cls(type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "", where)
+
+
+Evidence = (
+    RaisedError
+    | RecorderError
+    | IntegrityEvidence
+    | RowsDiffer
+    | AddressMismatch
+    | Propagation
+    | Survived
+    | Interrupted
+)
 
 
 def _evidence_dict(e: Evidence) -> dict[str, Any]:
@@ -234,35 +270,73 @@ def _evidence_dict(e: Evidence) -> dict[str, Any]:
     return {"kind": type(e).__name__, "broken": e.broken, "summary": e.summary(), **d}
 
 
+STATUSES = ("reproduced", "clean", "not applicable", "other failure")
+"""What a run says of its subject: this case's bug shows; clean; the scenario cannot apply; it failed, but
+not (or not visibly) by this case's bug."""
+_STATUS_KIND = {"reproduced": "fail", "clean": "ok", "not applicable": "pad", "other failure": "warn"}
+
+
 @dataclass(frozen=True)
 class ZooResult:
-    """One run of one case, unfixed or fixed.
+    """One run of one case: its own unfixed or fixed variant, or its scenario against a user's subject.
 
     Attributes:
-        case: the case's name; issue: its public reference; fixed: which variant ran.
+        case: the case's name; issue: its public reference.
+        fixed: which of the case's own variants ran (None: a user's subject ran).
         evidence: what the run produced (typed, see this module); ``broken`` is computed from it.
         explanation: the mechanism, what the engine did, and the fix, in one paragraph.
+        subject: the user's backend class or kernel that ran (``MODULE_OR_FILE:NAME``); None for a variant.
+        subject_kind: "metadata_backend" or "kernel" (None for a variant); profile: the conventions it ran under.
+        mechanism: names of the evidence types that show this case's bug (empty: every type does).
+        not_applicable: why the scenario could not apply to the subject (then ``evidence`` is empty).
     """
 
     case: str
     issue: str
-    fixed: bool
+    fixed: bool | None
     evidence: tuple[Evidence, ...]
     explanation: str
+    subject: str | None = None
+    subject_kind: str | None = None
+    profile: str | None = None
+    mechanism: tuple[str, ...] = ()
+    not_applicable: str | None = None
 
     @property
     def broken(self) -> bool:
         """True when any evidence shows a failure (an exception, an integrity problem, differing rows)."""
         return any(e.broken for e in self.evidence)
 
+    def shows_bug(self, e: Evidence) -> bool:
+        """Whether ``e`` is broken evidence of this case's own mechanism."""
+        return e.broken and (not self.mechanism or type(e).__name__ in self.mechanism)
+
+    @property
+    def reproduced(self) -> bool:
+        """True when evidence of this case's own mechanism broke (not merely some failure)."""
+        return any(self.shows_bug(e) for e in self.evidence)
+
+    @property
+    def status(self) -> str:
+        """One of ``STATUSES``: "clean" only for a run that reached its end with every piece of evidence clean."""
+        if self.not_applicable is not None:
+            return "not applicable"
+        if self.reproduced:
+            return "reproduced"
+        return "other failure" if self.broken else "clean"
+
     @property
     def summary(self) -> str:
-        """One short line: the first failure's evidence, or "clean"."""
-        bad = [e for e in self.evidence if e.broken]
-        return bad[0].summary() if bad else "clean"
+        """One line: the broken evidence (this case's mechanism first), "clean", or why it does not apply."""
+        if self.not_applicable is not None:
+            return f"not applicable: {self.not_applicable}"
+        bad = sorted((e for e in self.evidence if e.broken), key=lambda e: not self.shows_bug(e))
+        return "; ".join(e.summary() for e in bad) if bad else "clean"
 
     @property
     def variant(self) -> str:
+        if self.subject is not None:
+            return self.subject
         return "fixed" if self.fixed else "unfixed"
 
     def to_dict(self) -> dict[str, Any]:
@@ -270,26 +344,65 @@ class ZooResult:
             "case": self.case,
             "issue": self.issue,
             "fixed": self.fixed,
+            "subject": self.subject,
+            "subject_kind": self.subject_kind,
+            "profile": self.profile,
+            "status": self.status,
             "broken": self.broken,
             "summary": self.summary,
+            "not_applicable": self.not_applicable,
             "evidence": [_evidence_dict(e) for e in self.evidence],
             "explanation": self.explanation,
         }
 
+    def to_pytest(self) -> str:
+        """A standalone pytest module (needs only ``workbench`` and the subject importable) that reruns this
+        case's scenario against the subject and fails while the bug is there: the case, its PR, the
+        scenario's inputs, the evidence this run produced, and the expectation (``status == "clean"``)."""
+        from workbench.zoo.export import pytest_source
+
+        return pytest_source(self)
+
+    def write_pytest(self, directory: str | Path) -> Path:
+        """Write :meth:`to_pytest` to ``directory/test_<case>.py`` (the folder must exist); returns the path."""
+        folder = Path(directory)
+        if not folder.is_dir():
+            raise ZooError(f"export: {str(folder)!r} is not a folder")
+        path = folder / f"test_{self.case}.py"
+        path.write_text(self.to_pytest())
+        return path
+
     def __repr__(self) -> str:
-        state = "BROKEN" if self.broken else "clean"
-        return f"<ZooResult {self.case} ({self.variant}, {self.issue}): {state}: {self.summary}>"
+        if self.subject is None:
+            state = "BROKEN" if self.broken else "clean"
+            return f"<ZooResult {self.case} ({self.variant}, {self.issue}): {state}: {self.summary}>"
+        return f"<ZooResult {self.case} ({self.issue}) against {self.subject}: {self.status.upper()}: {self.summary}>"
 
     def _repr_html_(self) -> str:
         rows = [
             [type(e).__name__, html.Cell(*(("broken", "fail") if e.broken else ("clean", "ok"))), e.summary()]
             for e in self.evidence
         ]
-        table = html.table(["evidence", "state", "what"], rows, left=("evidence", "what"))
-        head = html.facts({"issue": self.issue, "variant": self.variant})
+        table = html.table(["evidence", "state", "what"], rows, left=("evidence", "what")) if rows else ""
+        facts = {"issue": self.issue, "variant": self.variant}
+        if self.profile is not None:
+            facts["profile"] = self.profile
+        head = html.facts(facts)
         why = (
             "<details><summary>mechanism and fix</summary>"
             f"<p style='max-width:60em'>{html.escape(self.explanation)}</p></details>"
         )
-        state = html.badge(not self.broken, "broken" if self.broken else "clean")
-        return html.block(state, head, table, why, title=f"zoo: {self.case}")
+        if self.subject is None:
+            state = html.badge(not self.broken, "broken" if self.broken else "clean")
+        elif self.not_applicable is not None:  # neither a pass nor a failure: no colour
+            state = f"<b class='wb-na'>{html.escape(self.status)}</b>"
+        else:
+            state = html.badge(self.status == "clean", self.status)
+        note = html.note(self.summary) if self.not_applicable is not None else ""
+        return html.block(state, head, note, table, why, title=f"zoo: {self.case}")
+
+
+def status_kind(status: str) -> str:
+    """The ``workbench.html`` row kind of a status: reproduced red, clean green, not applicable grey,
+    other failure amber."""
+    return _STATUS_KIND[status]

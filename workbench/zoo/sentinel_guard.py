@@ -56,4 +56,7 @@ CASE = ZooCase(
     profile="vllm",
     explanation=EXPLANATION,
     run_fn=_run,
+    why_not="the case switches the guard of the workbench's own kernels through a profile; a kernel's own "
+    "guard is what `workbench check-kernel MODULE_OR_FILE:FUNCTION --op OP --convention vllm` checks (padded "
+    "rows on slot 0, a guard band around the pool)",
 )

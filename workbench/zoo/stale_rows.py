@@ -11,7 +11,7 @@ from workbench.metadata import Metadata
 from workbench.pool import StatePool
 from workbench.zoo import _harness as h
 from workbench.zoo.case import ZooCase
-from workbench.zoo.result import Evidence
+from workbench.zoo.result import Evidence, RowsDiffer
 
 EXPLANATION = (
     "The graph runner keeps one static `req_pool_indices` buffer of max batch size; each step copies the "
@@ -50,10 +50,18 @@ def _backend(zero_padded_rows: bool) -> type[MetadataBackend]:
     return AscendGatherBackend
 
 
-def _run(fixed: bool, backend: str) -> list[Evidence]:
+def variant(fixed: bool) -> type[MetadataBackend]:
+    """The case's own backend: padded request rows left stale (unfixed) or zeroed every step (fixed)."""
+    return _backend(zero_padded_rows=fixed)
+
+
+def scenario(cls: type[MetadataBackend], profile: str, backend: str) -> list[Evidence]:
+    """Capture decode buckets 1, 2, 4 with ``cls``; replay a step of four requests, then one of the first
+    three (padded to 4) and check the second. Evidence of the bug: the padded row's ``req_pool_indices`` or
+    ``state_indices`` still naming the fourth request."""
     name, device = h.resolve_backend(backend)
-    pool = StatePool(16, "sglang-ascend", device=device)
-    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=_backend(zero_padded_rows=fixed))
+    pool = StatePool(16, profile, device=device)
+    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=cls)
     runner.capture(progress=False)
     rows = pool.alloc(4)
     first = Batch.decode(rows, [5, 6, 7, 8], device=device)
@@ -71,5 +79,11 @@ CASE = ZooCase(
     issue="sglang PR 26292",
     profile="sglang-ascend",
     explanation=EXPLANATION,
-    run_fn=_run,
+    subject="metadata_backend",
+    scenario=scenario,
+    variant=variant,
+    mechanism=(RowsDiffer,),
+    steps="pool of 16 slots, GDN layer (small, seed 0), decode buckets 1, 2, 4; capture(); a decode step of "
+    "4 requests, then one of the first 3 (seq_lens 6, 7, 8) padded to 4: its req_pool_indices and "
+    "state_indices compared with build_metadata's, output and slots checked against the float64 reference",
 )

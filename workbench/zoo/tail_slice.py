@@ -13,7 +13,7 @@ from workbench.metadata import Metadata
 from workbench.pool import StatePool
 from workbench.zoo import _harness as h
 from workbench.zoo.case import ZooCase
-from workbench.zoo.result import Evidence
+from workbench.zoo.result import Evidence, RowsDiffer
 
 EXPLANATION = (
     "Engines keep index buffers at the largest batch size and write a step's values into their head. sglang's "
@@ -50,10 +50,18 @@ def _backend(head: bool) -> type[MetadataBackend]:
     return TrackBufferBackend
 
 
-def _run(fixed: bool, backend: str) -> list[Evidence]:
+def variant(fixed: bool) -> type[MetadataBackend]:
+    """The case's own backend: the graph reads ``buf[-bs:]`` (unfixed) or ``buf[:bs]`` (fixed)."""
+    return _backend(head=fixed)
+
+
+def scenario(cls: type[MetadataBackend], profile: str, backend: str) -> list[Evidence]:
+    """Capture decode buckets 1, 2, 4, 8 with ``cls``; replay a step of eight requests, then one of the
+    first three (padded to 4) and check the second. Evidence of the bug: the ``state_indices`` the graph was
+    handed differ from what the step should hold."""
     name, device = h.resolve_backend(backend)
-    pool = StatePool(16, "sglang", device=device)
-    runner = h.make_runner(h.gdn_layer(device), pool, name, buckets=(1, 2, 4, 8), metadata_backend=_backend(fixed))
+    pool = StatePool(16, profile, device=device)
+    runner = h.make_runner(h.gdn_layer(device), pool, name, buckets=(1, 2, 4, 8), metadata_backend=cls)
     runner.capture(progress=False)
     rows = pool.alloc(8)
     first = Batch.decode(rows, list(range(5, 13)), device=device)
@@ -62,7 +70,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
     step = h.replay_and_check(
         runner, second, h.inputs_for(runner, second, 1), what="second decode", may_write=[pool.profile.dummy_slot]
     )
-    return [step]
+    return [step, h.metadata_rows_differ(runner, second)]
 
 
 CASE = ZooCase(
@@ -71,5 +79,11 @@ CASE = ZooCase(
     issue="sglang PR 32555",
     profile="sglang",
     explanation=EXPLANATION,
-    run_fn=_run,
+    subject="metadata_backend",
+    scenario=scenario,
+    variant=variant,
+    mechanism=(RowsDiffer,),
+    steps="pool of 16 slots, GDN layer (small, seed 0), decode buckets 1, 2, 4, 8; capture(); a decode step "
+    "of 8 requests, then one of the first 3 (seq_lens 6, 7, 8) padded to 4: the state_indices handed to the "
+    "graph compared with build_metadata's, output and slots checked against the float64 reference",
 )

@@ -3,6 +3,9 @@ SSM, the garbage comes out of the layer in the padded rows (sglang PR 30974)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 import kernels.causal_conv1d as conv1d
@@ -12,6 +15,7 @@ from workbench.batch import Batch
 from workbench.layers import Intermediate, LayerState, Mamba2Config, Mamba2Layer, _gated_rmsnorm
 from workbench.metadata import Metadata
 from workbench.pool import StatePool
+from workbench.profiles import Profile
 from workbench.zoo import _harness as h
 from workbench.zoo.case import ZooCase
 from workbench.zoo.result import Evidence, Propagation
@@ -22,23 +26,64 @@ EXPLANATION = (
     "the Mamba2 state update, which for a padded row reads no state and writes none but still computes an "
     "output from its input; the padded rows' hidden states then travel through the rest of the model, "
     "where garbage or NaN can make a later kernel misbehave (the PR saw a multi-node run hang). Here the "
-    "conv output of padded rows is left unwritten (the zoo shows never-written memory as NaN, so it is "
-    "visible and the run deterministic), the SSM computes padded rows the engine's way, and the layer does "
-    "not mask its output: NaN appears in the padded rows of the conv output, of the SSM output and of the "
-    "layer output, while the live rows stay exact. The fix zeroes padded rows' conv outputs before the SSM: "
-    "from zero input and zero state the SSM, the norm and the projection give exact zeros."
+    "conv kernel gets an output buffer whose never-written memory shows as NaN (so it is visible and the run "
+    "deterministic), the SSM computes padded rows the engine's way, and the layer does not mask its output: "
+    "with a conv kernel that skips padded rows' outputs, NaN appears in the padded rows of the conv output, "
+    "of the SSM output and of the layer output, while the live rows stay exact. The fix writes padded rows' "
+    "conv outputs as zeros before the SSM (the workbench's `causal_conv1d.update` writes `out` in full): from "
+    "zero input and zero state the SSM, the norm and the projection give exact zeros."
 )
 
 STAGES = ("conv output", "ssm output", "layer output")
 
 
-class EngineMamba2(Mamba2Layer):
-    """Mamba2 decode as the engine ran it around PR 30974: the conv leaves padded rows' outputs unwritten
-    (unless ``zero_pad_outputs``), the SSM still computes padded rows' outputs (from a zero state, writing
-    no state), and the layer output is not masked. Keeps each stage's tensor of the last call in
-    ``probes[batch_size]`` (on a graph: the static tensors each replay overwrites)."""
+def skips_padded_outputs(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    state_indices: torch.Tensor,
+    out: torch.Tensor,
+    pad_slot_id: int | None = -1,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """``causal_conv1d.update`` as sglang's Triton kernel ran it: the rows it skips never get their outputs
+    written (``out`` keeps whatever it held)."""
+    written = conv1d.update(x, conv_state, weight, bias, state_indices=state_indices, pad_slot_id=pad_slot_id, **kwargs)
+    skipped = skipped_rows(state_indices, pad_slot_id)
+    out.copy_(torch.where(skipped[:, None, None], out, written))
+    return out
 
-    zero_pad_outputs = False
+
+def variant(fixed: bool) -> Callable[..., Any]:
+    """The case's own conv kernel: one that leaves padded rows' outputs unwritten (unfixed), or the
+    workbench's ``causal_conv1d.update``, which writes zeros there (fixed)."""
+    return conv1d.update if fixed else skips_padded_outputs
+
+
+class EngineMamba2(Mamba2Layer):
+    """Mamba2 decode as the engine ran it around PR 30974: the conv kernel (``conv_kernel``, called with
+    ``causal_conv1d.update``'s keywords) writes into a buffer whose never-written memory is NaN, the SSM
+    still computes padded rows' outputs (from a zero state, writing no state), and the layer output is not
+    masked. Keeps each stage's tensor of the last call in ``probes[batch_size]`` (on a graph: the static
+    tensors each replay overwrites).
+
+    ``conv_kernel`` is an instance attribute: the float64 reference copy (``Layer.to``) does not carry it
+    and runs the workbench's own kernel.
+    """
+
+    def __init__(self, *args: Any, conv_kernel: Callable[..., Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if conv_kernel is not None:
+            self.conv_kernel = conv_kernel
+
+    def _conv(self, **args: Any) -> torch.Tensor:
+        kernel = self.__dict__.get("conv_kernel")
+        if kernel is None:
+            return conv1d.update(**args, impl=self.impl)
+        returned = kernel(**args)
+        return returned if isinstance(returned, torch.Tensor) else args["out"]
 
     def forward(
         self, x: torch.Tensor, meta: Metadata, state: LayerState, intermediate: Intermediate | None = None
@@ -48,14 +93,12 @@ class EngineMamba2(Mamba2Layer):
         pad = meta.profile.kernel_pad_slot_id
         nh, hd, ng, ds = c.num_heads, c.head_dim, c.n_groups, c.state_size
         z, xbc, dt = (x @ w["w_in"]).split([c.d_inner, c.conv_dim, nh], dim=-1)
-        conv = conv1d.update(
-            xbc.reshape(n, 1, c.conv_dim), state.conv, w["conv_w"], w["conv_b"],
-            state_indices=meta.state_indices, activation="silu", pad_slot_id=pad, impl=self.impl,
+        never_written = torch.full((n, 1, c.conv_dim), float("nan"), dtype=x.dtype, device=x.device)
+        conv = self._conv(
+            x=xbc.reshape(n, 1, c.conv_dim), conv_state=state.conv, weight=w["conv_w"], bias=w["conv_b"],
+            state_indices=meta.state_indices, activation="silu", pad_slot_id=pad, out=never_written,
         ).reshape(n, c.conv_dim)  # fmt: skip
         skipped = skipped_rows(meta.state_indices, pad)
-        if not self.zero_pad_outputs:
-            never_written = torch.full_like(conv, float("nan"))  # torch.empty's contents, made visible
-            conv = torch.where(skipped[:, None], never_written, conv)
         xs, B, C = conv.split([c.d_inner, ng * ds, ng * ds], dim=-1)
         A = -torch.exp(w["A_log"].float()).to(w["A_log"].dtype)
         args = (
@@ -80,8 +123,14 @@ class EngineMamba2(Mamba2Layer):
         return out
 
 
-class ZeroPadMamba2(EngineMamba2):
-    zero_pad_outputs = True
+def padding_is_skipped(fn: Callable[..., Any], profile: Profile) -> str | None:
+    """The bug needs rows the kernel skips (a profile with a skip guard)."""
+    if not profile.convention.processes_padding:
+        return None
+    return (
+        f"under {profile.name} padded rows are processed on the dummy slot, so the kernel writes their outputs: "
+        "none is left unwritten (the case needs a profile whose kernels skip padded rows, as sglang's)"
+    )
 
 
 def nonfinite_rows(stages: dict[str, torch.Tensor]) -> Propagation:
@@ -94,11 +143,13 @@ def nonfinite_rows(stages: dict[str, torch.Tensor]) -> Propagation:
     return Propagation(tuple(found))
 
 
-def _run(fixed: bool, backend: str) -> list[Evidence]:
+def scenario(kernel: Callable[..., Any], profile: str, backend: str) -> list[Evidence]:
+    """Capture decode buckets 1, 2, 4 of the Mamba2 layer with ``kernel`` as its conv update; replay a step
+    of three requests padded to 4 and check it. Evidence of the bug: NaN rows (never-written conv outputs)
+    at each stage."""
     name, device = h.resolve_backend(backend)
-    pool = StatePool(16, "sglang", device=device)
-    cls = ZeroPadMamba2 if fixed else EngineMamba2
-    layer = cls(Mamba2Config.small(), seed=0, device=device)
+    pool = StatePool(16, profile, device=device)
+    layer = EngineMamba2(Mamba2Config.small(), seed=0, device=device, conv_kernel=kernel)
     runner = h.make_runner(layer, pool, name)
     runner.capture(progress=False)
     rows = pool.alloc(3)
@@ -117,5 +168,13 @@ CASE = ZooCase(
     issue="sglang PR 30974",
     profile="sglang",
     explanation=EXPLANATION,
-    run_fn=_run,
+    subject="kernel",
+    scenario=scenario,
+    variant=variant,
+    mechanism=(Propagation,),
+    applies=padding_is_skipped,
+    kernel_op="causal_conv1d.update",
+    steps="pool of 16 slots, Mamba2 layer (small, seed 0) whose conv update is the kernel, called with "
+    "causal_conv1d.update's keywords and an out= buffer of NaN; decode buckets 1, 2, 4; capture(); one decode "
+    "step of 3 requests (seq_lens 5, 6, 7) padded to 4: NaN rows at each stage, output and slots checked",
 )

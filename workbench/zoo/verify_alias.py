@@ -13,10 +13,11 @@ from workbench.layers import GatedDeltaNetLayer, GDNConfig, Intermediate, LayerS
 from workbench.measure.integrity import check, snapshot
 from workbench.metadata import Metadata, build_metadata
 from workbench.pool import StatePool
+from workbench.profiles import Profile
 from workbench.runner import GraphRunner
 from workbench.zoo import _harness as h
 from workbench.zoo.case import ZooCase
-from workbench.zoo.result import Evidence, IntegrityEvidence
+from workbench.zoo.result import Evidence, IntegrityEvidence, RowsDiffer
 
 EXPLANATION = (
     "In speculative verify the kernels do not touch the state pool: each batch row writes its per-draft-step "
@@ -99,17 +100,34 @@ def verify_and_accept(
     return IntegrityEvidence("verify + accept", report, h.owners(pool, named))
 
 
-def _run(fixed: bool, backend: str) -> list[Evidence]:
-    name, device = h.resolve_backend(backend)
-    pool = StatePool(16, "sglang-ascend", device=device)
-    layer = ScratchRoutedGDN(GDNConfig.small(), seed=0, device=device)
-    runner = h.make_runner(
-        layer, pool, name, buckets=(2, 4), modes=("target_verify",), metadata_backend=_backend(own_rows=fixed)
+def variant(fixed: bool) -> type[MetadataBackend]:
+    """The case's own backend: padded rows on request 0's scratch (unfixed) or on their own (fixed)."""
+    return _backend(own_rows=fixed)
+
+
+def padding_is_processed(cls: type[MetadataBackend], profile: Profile) -> str | None:
+    """The alias needs padded rows that really run and write scratch (a profile without a skip guard)."""
+    if profile.convention.processes_padding:
+        return None
+    return (
+        f"under {profile.name} the kernels skip padded rows ({profile.convention.guard}): they write no verify "
+        "scratch, so none can overwrite request 0's (the case needs padded rows processed, as under sglang-ascend)"
     )
+
+
+def scenario(cls: type[MetadataBackend], profile: str, backend: str) -> list[Evidence]:
+    """Capture target-verify buckets 2 and 4 (D = 2) with ``cls`` and a layer that routes each row's scratch
+    through ``intermediate_state_indices``; replay a verify step of three requests padded to 4, accept
+    (2, 1, 2) tokens and check. Evidence of the bug: a row's scratch index that is not its own row."""
+    name, device = h.resolve_backend(backend)
+    pool = StatePool(16, profile, device=device)
+    layer = ScratchRoutedGDN(GDNConfig.small(), seed=0, device=device)
+    runner = h.make_runner(layer, pool, name, buckets=(2, 4), modes=("target_verify",), metadata_backend=cls)
     runner.capture(progress=False)
     rows = pool.alloc(3)
     batch = Batch.target_verify(rows, [7, 8, 9], draft_tokens=2, device=device)
-    return [verify_and_accept(runner, batch, h.inputs_for(runner, batch, 0), accepted=[2, 1, 2])]
+    step = verify_and_accept(runner, batch, h.inputs_for(runner, batch, 0), accepted=[2, 1, 2])
+    return [step, h.metadata_rows_differ(runner, batch, "intermediate_state_indices")]
 
 
 CASE = ZooCase(
@@ -118,5 +136,13 @@ CASE = ZooCase(
     issue="sglang PR 27202",
     profile="sglang-ascend",
     explanation=EXPLANATION,
-    run_fn=_run,
+    subject="metadata_backend",
+    scenario=scenario,
+    variant=variant,
+    mechanism=(RowsDiffer,),
+    applies=padding_is_processed,
+    steps="pool of 16 slots, GDN layer (small, seed 0) writing verify scratch by intermediate_state_indices, "
+    "target_verify buckets 2, 4 with 2 draft tokens; capture(); one verify step of 3 requests (seq_lens 7, 8, "
+    "9) padded to 4, accepting 2, 1, 2 tokens: intermediate_state_indices compared with build_metadata's, "
+    "slots and outputs checked against the float64 reference",
 )

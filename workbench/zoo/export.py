@@ -1,0 +1,91 @@
+"""A zoo run against the user's code, written out as a standalone pytest module to attach to an engine PR.
+
+The module reruns the case's scenario (``ZooCase.run_with``) against the same backend class or kernel and
+expects "clean": it fails while the bug is there and passes once it is fixed. It needs only ``workbench``
+installed and the subject importable; it carries the scenario's inputs (``STEPS``, ``PROFILE``), what the
+exported run observed (``OBSERVED``: metadata rows, slots, errors) and the expectation.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+from workbench.zoo.result import ZooError, ZooResult
+
+ENV = "WORKBENCH_ZOO_SUBJECT"
+"""Environment variable that points an exported test at another ``MODULE_OR_FILE:NAME``."""
+
+
+def _loadable(subject: str) -> bool:
+    where, _, name = subject.rpartition(":")
+    return bool(where) and not where.startswith("_workbench_user_") and "<locals>" not in name
+
+
+def _wrap(text: str, indent: str = "") -> str:
+    return textwrap.fill(text, 100, initial_indent=indent, subsequent_indent=indent)
+
+
+def pytest_source(result: ZooResult) -> str:
+    """The text of ``test_<case>.py`` for ``result`` (a run against a user's subject, that applied)."""
+    from workbench import __version__
+    from workbench.zoo import get
+
+    if result.subject is None or result.subject_kind is None:
+        raise ZooError(
+            f"to_pytest: {result.case} ({result.variant}) is the zoo's own variant; export a run against your "
+            "backend or kernel (zoo.check_backend, zoo.check_kernel)"
+        )
+    if result.not_applicable is not None:
+        raise ZooError(f"to_pytest: {result.case} does not apply to {result.subject}: {result.not_applicable}")
+    if not _loadable(result.subject):
+        raise ZooError(
+            f"to_pytest: {result.subject} cannot be loaded by a standalone test; run the check with its "
+            "MODULE_OR_FILE:NAME spec (check_backend('my_backend.py:MyBackend'), or workbench zoo --metadata-backend)"
+        )
+    case = get(result.case)
+    seen = [f"  - {e.summary()}" for e in result.evidence]
+    doc = "\n\n".join(
+        [
+            _wrap(f'"""Zoo case {case.name} ({case.issue}) against {result.subject}: {case.title}.'),
+            _wrap(case.explanation),
+            _wrap(f"Scenario ({result.profile}): {case.steps}"),
+            f"Exported by workbench {__version__} from a run whose status was {result.status!r}:\n" + "\n".join(seen),
+            _wrap(
+                f"The test fails while the bug is there and passes once it is fixed. It needs only `workbench` "
+                f"installed and the {result.subject_kind.replace('_', ' ')} importable; set {ENV}="
+                "MODULE_OR_FILE:NAME to point it at another one."
+            ),
+        ]
+    )
+    doc += '\n"""'
+    observed = json.dumps([r for r in result.to_dict()["evidence"]], indent=1, sort_keys=True)
+    body = f'''
+
+import json
+import os
+
+from workbench import zoo
+from workbench.loading import load_object
+
+CASE = {case.name!r}
+SUBJECT = os.environ.get({ENV!r}, {result.subject!r})
+PROFILE = {result.profile!r}
+STEPS = {case.steps!r}
+# What the exported run observed (metadata rows got and expected, slots, errors): the bug, as seen then.
+OBSERVED = json.loads(
+    r"""
+{observed}
+"""
+)
+
+
+def test_{case.name}_is_clean() -> None:
+    result = zoo.get(CASE).run_with(load_object(SUBJECT), profile=PROFILE, label=SUBJECT)
+    assert result.not_applicable is None, result.not_applicable
+    when_exported = [e["summary"] for e in OBSERVED if e["broken"]]
+    assert result.status == "clean", "\\n".join(
+        [f"{{CASE}} ({{result.issue}}): {{result.status}}: {{result.summary}}", "when exported:", *when_exported]
+    )
+'''
+    return doc + body
