@@ -36,7 +36,7 @@ app: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest -q
 
-# the inner loop: no lint, no slow/network/notebook tests (markers in pyproject.toml); under a minute
+# the inner loop: no lint, no slow/network/notebook tests (markers in pyproject.toml); about 1.5 minutes
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not network and not notebook"
 
