@@ -474,7 +474,20 @@ def _lab_step(page, lab, *, batch_size: int, mode: str, wait_for: str) -> str:
     page.wait_for_function("(b) => !b.disabled", arg=button.element_handle(), timeout=30_000)
     button.click()
     lab.locator(f".wb-verdict[data-key='how']:has-text('{wait_for}')").first.wait_for(timeout=120_000)
-    return lab.inner_text()
+    return _steady_text(lab)
+
+
+def _steady_text(lab, timeout_s: float = 30.0) -> str:
+    """The lab's text once it stopped changing: the view updates its result, timing, accept line and ops table
+    as separate widget messages, so the verdict can arrive before the ops table it goes with."""
+    text, deadline = lab.inner_text(), time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        again = lab.inner_text()
+        if again == text:
+            return text
+        text = again
+    return text
 
 
 def _lab_capture(page, lab) -> None:

@@ -32,18 +32,29 @@ def _in_fixtures(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_exit_one_on_findings_with_options_anywhere(entry, argv: list[str], capsys: pytest.CaptureFixture) -> None:
     assert entry(argv) == 1
     out = capsys.readouterr().out
-    assert "eng/hardware/npu/ascend_backend.py:12: AscendMambaBackend._replay_metadata [missing-parameter]" in out
-    assert "    base call: eng/layers/attention/mamba_backend.py:17 in " in out
-    assert out.rstrip().endswith("7 findings")
+    # each break once, under the class that defines the override, the call site first
+    assert (
+        "break in AscendMambaBackend (eng/hardware/npu/ascend_backend.py):\n"
+        "  eng/layers/attention/mamba_backend.py:17 in MambaAttnBackendBase.init_forward_metadata_out_graph\n"
+    ) in out
+    assert (
+        "override:  eng/hardware/npu/ascend_backend.py:12 AscendMambaBackend._replay_metadata [missing-parameter]"
+        in out
+    )
+    assert "break in AscendOneKeywordBackend" in out and "inherited: AscendMTPBackend" in out
+    assert out.rstrip().endswith(
+        "6 breaks; 0 drift (signature differences no call in the trees shows; --drift lists them)"
+    )
 
 
 def test_exit_zero_when_clean_and_the_project_default(capsys: pytest.CaptureFixture, monkeypatch) -> None:
     assert main(["ctr_good.py", "--base", OLD_BASE, "--search-path", "."]) == 0
-    assert capsys.readouterr().out.rstrip().endswith("OK: no findings")
+    assert capsys.readouterr().out.rstrip().endswith("OK: no breaks; 0 drift (signature differences no call in the "
+                                                     "trees shows; --drift lists them)")  # fmt: skip
     monkeypatch.chdir(Path(__file__).parents[1])
     assert main([]) == 0  # the project's own backends against their base
     out = capsys.readouterr().out
-    assert "CpuMetadataBackend, CudaMetadataBackend, NpuMetadataBackend" in out
+    assert "subclasses of workbench.backends:MetadataBackend: CpuMetadataBackend, CudaMetadataBackend, " in out
     assert main(["workbench"]) == 0  # every base class the workbench package defines
 
 
@@ -53,8 +64,8 @@ def test_exit_zero_when_clean_and_the_project_default(capsys: pytest.CaptureFixt
         (
             ["plugin"],
             "workbench check-contracts: error: no class in the targets derives from a class defined in the targets "
-            "or on the search path; found elsewhere or not at all: PluginBackend(eng.layers.attention.mamba_backend:"
-            "MambaAttnBackendBase not found); pass the base's root with --search-path DIR, or --base pkg.mod:Class",
+            "or on the search path; their bases are outside the trees: eng.layers.attention.mamba_backend:"
+            "MambaAttnBackendBase (not found); pass the base's root with --search-path DIR, or --base pkg.mod:Class",
         ),
         (
             ["eng", "--base", "eng.nope:Base"],
@@ -82,6 +93,11 @@ def test_exit_two_with_one_clear_line(argv: list[str], message: str, capsys: pyt
 def test_exit_two_on_a_file_that_does_not_parse(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("def broken(:\n")
+    # in a tree, a file that does not parse is a note (an engine may hold files for a newer Python)
+    assert main(["eng", str(tmp_path), "--format", "json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["breaks"] == 6 and data["notes"][0].startswith("1 file(s) do not parse on this Python and were skipped")
+    # named on its own, it must parse
     assert main(["eng", str(bad), "--format", "json"]) == 2
     captured = capsys.readouterr()
     assert captured.err.startswith(
@@ -114,25 +130,36 @@ def test_json_format(capsys: pytest.CaptureFixture) -> None:
     assert first["message"] == (
         "TypeError: AscendMambaBackend._replay_metadata() got an unexpected keyword argument 'in_capture'"
     )
-    assert data["ok"] is False and len(data["findings"]) == 7
+    assert first["tier"] == "break" and first["subclasses"] == ["AscendMambaBackend"]
+    inherited = next(f for f in data["findings"] if f["cls"] == "AscendOneKeywordBackend")
+    assert inherited["subclasses"] == ["AscendOneKeywordBackend", "AscendMTPBackend"]
+    assert data["ok"] is False and len(data["findings"]) == data["breaks"] == 6 and data["drift"] == 0
+    for key in ("file", "line", "cls", "method", "kind", "message", "site_file", "site_line", "caller", "tier"):
+        assert all(key in f for f in data["findings"]), key
 
 
 def test_github_format(capsys: pytest.CaptureFixture) -> None:
     assert main(["eng", "--format", "github"]) == 1
     lines = capsys.readouterr().out.splitlines()
     errors = [line for line in lines if line.startswith("::error ")]
-    assert len(errors) == 7 and lines[-1] == "7 findings"
+    assert (
+        len(errors) == 6
+        and lines[-1] == "6 breaks; 0 drift (signature differences no call in the trees shows; --drift lists them)"
+    )
     assert errors[0] == (
-        "::error file=eng/hardware/npu/ascend_backend.py,line=12,title=check-contracts missing-parameter::"
+        "::error file=eng/hardware/npu/ascend_backend.py,line=12,title=check-contracts break missing-parameter::"
         "AscendMambaBackend._replay_metadata: TypeError: AscendMambaBackend._replay_metadata() got an unexpected "
-        "keyword argument 'in_capture' (base call at eng/layers/attention/mamba_backend.py:17: "
+        "keyword argument 'in_capture' (call at eng/layers/attention/mamba_backend.py:17: "
         "self._replay_metadata(bs, ..., ..., forward_batch.spec_info, ..., num_padding=..., in_capture=in_capture, "
         "mamba_track_indices=...))"
     )
-    assert main(["ctr_broken.py", "--base", OLD_BASE, "--format", "github", "--search-path", "."]) == 1
-    errors = [line for line in capsys.readouterr().out.splitlines() if line.startswith("::error ")]
-    assert errors[0] == (
-        "::error file=ctr_broken.py,line=7,title=check-contracts missing-parameter::MissingInCapture."
+    argv = ["ctr_broken.py", "--base", OLD_BASE, "--format", "github", "--search-path", "."]
+    assert main(argv) == 0  # drift only: shown as warnings with --drift, failing only with --strict
+    assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("::")]
+    assert main([*argv, "--drift", "--strict"]) == 1
+    warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("::warning ")]
+    assert warnings[0] == (
+        "::warning file=ctr_broken.py,line=7,title=check-contracts drift missing-parameter::MissingInCapture."
         "init_forward_metadata_out_graph: TypeError: MissingInCapture.init_forward_metadata_out_graph() got an "
         "unexpected keyword argument 'in_capture' (call: obj.init_forward_metadata_out_graph(batch, in_capture=...))"
     )
@@ -175,11 +202,14 @@ def test_a_user_file_on_workbench_bases_is_checked_without_base(capsys: pytest.C
     out = capsys.readouterr().out
     assert "AscendBackend.init_forward_metadata_out_graph [missing-parameter]" in out
     assert "unexpected keyword argument 'in_capture'" in out
+    # the call that breaks is the workbench runner's, read from the installed workbench
+    assert "runner/runner.py" in out and "in GraphRunner.capture" in out
     assert "checked against the workbench's own workbench.backends.npu:NpuMetadataBackend" in out
     assert main([str(USER_BACKENDS / "correct.py")]) == 0
     out = capsys.readouterr().out
-    assert "checked 4 subclass(es): AscendBackend, FreshTensorsBackend, MaxLenBackend, PlainBackend" in out
-    assert out.rstrip().endswith("OK: no findings")
+    assert "checked 4 classes in 1 files" in out
+    assert out.rstrip().endswith("OK: no breaks; 0 drift (signature differences no call in the trees shows; "
+                                 "--drift lists them)")  # fmt: skip
     # the same as naming the base, which still works
     assert main([str(USER_BACKENDS / "in_capture_bug.py"), "--base", "workbench.backends:MetadataBackend"]) == 1
     assert "'in_capture'" in capsys.readouterr().out
@@ -197,4 +227,4 @@ def test_workbench_bases_are_a_fallback_only(tmp_path: Path) -> None:
     assert [c.base.rpartition(":")[2] for c in report.contracts] == ["Mine"]
     (finding,) = report.findings
     assert (finding.cls, finding.method) == ("Sub", "step") and "'flag'" in finding.message
-    assert report.base == "every base class in the targets"
+    assert report.base == "every base class in the trees"

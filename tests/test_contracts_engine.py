@@ -118,11 +118,14 @@ EXPECTED = [
     ),
 ]
 CLEAN = ["AscendForwardingBackend", "AscendStaticFineBackend", "AscendOwnReplayBackend"]
+GROUPED = sorted({row[3]: (row[3], *row[1:]) for row in EXPECTED}.values(), key=lambda row: (str(row[4]), row[5]))
+"""Each break once, under the class that defines the override (the others inherit it)."""
+HEIRS = {row[0]: [r[0] for r in EXPECTED if r[3] == row[0]] for row in GROUPED}
 
 
 def summary(report: Report) -> list[tuple]:
     return [
-        (f.cls, f.method, f.kind, f.owner, Path(f.file), f.line, f.site_line, f.message)
+        (f.cls, f.method, f.kind, f.cls, Path(f.file), f.line, f.site_line, f.message)
         for f in report.findings
         if f.site_file
     ]
@@ -132,8 +135,11 @@ def summary(report: Report) -> list[tuple]:
 def test_default_run_finds_the_private_hook_breaks_and_names_the_base_call(target: Path) -> None:
     """No --base, no --method: the missing in_capture on the private hook is found, from any folder."""
     report = check(target)
-    assert summary(report) == EXPECTED
+    assert summary(report) == GROUPED
+    assert {f.cls: list(f.subclasses) for f in report.findings} == HEIRS
+    assert HEIRS["AscendOneKeywordBackend"] == ["AscendOneKeywordBackend", "AscendMTPBackend"]
     assert [f for f in report.findings if not f.site_file] == []  # no public signature is broken
+    assert all(f.tier == "break" for f in report.findings)
     assert set(CLEAN) <= set(report.checked)
     assert all(Path(f.site_file) == BASE_FILE for f in report.findings)
     assert all(f.base == BASE for f in report.findings)
@@ -149,15 +155,16 @@ def test_finding_text_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     text = str(first)
     assert text == "\n".join(
         [
-            f"eng/hardware/npu/ascend_backend.py:{EXPECTED[0][5]}: AscendMambaBackend._replay_metadata "
-            "[missing-parameter]",
-            f"    base call: eng/layers/attention/mamba_backend.py:{REPLAY_CALL} in "
+            f"eng/layers/attention/mamba_backend.py:{REPLAY_CALL} in "
             "MambaAttnBackendBase.init_forward_metadata_out_graph",
             f"    call:      {CALL_TEXT}",
+            f"    override:  eng/hardware/npu/ascend_backend.py:{EXPECTED[0][5]} AscendMambaBackend._replay_metadata "
+            "[missing-parameter]",
             f"    result:    {unexpected('AscendMambaBackend', '_replay_metadata', 'in_capture')}",
             "    not taken: in_capture, mamba_track_indices",
         ]
     )
+    assert "    inherited: AscendMTPBackend\n" in str(one_keyword)
 
 
 def test_explicit_base_and_method_filter() -> None:
@@ -217,7 +224,7 @@ def test_findings_are_what_the_calls_raise(engine_importable: types.ModuleType) 
                 call(cls.__new__(cls))
             except TypeError as exc:
                 outcomes[method] = f"TypeError: {exc}"
-        expected = {f.method: f.message for f in report.findings if f.cls == name and f.breaks}
+        expected = {f.method: f.message for f in report.findings if name in f.subclasses and f.breaks}
         assert outcomes == expected, name
     cls = classes["AscendDefaultsBackend"]
     obj = cls.__new__(cls)
@@ -234,8 +241,8 @@ def test_folder_without_its_base_is_an_error_not_ok() -> None:
         check(plugin)
     assert str(raised.value) == (
         "no class in the targets derives from a class defined in the targets or on the search path; "
-        "found elsewhere or not at all: PluginBackend(eng.layers.attention.mamba_backend:MambaAttnBackendBase "
-        "not found); pass the base's root with --search-path DIR, or --base pkg.mod:Class"
+        "their bases are outside the trees: eng.layers.attention.mamba_backend:MambaAttnBackendBase "
+        "(not found); pass the base's root with --search-path DIR, or --base pkg.mod:Class"
     )
     report = check(plugin, search_path=[FIXTURES])
     assert [(f.cls, f.message) for f in report.findings] == [
@@ -243,13 +250,27 @@ def test_folder_without_its_base_is_an_error_not_ok() -> None:
     ]
 
 
-def test_base_missing_from_the_targets_own_package_is_an_error(tmp_path: Path) -> None:
+def test_a_base_in_no_tree_is_one_grouped_note_never_a_refusal(tmp_path: Path) -> None:
     pkg = tmp_path / "eng2"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "npu.py").write_text("from eng2.gone import Base\n\n\nclass Npu(Base):\n    pass\n")
-    with pytest.raises(ContractError, match=r"^base class eng2.gone:Base of Npu \(.*npu.py:4\) not found$"):
-        check(pkg)
+    with pytest.raises(ContractError, match=r"their bases are outside the trees: eng2.gone:Base \(not found\)"):
+        check(pkg)  # nothing else to check: that is the one refusal
+    # beside a real hierarchy, the missing base, a third-party and a stdlib base are one note, the rest is checked
+    (pkg / "more.py").write_text(
+        "import enum\nfrom openai.types import Thing\nfrom eng2.npu import Npu\n\n\n"
+        "class A(enum.Enum):\n    X = 1\n\n\nclass B(Thing):\n    pass\n\n\n"
+        "class Base2:\n    def run(self):\n        return self.hook(1, flag=True)\n\n"
+        "    def hook(self, x, flag=False):\n        return x\n\n\n"
+        "class Sub(Base2):\n    def hook(self, x):\n        return x\n"
+    )
+    report = check(pkg)
+    ((finding,),) = [report.breaks]
+    assert (finding.cls, finding.method) == ("Sub", "hook") and "'flag'" in finding.message
+    (note,) = [n for n in report.notes if n.startswith("bases outside the trees")]
+    assert "eng2.gone:Base (not found) x1" in note and "openai.types:Thing (not found) x1" in note
+    assert "enum:Enum (in " in note
 
 
 def test_unparsable_target_no_subclass_and_bad_search_path_are_errors(tmp_path: Path) -> None:
@@ -282,7 +303,7 @@ def test_super_call_in_the_base_reaches_a_mixin_after_it(tmp_path: Path) -> None
     )
     report = check(tmp_path / "mixed.py", "mixed:Base", search_path=[tmp_path])
     (finding,) = report.findings  # Other: FinishMixin comes before Base, so super() in Base does not reach it
-    assert (finding.cls, finding.owner, finding.site_line) == ("Sub", "FinishMixin", 3)
+    assert (finding.cls, finding.subclasses, finding.site_line) == ("FinishMixin", ("Sub",), 3)
     assert finding.message == unexpected("FinishMixin", "finish", "in_capture")
 
 
@@ -292,18 +313,18 @@ def test_super_call_in_the_base_reaches_a_mixin_after_it(tmp_path: Path) -> None
 def test_report_and_finding_show_themselves() -> None:
     report = check(ENG / "hardware", BASE)
     assert repr(report) == (
-        f"<Report {BASE}: {len(report.checked)} subclass(es) in {len(report.files)} file(s), 7 finding(s)>"
+        f"<Report {BASE}: {len(report.checked)} subclass(es) in {len(report.files)} file(s), 6 break(s), 0 drift>"
     )
     assert repr(report.findings[0]).startswith("<Finding AscendMambaBackend._replay_metadata [missing-parameter] at ")
     page = report._repr_html_()
-    assert page.count('<tr class="wb-fail"') == 6  # calls that raise: failures
+    assert page.count('<tr class="wb-fail"') == 5  # calls that raise: failures
     assert page.count('<tr class="wb-warn"') == 1  # the silent change: a warning
-    assert "7 findings" in page and "&#x27;in_capture&#x27;" in page
+    assert "6 breaks" in page and "&#x27;in_capture&#x27;" in page
     assert report.findings[0]._repr_html_().count('<tr class="wb-') == 1
     clean = check(NPU / "ascend_backend.py", BASE, search_path=[FIXTURES], methods=["_pad_value"])
-    assert clean.ok and "OK: no findings" in clean._repr_html_() and "<table" not in clean._repr_html_()
+    assert clean.ok and "OK: no breaks" in clean._repr_html_() and "<table" not in clean._repr_html_()
     data = report.to_dict()
-    assert data["ok"] is False and len(data["findings"]) == 7
+    assert data["ok"] is False and len(data["findings"]) == 6
     assert data["findings"][0]["params"] == ["in_capture", "mamba_track_indices"]
     assert data["contracts"][0]["base"] == BASE
 

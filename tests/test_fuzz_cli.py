@@ -178,6 +178,10 @@ OPTIONS: dict[str, dict[str, st.SearchStrategy[str] | None]] = {
         "--bench": numbers,
         "--format": st.sampled_from(["text", "json", "github", "xml"]),
         "--allow-nothing": None,
+        "--drift": None,
+        "--strict": None,
+        "--against": st.sampled_from(["eng", "no_such_engine", "", "eng/layers"]),
+        "--calls-from": st.sampled_from([".", "eng", "missing", ""]),
     },
     "zoo": {"--list": None, "--json": None, "--backend": st.sampled_from(["auto", "cpu", "cuda", "gpu"])},
 }
@@ -266,11 +270,11 @@ def no_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
 def test_other_subcommands_run_in_full(argv: list[str], no_work: None) -> None:
     """`bench`, `report`, `demo`, `check-contracts` and `zoo` through ``main``: parsing and every check after
     it (--threads, --bench, --method, --search-path, output folders); exit 0 or 2 (check-contracts: 1 for
-    findings), never a traceback, an error is one line that names the argument or the value."""
+    breaks, or drift with --strict), never a traceback, an error is one line that names the argument or the value."""
     command = argv[0]
     code, out, err = run(argv)
     if command == "check-contracts" and code == 1:
-        assert "Traceback" not in err and "finding" in out, (argv, out, err)
+        assert "Traceback" not in err and "break" in out, (argv, out, err)
         return
     if command == "check-contracts" and code == 0 and "--bench" not in argv and "nothing to check" not in out:
         methods = {argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--method"}

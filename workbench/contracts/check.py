@@ -1,29 +1,47 @@
-"""Checking subclasses against their base: the base's public signatures and the calls it makes on itself.
+"""Checking subclasses against the calls made on them: breaks first, drift on request.
 
-A base class is a contract twice over. Callers outside it (a scheduler, a graph runner) call its public
-methods the base's way; and the base's own methods call hooks on ``self`` (``self._replay_metadata(...,
-in_capture=in_capture)``), private ones included, that a subclass may override. When an override cannot
-take such a call, nothing fails until the device that picks the subclass runs it.
+A *break* is a call that code in the trees really makes and that would raise ``TypeError``, bind an argument
+to another parameter, or silently change meaning (a default the call relies on, a renamed keyword a
+``**kwargs`` swallows) on a class it can reach: the calling class's subclasses through ``self``, ``cls`` or
+``super()`` (an intermediate base's calls included; a subclass that overrides the calling method without
+calling up is not reached), and the subclasses of an annotated attribute's or parameter's class
+(``self.linear_attn_backend.forward_decode(...)``). A *drift* is a public signature that differs from the
+method it overrides where no call in the trees shows it; narrowing a base declared ``(self, *args,
+**kwargs)`` is no drift at all.
 
-:func:`check` reads the targets from source (each file parsed once, nothing imported), finds every
-subclass of the base (or, without a base, of every class the targets or search roots define), and reports
-each break once per (class, method, call site), with the ``TypeError`` the call would raise.
+:func:`check` reads the targets from source (each file parsed once, nothing imported) and reports each
+break once, under the class that defines the override, with the subclasses that inherit it.
 """
 
 from __future__ import annotations
 
 import ast
+import gc
 import importlib.util
 import inspect
 import os
+import re
+import sysconfig
 import time
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
-from workbench.contracts.results import Contract, Finding, Report, display_path
+from workbench.contracts.calls import Receiver, annotation_classes, annotation_names, attribute_types, function_calls
+from workbench.contracts.results import (
+    BREAK,
+    DRIFT,
+    MISSING,
+    RENAMED,
+    REORDERED,
+    Contract,
+    Finding,
+    Report,
+    display_path,
+)
 from workbench.contracts.signatures import CallSite, Method, call_site_findings, signature_findings
 from workbench.contracts.source import (
     NOT_METHODS,
@@ -31,10 +49,9 @@ from workbench.contracts.source import (
     SourceIndex,
     SourceModule,
     _class_member,
-    call_sites,
     calls_up,
     decorator_name,
-    dotted_name,
+    members,
     source_method,
 )
 from workbench.errors import WorkbenchError
@@ -48,6 +65,8 @@ WORKBENCH_ROOT = Path(__file__).resolve().parents[1]
 """The installed ``workbench`` package: where bases of a user's file are looked up when the targets define none."""
 
 Target = ModuleType | str | os.PathLike
+_MAX_NOTE_ITEMS = 8
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
 class ContractError(WorkbenchError, ValueError):
@@ -62,9 +81,11 @@ class NothingToCheck(ContractError):
 
 
 def python_files(folder: Path) -> list[Path]:
-    """The folder's modules; ``__main__.py`` and hidden or cache folders are left out."""
-    files = (p.resolve() for p in folder.rglob("*.py") if p.name != "__main__.py")
-    return sorted(p for p in files if not any(part.startswith((".", "__pycache__")) for part in p.parts))
+    """The folder's modules; ``__main__.py`` and hidden or cache folders below ``folder`` are left out."""
+    folder = folder.resolve()
+    depth = len(folder.parts)
+    files = (p for p in folder.rglob("*.py") if p.name != "__main__.py")
+    return sorted(p for p in files if not any(part.startswith((".", "__pycache__")) for part in p.parts[depth:-1]))
 
 
 def _expand(target: Target, index: SourceIndex) -> list[Path]:
@@ -91,69 +112,20 @@ def _expand(target: Target, index: SourceIndex) -> list[Path]:
     return python_files(origin.parent) if origin.name == "__init__.py" else [origin.resolve()]
 
 
-# -------------------------------------------------------------------------------------------- the base
-
-
-@dataclass
-class _Contract:
-    """A base class read from source: its resolution order, public methods and the calls it makes."""
-
-    ref: Ref
-    order: list[Ref]
-    methods: dict[str, Method]
-    sites: list[CallSite]
-    site_methods: dict[tuple[str, str], Method | None]
-    subclasses: list[str] = field(default_factory=list)
-
-    @property
-    def label(self) -> str:
-        return self.ref.label
-
-    def defines(self, ref: Ref) -> bool:
-        """Whether ``ref`` is the base or one of its own ancestors (a method there is not an override)."""
-        return ref in self.own
-
-    def __post_init__(self) -> None:
-        self.own = set(self.order)
-
-
-def _first_definition(mro: list[Ref], name: str) -> tuple[Ref | None, Method | str | None]:
-    for ref in mro:
-        found = source_method(ref, name) if ref.node is not None else None
-        if found is not None:
-            return ref, found
-    return None, None
-
-
-def _public_methods(mro: list[Ref]) -> list[str]:
-    names: list[str] = []
-    for ref in mro:
-        for statement in ref.node.body if ref.node is not None and ref.module != "builtins" else []:
-            if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) or statement.name.startswith("_"):
-                continue
-            if not {decorator_name(d) for d in statement.decorator_list} & NOT_METHODS:
-                names += [statement.name] if statement.name not in names else []
-    return names
-
-
-def _contract(ref: Ref, index: SourceIndex, methods: Sequence[str] | None, strict: bool) -> _Contract:
-    mro = index.mro(ref)
-    wanted = list(methods) if methods is not None else _public_methods(mro)
-    sites = [s for s in call_sites(ref) if methods is None or s.name in methods]
-    signatures: dict[str, Method] = {}
-    for name in wanted:
-        _, found = _first_definition(mro, name)
-        if isinstance(found, Method):
-            signatures[name] = found
-        elif strict and not (methods is not None and any(s.name == name for s in sites)):
-            raise ContractError(found or f"{ref.label} has no method {name!r}")
-    site_methods: dict[tuple[str, str], Method | None] = {}
-    for site in sites:
-        key = (site.name, site.via)
-        if key not in site_methods:
-            _, found = _first_definition(mro[1:] if site.via == "super" else mro, site.name)
-            site_methods[key] = found if isinstance(found, Method) else None
-    return _Contract(ref, mro, signatures, sites, site_methods)
+def _package_folder(name: str, index: SourceIndex) -> Path:
+    """The folder of an installed or search-path package (``--against sglang``), or a folder given as is."""
+    if os.sep in name and Path(name).is_dir():
+        return Path(name).resolve()
+    found = index.find_module(name)
+    if found is None:
+        spec = None
+        with suppress(Exception):
+            spec = importlib.util.find_spec(name)
+        locations = list(spec.submodule_search_locations or []) if spec else []
+        if not locations:
+            raise ContractError(f"--against {name!r}: no such package installed or on the search path")
+        return Path(locations[0]).resolve()
+    return found.parent if found.name == "__init__.py" else found
 
 
 def _base_ref(base: type | str, index: SourceIndex, modules: list[SourceModule]) -> Ref:
@@ -163,7 +135,7 @@ def _base_ref(base: type | str, index: SourceIndex, modules: list[SourceModule])
         file = None
         with suppress(TypeError):
             file = inspect.getsourcefile(base)
-        ref = index.find_class(Path(file), base.__qualname__) if file else None
+        ref = index.find_class(Path(file).resolve(), base.__qualname__) if file else None
         if ref is None:
             raise ContractError(f"cannot read the source of base class {label}")
         return ref
@@ -185,99 +157,383 @@ def _base_ref(base: type | str, index: SourceIndex, modules: list[SourceModule])
     raise ContractError(f"base class {base!r} not found in the targets; pass it as pkg.module:{base}")
 
 
-# ------------------------------------------------------------------------------------------- checking
+# ------------------------------------------------------------------------------------- the hierarchy
 
 
-def _reaches(mro: list[Ref], contract: _Contract, method: str) -> bool:
-    """Whether the base's ``method`` still runs on this subclass: not overridden, or overrides call up."""
-    for ref in mro:
+class _Trees:
+    """The classes of the targets, their resolution orders, and which classes in the trees derive from which.
+
+    ``trees``: folders whose classes are contracts (the targets' top-level packages, the search roots,
+    ``--against`` packages); a base elsewhere (a third-party or stdlib class) is noted, never a contract.
+    """
+
+    def __init__(self, index: SourceIndex, modules: list[SourceModule], trees: list[Path]) -> None:
+        self.index = index
+        self.targets = [ref for module in modules for ref in module.refs()]
+        self.target_files = {m.path for m in modules}
+        self.target_files |= {t for t in trees if t.suffix == ".py"}
+        self.tree_prefixes = tuple(dict.fromkeys(str(t).rstrip(os.sep) + os.sep for t in trees if t.suffix != ".py"))
+        self.mros = {ref: index.mro(ref) for ref in self.targets}
+        self.subclasses: dict[Ref, list[Ref]] = defaultdict(list)
+        self.outside: dict[str, list[str]] = defaultdict(list)  # base label -> classes deriving from it
+        for ref in self.targets:
+            for parent in self.mros[ref][1:]:
+                if parent.node is not None and self.local(parent):
+                    self.subclasses[parent].append(ref)
+                elif parent.module != "builtins":
+                    self.outside[self._outside_label(parent)].append(ref.name)
+        self._resolved: dict[tuple[Ref, str, int], Ref | None] = {}
+        self.entered: dict[tuple[Ref, str], bool] = {}
+        self._occurrences: dict[str, list[tuple[SourceModule, int]]] | None = None
+
+    def occurrences(self) -> dict[str, list[tuple[SourceModule, int]]]:
+        """Every ``.NAME(`` in the files read, by NAME (built once, after every file is read)."""
+        if self._occurrences is None:
+            found: dict[str, list[tuple[SourceModule, int]]] = defaultdict(list)
+            for module in self.index.parsed:
+                for name, lines in module.method_calls().items():
+                    found[name] += [(module, line) for line in lines]
+            self._occurrences = found
+        return self._occurrences
+
+    def local(self, ref: Ref) -> bool:
+        if ref.path is None:
+            return False
+        return ref.path in self.target_files or str(ref.path).startswith(self.tree_prefixes)
+
+    def _outside_label(self, ref: Ref) -> str:
+        if ref.path is not None:
+            return f"{ref.label} (in {display_path(str(ref.path))})"
+        if ref.module.startswith("."):
+            return f"{ref.name} (from {ref.module}: not found)"
+        return f"{ref.label.replace('?:', '')} (not found)"
+
+    def mro(self, ref: Ref) -> list[Ref]:
+        found = self.mros.get(ref)
+        if found is None:
+            found = self.mros[ref] = self.index.mro(ref)
+        return found
+
+    def resolve(self, ref: Ref, name: str, after: Ref | None = None) -> Ref | None:
+        """The class in ``ref``'s resolution order that defines ``name`` (after ``after``, for ``super()``)."""
+        key = (ref, name, id(after.node) if after is not None and after.node is not None else 0)
+        if key in self._resolved:
+            return self._resolved[key]
+        order = self.mro(ref)
+        if after is not None:
+            order = order[order.index(after) + 1 :] if after in order else []
+        found = next((r for r in order if r.node is not None and name in members(r.node)), None)
+        self._resolved[key] = found
+        return found
+
+
+def _reaches(trees: _Trees, sub: Ref, caller: Ref, method: str) -> bool:
+    """Whether ``caller``'s ``method`` still runs on ``sub``: not overridden, or every override calls up."""
+    own = set(trees.mro(caller))
+    for ref in trees.mro(sub):
         if ref.node is None:
             continue
         member = _class_member(ref.node, method)
         if member is None:
             continue
-        if contract.defines(ref) or isinstance(member, str):
+        if ref in own or isinstance(member, str):
             return True
         if not calls_up(member, method):
             return False
     return True
 
 
-def _check_class(ref: Ref, mro: list[Ref], at: int, contract: _Contract, report: Report) -> list[Finding]:
-    findings: list[Finding] = []
-    label = contract.label
-    unknown = [r.name for r in mro[:at] if r.node is None and r.module != "builtins"]
-    if unknown:
-        report.notes.append(f"{ref.name}: cannot read {', '.join(unknown)}; methods defined there not checked")
-    for name, signature in contract.methods.items():
-        owner, found = _first_definition(mro[:at], name)
-        if isinstance(found, str):
-            report.notes.append(found)
-        elif found is not None:
-            findings += signature_findings(ref.name, name, signature, found, label)
-    for site in contract.sites:
-        search = mro[at + 1 :] if site.via == "super" else mro
-        owner, found = _first_definition(search, site.name)
-        if owner is None or contract.defines(owner):
-            continue  # the base's own method runs
-        if not _reaches(mro, contract, site.caller.rpartition(".")[2]):
-            continue  # the subclass replaced the method that makes the call
-        if isinstance(found, str):
-            if "property" in found:
-                report.notes.append(found)  # an assigned attribute (a class, a function) is no method to check
-        elif found is not None:
-            base_method = contract.site_methods[(site.name, site.via)]
-            findings += call_site_findings(ref.name, site, found, base_method, label)
-    # a signature finding that a call the base makes already shows (same method, same error) says less
-    shown = {(f.method, f.message) for f in findings if f.site_file}
-    return [f for f in findings if f.site_file or (f.method, f.message) not in shown]
+def _entered(trees: _Trees, sub: Ref, method: str, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether code in the trees can enter ``method`` on ``sub``: unless every ``.method(`` in the files read
+    is a ``self``/``super()`` call from a method that no longer runs on ``sub`` (the subclass overrode it
+    without calling up, or nothing enters that one either), it can. A dunder, or a name nothing in the trees
+    calls (a framework's entry point), is entered."""
+    if method.startswith("__") or method in seen:
+        return method not in seen
+    key = (sub, method)
+    if key in trees.entered:
+        return trees.entered[key]
+    trees.entered[key] = True  # a cycle: assume entered while deciding
+    occurrences = trees.occurrences().get(method, ())
+    own = re.compile(rf"\b(self|cls|super\(\))\.{re.escape(method)}\s*\(")
+    order = set(trees.mro(sub))
+    inside = False  # a self/super() call from the subclass's own hierarchy
+    found = False
+    for module, line in occurrences:
+        where = module.enclosing(line) if own.search(module.line(line)) else None
+        if where is None:
+            found = True  # called on another object, or outside any class: an entry point
+            break
+        cls, caller = where
+        if cls not in order:
+            continue  # another hierarchy's own call: it neither enters nor rules out
+        inside = True
+        if _reaches(trees, sub, cls, caller) and _entered(trees, sub, caller, seen | {method}):
+            found = True
+            break
+    found = found or not inside  # only the hierarchy's own calls, none of which runs here, rule it out
+    trees.entered[key] = found
+    return found
 
 
-def _discover(
-    modules: list[SourceModule], index: SourceIndex, roots: list[Path]
-) -> tuple[list[Ref], list[str], list[str]]:
-    """Every class that a target class derives from and that the targets, their own packages or the search
-    roots define (a library's classes on ``sys.path`` are not contracts here).
+def _generic(method: Method) -> bool:
+    """A hook declared ``(self, *args, **kwargs)``: any narrowing of it is by design."""
+    kinds = [p.kind for p in method.params]
+    return kinds == [inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD]
 
-    Returns the bases, the bases found elsewhere or nowhere (``Class(module:Base ...)``, for the error
-    message) and notes. A base missing from the targets' own package (the file is gone) is an error.
-    """
-    target_files = {m.path for m in modules}
-    packages = {(m.dotted.partition(".")[0], dotted_name(m.path)[1]) for m in modules if "." in m.dotted}
-    packages |= {(m.dotted, dotted_name(m.path)[1]) for m in modules if m.path.name == "__init__.py"}
-    own_tops = {top for top, _ in packages}
 
-    def local(path: Path | None) -> bool:
-        if path is None:
-            return False
-        if path in target_files or any(path.is_relative_to(r) for r in roots):
-            return True
-        dotted, root = dotted_name(path)
-        return (dotted.partition(".")[0], root) in packages
+# ------------------------------------------------------------------------------------------ call sites
 
-    bases: dict[Ref, None] = {}
-    elsewhere: list[str] = []
-    notes: list[str] = []
-    for module in modules:
-        for node in module.classes:
-            ref = Ref(node.name, module.dotted, module.path, node)
-            for parent in index.mro(ref)[1:]:
-                if parent.node is not None and local(parent.path):
-                    bases.setdefault(parent)
-                    continue
-                if parent.module == "builtins":
-                    continue
-                label = parent.label.replace("?:", "")
-                if parent.path is not None:
-                    elsewhere.append(f"{node.name}({label} in {display_path(str(parent.path))})")
-                    continue
-                elsewhere.append(f"{node.name}({label} not found)")
-                if parent.module.startswith(".") or parent.module.partition(".")[0] in own_tops:
-                    raise ContractError(
-                        f"base class {label} of {node.name} ({display_path(str(module.path))}:{node.lineno}) not found"
-                    )
-                notes.append(f"{node.name}: base {label} not found (pass its root with --search-path); not checked")
-    return list(bases), elsewhere, notes
+
+def _overridden_names(trees: _Trees) -> set[str]:
+    """The method names a call can reach in another class than its receiver's: those some target class
+    defines over a base in the trees, and those of a mixin after such a base (``super()`` reaches it)."""
+    names: set[str] = set()
+    for ref in trees.targets:
+        order = trees.mro(ref)
+        seen_base = False
+        if len(order) == 1:
+            continue
+        for i, cls in enumerate(order):
+            if cls.node is not None and (i == 0 or seen_base):  # the target, or a class after a base in its order
+                names.update(n for n, m in members(cls.node).items() if not isinstance(m, str))
+            if i and cls.node is not None and cls in trees.subclasses:
+                seen_base = True
+    return names
+
+
+def _sites(trees: _Trees, bases: list[Ref], wanted: set[str]) -> list[tuple[CallSite, Ref]]:
+    """Every call on a receiver whose class is a base (with subclasses in the targets), with that class."""
+    index = trees.index
+    base_set = set(bases)
+    base_names = {b.name for b in bases}
+    out: list[tuple[CallSite, Ref]] = []
+    attr_cache: dict[tuple[Ref, str], list[tuple[Ref, bool]]] = {}
+
+    def attr_classes(cls: Ref, attr: str) -> list[tuple[Ref, bool]]:
+        key = (cls, attr)
+        if key not in attr_cache:
+            found: list[tuple[Ref, bool]] = []
+            for owner in trees.mro(cls):
+                annotation = attribute_types(owner.node).get(attr) if owner.node is not None else None
+                if annotation is not None and owner.path is not None:
+                    module = index.module(owner.path)
+                    if module is not None and annotation_names(annotation) & base_names:
+                        refs, container = annotation_classes(index, module, annotation, owner.scope)
+                        found = [(r, container) for r in refs]
+                    break
+            attr_cache[key] = found
+        return attr_cache[key]
+
+    def typed(cls: Ref | None, module: SourceModule, site: CallSite, receiver: Receiver) -> list[Ref]:
+        if receiver.kind in ("self", "type", "super"):
+            return [cls] if cls is not None and cls in base_set else []
+        if receiver.kind == "attr" and cls is not None:
+            found = attr_classes(cls, receiver.attr)
+        elif receiver.kind == "param" and receiver.annotation is not None:
+            if not annotation_names(receiver.annotation) & base_names:
+                return []
+            refs, container = annotation_classes(index, module, receiver.annotation, cls.scope if cls else None)
+            found = [(r, container) for r in refs]
+        else:
+            return []
+        return [r for r, container in found if container == receiver.item and r in base_set]
+
+    for module in index.parsed:
+        by_name = module.method_calls()
+        lines = sorted({line for name in wanted.intersection(by_name) for line in by_name[name]})
+        if not lines:
+            continue
+        classes = {id(ref.node): ref for ref in module.refs()}
+        for node, _, _ in module.class_nodes:
+            cls = classes[id(node)]
+            for statement in node.body:
+                if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    for site, receiver in function_calls(statement, str(module.path), cls.name, wanted, True, lines):
+                        out += [(site, r) for r in typed(cls, module, site, receiver)]
+        for statement in module.tree.body:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and _annotated_with(
+                statement, base_names
+            ):
+                for site, receiver in function_calls(statement, str(module.path), "", wanted, False, lines):
+                    out += [(site, r) for r in typed(None, module, site, receiver)]
+    return out
+
+
+def _annotated_with(function: ast.FunctionDef | ast.AsyncFunctionDef, names: set[str]) -> bool:
+    args = function.args
+    return any(
+        a.annotation is not None and annotation_names(a.annotation) & names
+        for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]
+    )
+
+
+def _caller_ref(trees: _Trees, site: CallSite, receiver_class: Ref) -> Ref | None:
+    """The class whose method makes a ``self``/``super()`` call (the receiver's class itself)."""
+    return receiver_class if site.via in ("self", "type", "super") else None
+
+
+# -------------------------------------------------------------------------------------------- checking
+
+
+def _named(method: Method | str | None) -> set[str]:
+    if not isinstance(method, Method):
+        return set()
+    return {
+        p.name for p in method.params if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    }
+
+
+def _own_protocols(trees: _Trees, sites: list[tuple[CallSite, Ref]]) -> dict[tuple[int, str], CallSite]:
+    """Overrides that a call in the trees uses in their own protocol: by keywords the method they override
+    does not name (``forward_decode(..., mixed_qkv=...)`` on a linear-attention backend), or with arguments
+    named as the override's parameters at positions where the overridden method has others."""
+    evidence: dict[tuple[int, str], CallSite] = {}
+    for site, receiver_class in sites:
+        base_owner = trees.resolve(receiver_class, site.name, receiver_class if site.via == "super" else None)
+        for cls in (receiver_class, *trees.subclasses.get(receiver_class, ())):
+            owner = trees.resolve(cls, site.name)
+            if owner is None or (id(owner.node), site.name) in evidence:
+                continue
+            reference = base_owner if owner != base_owner else trees.resolve(owner, site.name, owner)
+            method = source_method(owner, site.name)
+            if reference is None or not isinstance(method, Method):
+                continue
+            overridden = source_method(reference, site.name)
+            own = _named(method) - _named(overridden)
+            mine = [p.name for p in method.params if p.kind in _POSITIONAL]
+            theirs = (
+                [p.name for p in overridden.params if p.kind in _POSITIONAL] if isinstance(overridden, Method) else []
+            )
+            placed = sum(
+                1
+                for i, name in enumerate(site.arg_names)
+                if name and i < len(mine) and mine[i] == name and (i >= len(theirs) or theirs[i] != name)
+            )
+            if own & set(site.keywords) or placed >= 2:
+                evidence[(id(owner.node), site.name)] = site
+    return evidence
+
+
+def _breaks(
+    trees: _Trees, sites: list[tuple[CallSite, Ref]], within: set[Ref] | None
+) -> tuple[list[Finding], list[Finding]]:
+    """The breaks, and the findings on redesigned overrides (calls in the base's protocol), which are drift."""
+    grouped: dict[tuple, tuple[Finding, list[str]]] = {}
+    protocols = _own_protocols(trees, sites)
+    for site, receiver_class in sites:
+        caller = _caller_ref(trees, site, receiver_class)
+        own = set(trees.mro(receiver_class))
+        after = receiver_class if site.via == "super" else None
+        base_owner = trees.resolve(receiver_class, site.name, after)
+        base_found = source_method(base_owner, site.name) if base_owner is not None else None
+        base_method = base_found if isinstance(base_found, Method) else None
+        if base_owner is None and site.via in ("attr", "param"):
+            continue  # the annotated class has no such method: the caller means another class
+        if base_method is not None and not _takes(site, base_method):
+            continue  # the receiver's own method rejects the call: the caller means another class, not this contract
+        for sub in trees.subclasses.get(receiver_class, ()):
+            if within is not None and sub not in within:
+                continue
+            owner = trees.resolve(sub, site.name, receiver_class if site.via == "super" else None)
+            if owner is None or owner in own:
+                continue  # the base's own method runs
+            calling = site.caller.rpartition(".")[2]
+            if caller is not None and not _reaches(trees, sub, caller, calling):
+                continue  # the subclass replaced the method that makes the call
+            if caller is not None and not _entered(trees, sub, calling):
+                continue  # nothing in the trees enters the calling method on this subclass
+            found = source_method(owner, site.name)
+            if not isinstance(found, Method) or _ignored(trees, owner, found):
+                continue
+            for finding in call_site_findings(owner.name, site, found, base_method, receiver_class.label):
+                key = (id(owner.node), site.name, site.file, site.line, finding.kind, finding.message)
+                if key not in grouped:
+                    grouped[key] = (finding, [])
+                grouped[key][1].append(sub.name)
+    breaks, redesigned = [], []
+    for key, (finding, subs) in grouped.items():
+        evidence = protocols.get((key[0], key[1]))
+        if (
+            evidence is not None
+            and finding.kind in (REORDERED, MISSING, RENAMED)
+            and evidence.line != finding.site_line
+        ):
+            text = f"{finding.message} (a redesign: {evidence.file_line} calls it by its own keywords)"
+            redesigned.append(_with(replace(finding, message=text), DRIFT, subs))
+        else:
+            breaks.append(_with(finding, BREAK, subs))
+    return breaks, redesigned
+
+
+def _takes(site: CallSite, method: Method) -> bool:
+    """Whether a method can take the call at all (unpacked arguments may fill anything)."""
+    if site.star or site.starstar:
+        return True
+    return not call_site_findings("", site, method, None)
+
+
+def _with(finding: Finding, tier: str, subclasses: list[str]) -> Finding:
+    return replace(finding, tier=tier, subclasses=tuple(dict.fromkeys(subclasses)))
+
+
+def _drift(trees: _Trees, within: set[Ref] | None, methods: Sequence[str] | None) -> list[Finding]:
+    """Public overrides whose signature differs from the method they override, with no call to show it."""
+    out: list[Finding] = []
+    for ref in trees.targets:
+        if ref.node is None or (within is not None and ref not in within):
+            continue
+        for name, member in members(ref.node).items():
+            if isinstance(member, str) or name.startswith("_") or (methods is not None and name not in methods):
+                continue
+            if {decorator_name(d) for d in member.decorator_list} & NOT_METHODS:
+                continue
+            parent = trees.resolve(ref, name, ref)
+            while parent is not None and not trees.local(parent):  # a library class in between: look past it
+                parent = trees.resolve(ref, name, parent)
+            if parent is None:
+                continue
+            base_method = source_method(parent, name)
+            override = source_method(ref, name)
+            if not isinstance(base_method, Method) or not isinstance(override, Method) or _generic(base_method):
+                continue
+            if _ignored(trees, ref, override):
+                continue
+            findings = signature_findings(ref.name, name, base_method, override, parent.label)
+            if findings:
+                heirs = [ref.name] + [s.name for s in trees.subclasses.get(ref, ()) if trees.resolve(s, name) == ref]
+                out += [_with(f, DRIFT, heirs) for f in findings]
+    return out
+
+
+def _package_of(index: SourceIndex, path: Path) -> Path:
+    """The folder of the top-level package a file belongs to (the file itself when it is in none)."""
+    dotted = index.dotted(path)
+    if "." not in dotted and path.name != "__init__.py":
+        return path
+    return index.root_of(path) / dotted.partition(".")[0]
+
+
+IGNORE = "check-contracts: ignore"
+"""A comment on an override's ``def`` line or its class's line that leaves it out (a deliberate break)."""
+
+
+def _ignored(trees: _Trees, owner: Ref, method: Method) -> bool:
+    module = trees.index.module(owner.path) if owner.path is not None else None
+    if module is None or owner.node is None:
+        return False
+    return IGNORE in module.line(method.line or 0) or IGNORE in module.line(owner.node.lineno)
+
+
+def _within(trees: _Trees, base: Ref) -> set[Ref]:
+    return set(trees.subclasses.get(base, ()))
+
+
+def _grouped_note(title: str, items: dict[str, list[str]]) -> str:
+    ranked = sorted(items.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    shown = [f"{label} x{len(set(classes))}" for label, classes in ranked[:_MAX_NOTE_ITEMS]]
+    more = f", and {len(ranked) - _MAX_NOTE_ITEMS} more" if len(ranked) > _MAX_NOTE_ITEMS else ""
+    return f"{title}: {', '.join(shown)}{more}"
 
 
 def check(
@@ -286,19 +542,41 @@ def check(
     methods: Sequence[str] | None = None,
     *,
     search_path: Sequence[str | os.PathLike] = (),
+    against: Iterable[str] = (),
+    calls_from: Sequence[str | os.PathLike] = (),
 ) -> Report:
-    """Check every subclass of ``base`` found in ``target`` against what the base promises and calls.
+    """Check every subclass found in ``target`` against the calls made on it in the trees (breaks) and the
+    signatures it overrides (drift).
 
     ``target``: a module object, a dotted module name (a package means all its files), a file or directory
     path, or a list of these; every file is read from source, none is imported. ``base``: a class,
     ``"pkg.mod:Class"``, a bare class name the targets import or define, or None: then every class that a
-    target class derives from and that the targets or ``search_path`` define is a base. ``methods``: the
-    methods to check (default: every public method of the base, and every method the base calls on
-    itself, private ones included). ``search_path``: extra roots for resolving imports.
+    target class derives from and that the trees define is a base. ``methods``: only these methods.
+    ``search_path``: extra roots for resolving imports, whose classes are contracts too (an engine unpacked
+    elsewhere). ``against``: installed packages (or their folders) whose classes are contracts and whose
+    every file is read for the calls it makes: a plugin against the engine it extends. ``calls_from``:
+    more folders or files read for calls only (the targets and the files of their bases always are).
 
     Raises :class:`ContractError` for a target that does not exist or parse, a base that cannot be found,
     and a base with no subclass in the targets.
     """
+    enabled = gc.isenabled()
+    gc.disable()  # the trees' millions of nodes stay alive for the whole run: collecting them is wasted time
+    try:
+        return _check(target, base, methods, search_path, list(against), calls_from)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _check(
+    target: Target | Sequence[Target],
+    base: type | str | None,
+    methods: Sequence[str] | None,
+    search_path: Sequence[str | os.PathLike],
+    against: list[str],
+    calls_from: Sequence[str | os.PathLike],
+) -> Report:
     start = time.perf_counter()
     targets: list[Target] = list(target) if isinstance(target, (list, tuple)) else [target]  # type: ignore[list-item]
     roots = [Path(p).resolve() for p in search_path]
@@ -306,74 +584,124 @@ def check(
         if not root.is_dir():
             raise ContractError(f"--search-path {display_path(str(root))} is not a folder")
     index = SourceIndex(roots)
-    files = list(dict.fromkeys(path for t in targets for path in _expand(t, index)))
-    index.add_roots([dotted_name(p)[1] for p in files])  # a base named pkg.mod resolves as the targets import
+    expanded = [(t, _expand(t, index)) for t in targets]
+    files = list(dict.fromkeys(path for _, paths in expanded for path in paths))
+    named = {paths[0] for t, paths in expanded if len(paths) == 1 and not Path(str(t)).is_dir()}
     modules = [index.module(path) for path in files]
-    broken = [f"{display_path(str(p))} ({index.errors[p]})" for p, m in zip(files, modules, strict=True) if m is None]
-    if broken:
-        raise ContractError(f"target file does not parse: {'; '.join(broken)}")
     parsed = [m for m in modules if m is not None]
-    own = False  # the bases are the installed workbench's, not the targets'
-    if base is not None:
-        bases = [_base_ref(base, index, parsed)]
+    unparsed = [p for p, m in zip(files, modules, strict=True) if m is None]
+    broken = [f"{display_path(str(p))} ({index.errors[p]})" for p in unparsed]
+    if unparsed and (not parsed or named & set(unparsed)):  # a file named on its own must parse
+        raise ContractError(f"target file does not parse: {'; '.join(broken)}")
+    index.infer_roots(parsed)
+    index.add_roots([m.root for m in parsed])  # a base named pkg.mod resolves as the targets import it
+    packages = [_package_folder(name, index) for name in against]
+    index.add_roots([p.parent for p in packages])  # the targets import the engine by its package name
+    callers = [*packages]
+    for extra in calls_from:
+        path = Path(extra).resolve()
+        if not path.exists():
+            raise ContractError(f"--calls-from {display_path(str(path))} does not exist")
+        callers.append(path)
+    trees = [*roots, *packages]
+    trees += [_package_of(index, m.path) for m in parsed]
+    notes: list[str] = []
+    if broken:
+        notes.append(f"{len(broken)} file(s) do not parse on this Python and were skipped: {'; '.join(broken[:3])}")
+    own = False
+    base_ref = _base_ref(base, index, parsed) if base is not None else None
+    if base_ref is not None:  # named explicitly: its package's classes, and its ancestors', are contracts
+        stdlib = sysconfig.get_paths()["stdlib"] + os.sep
+        for ref in index.mro(base_ref):
+            if ref.path is not None and not str(ref.path).startswith(stdlib):
+                trees.append(_package_of(index, ref.path))
+    state = _Trees(index, parsed, trees)
+    if base_ref is not None:
+        within: set[Ref] | None = _within(state, base_ref)
+        if not state.subclasses.get(base_ref):
+            where = ", ".join(display_path(str(t)) if not isinstance(t, ModuleType) else t.__name__ for t in targets)
+            raise NothingToCheck(f"no subclass of {base_ref.label} found in {where}")
+        label = base if isinstance(base, str) and ":" in base else base_ref.label
     else:
-        bases, elsewhere, discovery_notes = _discover(parsed, index, roots)
-        if not bases:  # a user's file on the workbench's own classes: check against those
-            bases, _, discovery_notes = _discover(parsed, index, [*roots, WORKBENCH_ROOT])
-            own = bool(bases)
-            if bases:
-                names = ", ".join(dict.fromkeys(ref.label for ref in bases))
-                discovery_notes.append(f"no base class in the targets: checked against the workbench's own {names}")
-        if not bases:
-            hint = f"; found elsewhere or not at all: {', '.join(dict.fromkeys(elsewhere))}" if elsewhere else ""
+        within = None
+        if not state.subclasses:  # a user's file on the workbench's own classes: check against those
+            fallback = _Trees(index, parsed, [*trees, WORKBENCH_ROOT])
+            if fallback.subclasses:
+                state, own = fallback, True
+                names = ", ".join(dict.fromkeys(ref.label for ref in state.subclasses))
+                notes.append(f"no base class in the targets: checked against the workbench's own {names}")
+        if not state.subclasses:
+            hint = ""
+            if state.outside:
+                hint = "; their bases are outside the trees: " + ", ".join(list(state.outside)[:_MAX_NOTE_ITEMS])
             raise NothingToCheck(
                 "no class in the targets derives from a class defined in the targets or on the search path"
                 f"{hint}; pass the base's root with --search-path DIR, or --base pkg.mod:Class"
             )
-    contracts = [_contract(ref, index, methods, strict=base is not None) for ref in bases]
-    if base is None and methods is not None:  # with --base, _contract already refused a name the base lacks
+        label = "the workbench's own base classes" if own else "every base class in the trees"
+    if state.outside and base is None:
+        notes.append(_grouped_note("bases outside the trees, not checked (class count)", state.outside))
+    bases = [b for b in state.subclasses if within is None or b in within or any(b in state.mro(w) for w in within)]
+    wanted = _overridden_names(state)
+    if methods is not None:
+        known = wanted | {n for b in bases if b.node for n in members(b.node)}
         for name in methods:
-            if not any(name in c.methods or any(s.name == name for s in c.sites) for c in contracts):
-                names = ", ".join(c.label for c in contracts)
+            if name not in known:
+                names = ", ".join(b.label for b in bases[:_MAX_NOTE_ITEMS])
                 raise ContractError(f"--method {name!r}: no base class found ({names}) defines or calls it")
-    if base is None:
-        label = "the workbench's own base classes" if own else "every base class in the targets"
-    else:
-        label = base if isinstance(base, str) and ":" in base else contracts[0].label
+        wanted &= set(methods)
+    if any(b.path is not None and b.path.is_relative_to(WORKBENCH_ROOT) for b in bases):
+        callers.append(WORKBENCH_ROOT)  # the runner, the zoo: where the workbench calls a backend
+    for folder in dict.fromkeys(callers):  # read for the calls they make; their classes are not checked
+        for path in python_files(folder) if folder.is_dir() else [folder]:
+            index.module(path)
+    sites = _sites(state, bases, wanted)
+    breaks, redesigned = _breaks(state, sites, within)
+    drift = redesigned + _drift(state, within, methods)
+    if redesigned:
+        names = ", ".join(dict.fromkeys(f"{f.cls}.{f.method}" for f in redesigned))
+        notes.append(
+            f"{len(redesigned)} call(s) in a base's protocol reach overrides that redesign it and are called "
+            f"by their own keywords elsewhere ({names}): counted as drift"
+        )
+    shown = {(f.file, f.line, f.method, f.message) for f in breaks}
+    drift = [f for f in drift if (f.file, f.line, f.method, f.message) not in shown]
     report = Report(label)
     report.files = [str(p) for p in files]
-    report.notes += discovery_notes if base is None else []
-    seen: set[tuple[str | int | None, ...]] = set()
-    for module in parsed:
-        for node in module.classes:
-            ref = Ref(node.name, module.dotted, module.path, node)
-            mro = index.mro(ref)
-            for contract in contracts:
-                at = next((i for i, r in enumerate(mro) if r == contract.ref), None)
-                if not at:
-                    continue
-                contract.subclasses.append(ref.name)
-                for finding in _check_class(ref, mro, at, contract, report):
-                    key: tuple[str | int | None, ...] = (finding.file, finding.cls, finding.method)
-                    key += (finding.site_file, finding.site_line, finding.kind, finding.param, finding.message)
-                    if key not in seen:
-                        seen.add(key)
-                        report.findings.append(finding)
-    if base is not None and not contracts[0].subclasses:
-        where = ", ".join(display_path(str(t)) if not isinstance(t, ModuleType) else t.__name__ for t in targets)
-        raise NothingToCheck(f"no subclass of {contracts[0].label} found in {where}")
-    report.notes = list(dict.fromkeys(report.notes))
+    report.findings = sorted(breaks, key=_order) + sorted(drift, key=_order)
+    report.notes = list(dict.fromkeys(notes))
+    calls_by_base: dict[Ref, int] = defaultdict(int)
+    for _, receiver in sites:
+        calls_by_base[receiver] += 1
     report.contracts = [
         Contract(
-            c.label,
-            str(c.ref.path),
-            c.ref.node.lineno if c.ref.node else None,
-            tuple(c.methods),
-            len(c.sites),
-            tuple(c.subclasses),
-        )  # fmt: skip
-        for c in contracts
-        if c.subclasses and (base is not None or c.methods or c.sites)
+            label if b == base_ref else b.label,
+            str(b.path),
+            b.node.lineno if b.node else None,
+            _public(state, b, methods),
+            calls_by_base.get(b, 0),
+            tuple(dict.fromkeys(s.name for s in state.subclasses.get(b, ()))),
+        )
+        for b in ([base_ref] if base_ref is not None else bases)
     ]
+    report.classes = len(state.targets)
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _public(trees: _Trees, base: Ref, methods: Sequence[str] | None) -> tuple[str, ...]:
+    """The public methods a base defines or inherits from the trees (those ``methods`` names, if given)."""
+    names: dict[str, None] = {}
+    for ref in trees.mro(base):
+        if ref.node is None or not trees.local(ref):
+            continue
+        for name, member in members(ref.node).items():
+            if isinstance(member, str) or name.startswith("_") or (methods is not None and name not in methods):
+                continue
+            if not {decorator_name(d) for d in member.decorator_list} & NOT_METHODS:
+                names.setdefault(name)
+    return tuple(names)
+
+
+def _order(f: Finding) -> tuple:
+    return (f.file, f.line or 0, f.method, f.site_file, f.site_line or 0, f.kind)

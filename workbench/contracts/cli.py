@@ -1,7 +1,7 @@
 """``workbench check-contracts``: options, output formats (text, JSON, GitHub annotations), exit codes.
 
-Exit codes: 0 clean, 1 findings, 2 usage or lookup error (a target or base not found, a target file that
-does not parse, no subclass of the base found).
+Exit codes: 0 no breaks, 1 breaks (or drift, with ``--strict``), 2 usage or lookup error (a target or base
+not found, a target file that does not parse, no subclass of the base found).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from workbench.contracts.results import Report, display_path
 
 FORMATS = ("text", "json", "github")
 DESCRIPTION = (
-    "Report subclass methods that cannot take the calls their base class makes on itself "
-    "(self.NAME(...), private hooks included) or promises (its public signatures). Reads source; "
-    "imports nothing. Exit 0: clean, 1: findings, 2: usage or lookup error."
+    "Report the calls code in the trees makes (self.NAME(...), super(), private hooks, and calls through "
+    "annotated attributes and parameters) that an override cannot take: breaks. Signature differences no "
+    "call shows are drift, counted and listed with --drift. Reads source; imports nothing. "
+    "Exit 0: no breaks, 1: breaks (or drift with --strict), 2: usage or lookup error."
 )
 
 
@@ -56,6 +57,22 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="DIR",
         help="a root for resolving imports in the targets (repeatable), e.g. the engine's python/ folder",
     )
+    parser.add_argument(
+        "--against",
+        action="append",
+        default=[],
+        metavar="PACKAGE",
+        help="an installed package whose classes are contracts too (repeatable): a plugin against its engine",
+    )
+    parser.add_argument(
+        "--calls-from",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder (or file) read only for the calls it makes on the checked classes (repeatable)",
+    )
+    parser.add_argument("--drift", action="store_true", help="list the drift too, not only its count")
+    parser.add_argument("--strict", action="store_true", help="exit 1 on drift as well as on breaks")
     parser.add_argument("--method", action="append", dest="methods", help="check only this method (repeatable)")
     parser.add_argument(
         "--allow-nothing",
@@ -91,18 +108,22 @@ def _escape(text: str, property_value: bool = False) -> str:
     return text.replace(":", "%3A").replace(",", "%2C") if property_value else text
 
 
-def github_annotations(report: Report) -> str:
-    """One ``::error`` line per finding at the override, naming the base's call site; notes as notices."""
+def github_annotations(report: Report, drift: bool = False) -> str:
+    """One ``::error`` line per break at the override, naming the call site; drift (with ``drift``) as
+    warnings; notes as notices."""
     lines = [f"::notice::{_escape(note)}" for note in report.notes]
-    for f in report.findings:
+    for f in report.breaks + (report.drift if drift else []):
         where = f"file={_escape(display_path(f.file), True)}" + (f",line={f.line}" if f.line else "")
-        title = _escape(f"check-contracts {f.kind}", True)
+        title = _escape(f"check-contracts {f.tier} {f.kind}", True)
+        level = "error" if f.tier == "break" else "warning"
         text = f"{f.cls}.{f.method}: {f.message}"
         if f.site_file:
-            text += f" (base call at {display_path(f.site_file)}:{f.site_line}: {f.call})"
+            text += f" (call at {display_path(f.site_file)}:{f.site_line}: {f.call})"
         elif f.call:
             text += f" (call: {f.call})"
-        lines.append(f"::error {where},title={title}::{_escape(text)}")
+        if f.heirs:
+            text += f"; inherited by {', '.join(f.heirs)}"
+        lines.append(f"::{level} {where},title={title}::{_escape(text)}")
     lines.append(report.summary())
     return "\n".join(lines)
 
@@ -127,7 +148,10 @@ def run(args: argparse.Namespace) -> int:
     targets = args.targets or list(DEFAULT_TARGETS)
     base = args.base if args.base or args.targets else DEFAULT_BASE
     try:
-        report = check(targets, base, args.methods, search_path=args.search_path)
+        report = check(
+            targets, base, args.methods, search_path=args.search_path, against=args.against,
+            calls_from=args.calls_from,
+        )  # fmt: skip
     except NothingToCheck as exc:
         if not args.allow_nothing:
             return _error(str(exc), args.format)
@@ -138,10 +162,10 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(report.to_dict(), indent=2))
     elif args.format == "github":
-        print(github_annotations(report))
+        print(github_annotations(report, args.drift))
     else:
-        print(report)
-    return 0 if report.ok else 1
+        print(report.text(drift=args.drift))
+    return 1 if report.breaks or (args.strict and report.drift) else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,9 @@ and the :class:`Report` that holds them (text, JSON, GitHub annotations, and a n
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ CHANGED_DEFAULT = "changed-default"
 DROPPED_VARARGS = "dropped-varargs"
 DROPPED_VARKW = "dropped-varkw"
 NEW_REQUIRED = "new-required-parameter"
+SWALLOWED = "swallowed-keyword"
 KINDS = (
     MISSING,
     RENAMED,
@@ -26,16 +29,25 @@ KINDS = (
     DROPPED_VARARGS,
     DROPPED_VARKW,
     NEW_REQUIRED,
+    SWALLOWED,
 )
 """Every finding kind, for filtering and for documentation."""
+BREAK = "break"
+"""A call that code in the trees makes and that raises, misbinds, or silently changes meaning on the class."""
+DRIFT = "drift"
+"""A signature that differs from the method it overrides, where no call in the trees shows it."""
+TIERS = (BREAK, DRIFT)
 
 
 def display_path(file: str) -> str:
     """Relative to the working directory when under it, else as given."""
-    if not file:
-        return file
+    return _display_path(file, os.getcwd()) if file else file
+
+
+@lru_cache(maxsize=8192)
+def _display_path(file: str, cwd: str) -> str:
     try:
-        return str(Path(file).resolve().relative_to(Path.cwd().resolve()))
+        return str(Path(file).resolve().relative_to(Path(cwd).resolve()))
     except ValueError:
         return file
 
@@ -46,12 +58,14 @@ def _where(file: str, line: int | None) -> str:
 
 @dataclass(frozen=True)
 class Finding:
-    """One way a call the base makes (or promises) breaks, or silently changes meaning, on one subclass.
+    """One way a call breaks, or silently changes meaning, on the classes that share one override.
 
-    ``file``/``line``: the override's ``def``. ``site_file``/``site_line``: where the base makes the call
-    (empty for a public method's signature, whose callers are outside the base). ``message``: the
-    ``TypeError`` Python would raise, or what silently changes. ``params``: every argument of the call that
-    the override cannot take (Python names only the first).
+    ``tier``: ``"break"`` (a call in the trees, at ``site_file:site_line`` in ``caller``) or ``"drift"`` (a
+    signature difference no call shows; ``call`` is the call the overridden signature promises).
+    ``file``/``line``: the override's ``def``; ``cls``: the class that defines it; ``subclasses``: the
+    classes checked that get it (``cls`` first when it was checked itself). ``message``: the ``TypeError``
+    Python would raise, or what silently changes. ``params``: every argument of the call that the override
+    cannot take (Python names only the first).
     """
 
     file: str
@@ -66,8 +80,10 @@ class Finding:
     base: str = ""
     site_file: str = ""
     site_line: int | None = None
-    caller: str = ""  # the base method that makes the call
+    caller: str = ""  # the method that makes the call
     params: tuple[str, ...] = ()
+    tier: str = BREAK
+    subclasses: tuple[str, ...] = ()
 
     @property
     def breaks(self) -> bool:
@@ -77,17 +93,26 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["params"] = list(self.params)
+        data["subclasses"] = list(self.subclasses)
         return data
 
+    @property
+    def heirs(self) -> list[str]:
+        """The other classes that get this override."""
+        return [name for name in self.subclasses if name != self.cls]
+
     def __str__(self) -> str:
-        head = f"{_where(self.file, self.line)}: {self.cls}.{self.method} [{self.kind}]"
-        if self.owner and self.owner != self.cls:
-            head += f" (inherited from {self.owner})"
-        lines = [head]
+        override = f"{_where(self.file, self.line)} {self.cls}.{self.method} [{self.kind}]"
         if self.site_file:
-            lines.append(f"    base call: {_where(self.site_file, self.site_line)} in {self.caller}")
-        if self.call:
+            lines = [f"{_where(self.site_file, self.site_line)} in {self.caller}"]
             lines.append(f"    call:      {self.call}")
+            lines.append(f"    override:  {override}")
+        else:
+            lines = [f"{override} ({self.tier} from {self.base})" if self.base else f"{override} ({self.tier})"]
+            if self.call:
+                lines.append(f"    call:      {self.call}")
+        if self.heirs:
+            lines.append(f"    inherited: {', '.join(self.heirs)}")
         lines.append(f"    result:    {self.message}")
         if len(self.params) > 1:
             lines.append(f"    not taken: {', '.join(self.params)}")
@@ -122,11 +147,22 @@ class Report:
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    classes: int = 0
+
+    @property
+    def breaks(self) -> list[Finding]:
+        """The calls in the trees that break on a class they reach."""
+        return [f for f in self.findings if f.tier == BREAK]
+
+    @property
+    def drift(self) -> list[Finding]:
+        """Signature differences no call in the trees shows."""
+        return [f for f in self.findings if f.tier == DRIFT]
 
     @property
     def ok(self) -> bool:
-        """True when no subclass breaks a call its base makes or promises."""
-        return not self.findings
+        """True when no call in the trees breaks on a class it reaches (drift does not count)."""
+        return not self.breaks
 
     @property
     def checked(self) -> list[str]:
@@ -146,6 +182,8 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
+            "breaks": len(self.breaks),
+            "drift": len(self.drift),
             "base": self.base,
             "contracts": [asdict(c) for c in self.contracts],
             "findings": [f.to_dict() for f in self.findings],
@@ -155,50 +193,69 @@ class Report:
         }
 
     def summary(self) -> str:
-        """The last line of the text report."""
-        count = len(self.findings)
-        return "OK: no findings" if self.ok else f"{count} finding{'s' if count > 1 else ''}"
+        """The last line of the text report: breaks, and the drift count."""
+        breaks, drift = len(self.breaks), len(self.drift)
+        head = "OK: no breaks" if self.ok else f"{breaks} break{'s' if breaks != 1 else ''}"
+        return head + f"; {drift} drift (signature differences no call in the trees shows; --drift lists them)"
 
-    def __str__(self) -> str:
-        lines = []
-        for c in self.contracts:
-            what = ", ".join(c.methods) or "(no public methods)"
-            lines.append(f"contract of {c.base}: {what}; {c.call_sites} call(s) on itself")
-            lines.append(f"  checked {len(c.subclasses)} subclass(es): {', '.join(c.subclasses)}")
+    def text(self, drift: bool = False) -> str:
+        """Breaks grouped under the class that defines the override, call site first; drift when asked."""
+        lines = [
+            f"checked {self.classes} classes in {len(self.files)} files against {len(self.contracts)} bases "
+            f"({self.seconds:.1f} s)"
+        ]
+        if len(self.contracts) == 1 and 0 < len(self.contracts[0].subclasses) <= _LISTED:
+            lines.append(f"subclasses of {self.contracts[0].base}: {', '.join(self.contracts[0].subclasses)}")
         lines += [f"note: {note}" for note in self.notes]
-        lines += [str(finding) for finding in self.findings]
+        for title, findings in (("break", self.breaks), ("drift", self.drift if drift else [])):
+            groups: dict[tuple[str, str], list[Finding]] = {}
+            for f in findings:
+                groups.setdefault((f.cls, f.file), []).append(f)
+            for (cls, file), group in groups.items():
+                lines.append(f"{title} in {cls} ({display_path(file)}):")
+                lines += ["  " + str(f).replace("\n", "\n  ") for f in group]
         lines.append(self.summary())
         return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
 
     def __repr__(self) -> str:
         return (
             f"<Report {self.base}: {len(self.checked)} subclass(es) in {len(self.files)} file(s), "
-            f"{len(self.findings)} finding(s)>"
+            f"{len(self.breaks)} break(s), {len(self.drift)} drift>"
         )
 
     def _repr_html_(self) -> str:
         head = html.facts({"base": self.base, "subclasses": len(self.checked), "files": len(self.files)})
         parts = [html.badge(self.ok, self.summary()), head, *(html.note(n) for n in self.notes)]
-        if self.findings:
-            parts.append(_table(self.findings))
+        if self.breaks:
+            parts.append(_table(self.breaks))
+        if self.drift:
+            parts.append(html.note(f"{len(self.drift)} drift (signature differences no call in the trees shows):"))
+            parts.append(_table(self.drift))
         return html.block(*parts, title="Contract check")
 
 
-_COLUMNS = ("class.method", "kind", "override", "base call", "call", "result")
+_LISTED = 20
+"""The most subclasses the text report names (with one base)."""
+_COLUMNS = ("tier", "class.method", "kind", "override", "call site", "call", "result", "inherited by")
 
 
 def _table(findings: list[Finding]) -> str:
-    """One row per finding: calls that raise as failures, silent changes of meaning as warnings."""
+    """One row per finding: breaks that raise as failures, silent changes and drift as warnings."""
     rows = [
         [
-            f"{f.cls}.{f.method}" + (f" (from {f.owner})" if f.owner and f.owner != f.cls else ""),
+            f.tier,
+            f"{f.cls}.{f.method}",
             f.kind,
             _where(f.file, f.line),
-            _where(f.site_file, f.site_line) if f.site_file else "(public signature)",
+            f"{_where(f.site_file, f.site_line)} in {f.caller}" if f.site_file else "(overridden signature)",
             f.call,
             f.message,
+            ", ".join(f.heirs),
         ]
         for f in findings
     ]
-    kinds = ["fail" if f.breaks else "warn" for f in findings]
+    kinds = ["fail" if f.tier == BREAK and f.breaks else "warn" for f in findings]
     return html.table(_COLUMNS, rows, row_kinds=kinds, left=_COLUMNS)

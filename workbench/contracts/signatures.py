@@ -26,7 +26,9 @@ from workbench.contracts.results import (
     NEW_REQUIRED,
     RENAMED,
     REORDERED,
+    SWALLOWED,
     Finding,
+    display_path,
 )
 
 _P = inspect.Parameter
@@ -58,6 +60,8 @@ class Method:
     kind: str
     file: str
     line: int | None
+    reads: frozenset[str] = frozenset()  # keys the body reads from its **kwargs (when it has them)
+    uses: frozenset[str] = frozenset()  # the parameters the body reads (when it has **kwargs)
 
     @property
     def bound(self) -> bool:
@@ -342,11 +346,14 @@ def compare_signatures(
 
 @dataclass(frozen=True)
 class CallSite:
-    """A call the base class makes on itself, read from its source.
+    """A call that code in the trees makes on an object whose class it knows, read from source.
 
-    ``via``: ``"self"`` (``self.NAME(...)``), ``"super"`` (``super().NAME(...)``) or ``"type"``
-    (``type(self).NAME(...)``, ``cls.NAME(...)`` in a classmethod: a plain function then gets no self).
-    ``positional``: explicit positional arguments; ``star``/``starstar``: ``*args``/``**kwargs`` unpacked.
+    ``via``: ``"self"`` (``self.NAME(...)``), ``"super"`` (``super().NAME(...)``), ``"type"``
+    (``type(self).NAME(...)``, ``cls.NAME(...)`` in a classmethod: a plain function then gets no self),
+    ``"attr"`` (``self.backend.NAME(...)``, ``self.backends[i].NAME(...)``: an annotated attribute) or
+    ``"param"`` (``backend.NAME(...)``: an annotated parameter). ``positional``: explicit positional
+    arguments; ``star``/``starstar``: ``*args``/``**kwargs`` unpacked. ``cls``: the class whose method makes
+    the call (empty in a plain function).
     """
 
     file: str
@@ -360,6 +367,11 @@ class CallSite:
     star: bool
     starstar: bool
     text: str
+    arg_names: tuple[str | None, ...] = ()  # each positional argument's name, when it is a plain name
+
+    @property
+    def file_line(self) -> str:
+        return f"{display_path(self.file)}:{self.line}"
 
 
 _UNEXPECTED = re.compile(r"unexpected keyword argument '([^']+)'")
@@ -427,6 +439,9 @@ def call_site_findings(
     ]
     if moved:
         return [finding(REORDERED, None, "no exception, but " + "; ".join(moved))]
+    swallow = _swallowed(site, override, base, landed, keywords, set(slots[: site.positional]))
+    if swallow is not None:
+        return [finding(SWALLOWED, *swallow)]
     if base is None or site.star or site.starstar:
         return []
     passed = set(slots[: site.positional]) | set(site.keywords)
@@ -442,3 +457,57 @@ def call_site_findings(
             )
             out.append(finding(CHANGED_DEFAULT, bp.name, text))
     return out
+
+
+def _swallowed(
+    site: CallSite,
+    override: Method,
+    base: Method | None,
+    landed: dict[int, str],
+    keywords: dict[str, Any],
+    passed_positionally: set[str],
+) -> tuple[str, str, tuple[str, ...]] | None:
+    """A keyword the override's ``**kwargs`` swallows while its body reads, under the old name, what the
+    call no longer passes: a key of the ``**kwargs`` or a parameter the base does not have (a rename)."""
+    varkw = next((p.name for p in override.params if p.kind is _P.VAR_KEYWORD), None)
+    if varkw is None or site.starstar:
+        return None
+    # a keyword the body reads from **kwargs is not lost; a key the base's own signature names is an
+    # optional argument this call leaves out, not a rename
+    swallowed = tuple(k for k in site.keywords if landed[id(keywords[k])] == f"**{varkw}" and k not in override.reads)
+    if not swallowed:
+        return None
+    passed = set(site.keywords) | passed_positionally
+    head = f"no exception, but **{varkw} swallows {', '.join(map(repr, swallowed))} while the body reads"
+    keys = sorted(override.reads - passed - ({p.name for p in base.params} if base is not None else set()))
+    if keys:
+        read = ", ".join(f"{varkw}[{k!r}]" for k in keys)
+        return keys[0], f"{head} {read}, which this call does not pass", swallowed
+    if base is None:
+        return None
+    own = {p.name for p in base.params}
+    old = sorted(
+        p.name for p in override.params
+        if p.name in override.uses and p.name not in own and p.name not in passed and p.default is not _EMPTY
+    )  # fmt: skip
+    if old:
+        names = ", ".join(map(repr, old))
+        text = f"{head} {names}, which the base no longer has and this call does not pass: it keeps its default"
+        return old[0], text, swallowed
+    return None
+    own = {p.name for p in base.params}
+    old = sorted(
+        p.name for p in override.params
+        if p.name in override.uses and p.name not in own and p.name not in passed and p.default is not _EMPTY
+    )  # fmt: skip
+    if old:
+        names = ", ".join(map(repr, old))
+        return (
+            old[0],
+            (
+                f"no exception, but **{varkw} swallows {', '.join(map(repr, swallowed))} while the body reads "
+                f"{names}, which the base no longer has and this call does not pass: it keeps its default"
+            ),
+            swallowed,
+        )
+    return None

@@ -1,8 +1,10 @@
 """Reading classes from source: each file parsed once, base classes resolved by name across files.
 
 Nothing is imported: engine code that imports a missing device library (``torch_npu``, ``sgl_kernel_npu``)
-or a dozen engine modules reads just as well. Names are resolved the way Python would import them, from the
-file's own package root, then the extra search roots, then ``sys.path``.
+or a dozen engine modules reads just as well. Names are resolved the way Python would import them: from the
+file's root (the folder that holds its top-level package, found from ``__init__.py`` files or, for PEP 420
+namespace packages such as sglang's ``srt/``, from the file's own absolute imports), then the extra search
+roots, then ``sys.path``. Classes built inside functions are read too, with the imports of their function.
 """
 
 from __future__ import annotations
@@ -12,32 +14,43 @@ import builtins
 import importlib.util
 import inspect
 import os
+import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.contracts.signatures import CallSite, Method, SourceExpr
+from workbench.contracts.signatures import Method, SourceExpr
 
 _P = inspect.Parameter
 _EMPTY = inspect.Parameter.empty
 NOT_METHODS = {"property", "cached_property", "setter", "getter", "deleter", "overload"}
-_MAX_ARG_TEXT = 24
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+_METHOD_CALL = re.compile(rb"\.\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+_INDENTED_CLASS = re.compile(rb"^[ \t]+class\s", re.M)
+Names = dict[str, tuple[Any, ...]]  # local name -> ("class", node) | ("from", mod, attr, level) | ("import", mod)
 
 
 @dataclass(frozen=True, eq=False)
 class Ref:
-    """A class reached while reading source: a parsed ``ClassDef``, or only a name (``node`` is None)."""
+    """A class reached while reading source: a parsed ``ClassDef``, or only a name (``node`` is None).
+
+    ``qualname``: the dotted name inside its module (``Outer.__new__.<locals>.Inner`` for a class built in a
+    function); ``scope``: the names its function binds (imports inside the function), for its bases.
+    """
 
     name: str
     module: str
     path: Path | None = None
     node: ast.ClassDef | None = None
+    qualname: str = ""
+    scope: Names | None = field(default=None, repr=False)
 
-    def key(self) -> tuple[Any, ...]:
-        return (self.path, self.node.lineno) if self.node else (self.module, self.name)
+    def key(self) -> Any:
+        return id(self.node) if self.node is not None else (self.module, self.name)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Ref) and self.key() == other.key()
@@ -47,7 +60,8 @@ class Ref:
 
     @property
     def label(self) -> str:
-        return f"{self.module}:{self.name}" if self.module else self.name
+        name = self.qualname or self.name
+        return f"{self.module}:{name}" if self.module else name
 
 
 @dataclass(frozen=True)
@@ -60,41 +74,125 @@ class ModRef:
 
 @dataclass
 class SourceModule:
+    """One parsed file: its top-level names, every class in it, its star imports and its absolute imports."""
+
     path: Path
     dotted: str
-    names: dict[str, tuple[Any, ...]]  # local name -> ("class", node) | ("from", mod, attr, level) | ("import", mod)
-    classes: list[ast.ClassDef] = field(default_factory=list)
+    names: Names
+    tree: ast.Module
+    root: Path
+    class_nodes: list[tuple[ast.ClassDef, str, Names | None]] = field(default_factory=list)
+    stars: list[tuple[str, int]] = field(default_factory=list)
+    imports: list[str] = field(default_factory=list)
+    source: bytes = b""
+    _refs: list[Ref] | None = None
+    _method_calls: dict[str, list[int]] | None = None
+    _lines: list[str] | None = None
+
+    def line(self, number: int) -> str:
+        """One line of the source (1-based), as text."""
+        if self._lines is None:
+            self._lines = self.source.decode("utf-8", "replace").splitlines()
+        return self._lines[number - 1] if 0 < number <= len(self._lines) else ""
+
+    def enclosing(self, line: int) -> tuple[Ref, str] | None:
+        """The class and method whose ``def`` spans a line (the innermost), or None."""
+        best: tuple[int, Ref, str] | None = None
+        for ref in self.refs():
+            assert ref.node is not None
+            if not ref.node.lineno <= line <= (ref.node.end_lineno or 0):
+                continue
+            for statement in ref.node.body:
+                if not isinstance(statement, _FUNCTIONS):
+                    continue
+                spans = statement.lineno <= line <= (statement.end_lineno or 0)
+                if spans and (best is None or statement.lineno > best[0]):
+                    best = (statement.lineno, ref, statement.name)
+        return (best[1], best[2]) if best else None
+
+    def method_calls(self) -> dict[str, list[int]]:
+        """The lines on which ``.NAME(`` appears, by NAME: a cheap text scan that tells which functions can
+        make a call worth reading before any of their nodes is visited."""
+        if self._method_calls is None:
+            found: dict[str, list[int]] = {}
+            line, at = 1, 0
+            for match in _METHOD_CALL.finditer(self.source):
+                line += self.source.count(b"\n", at, match.start())
+                at = match.start()
+                found.setdefault(match.group(1).decode(), []).append(line)
+            self._method_calls = found
+        return self._method_calls
+
+    @property
+    def classes(self) -> list[ast.ClassDef]:
+        return [node for node, _, _ in self.class_nodes]
+
+    def refs(self) -> list[Ref]:
+        """Every class in the file, top-level, nested and built inside functions."""
+        if self._refs is None:
+            self._refs = [Ref(n.name, self.dotted, self.path, n, q, s) for n, q, s in self.class_nodes]
+        return self._refs
 
 
-_PACKAGE_ROOTS: dict[Path, tuple[str, Path]] = {}
-
-
-def dotted_name(path: Path) -> tuple[str, Path]:
-    """A file's module name (from its packages' ``__init__.py``) and the folder that holds the package."""
-    folder = path.parent
-    if folder not in _PACKAGE_ROOTS:
-        parts: list[str] = []
-        root = folder
-        while (root / "__init__.py").is_file():
-            parts.insert(0, root.name)
-            root = root.parent
-        _PACKAGE_ROOTS[folder] = (".".join(parts), root)
-    package, root = _PACKAGE_ROOTS[folder]
-    if path.stem == "__init__":
-        return package, root
-    return (f"{package}.{path.stem}" if package else path.stem), root
-
-
-def _top_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
-    """Module-level statements, including those under ``if``/``try``/``with`` (``try: import torch_npu``)."""
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement of a body, those under ``if``/``try``/``with``/``for`` included, not inside def/class."""
     for statement in body:
         yield statement
+        if isinstance(statement, (*_FUNCTIONS, ast.ClassDef)):
+            continue
         for block in ("body", "orelse", "finalbody"):
-            if isinstance(statement, (ast.If, ast.Try, ast.With)) and hasattr(statement, block):
-                yield from _top_statements(getattr(statement, block))
-        if isinstance(statement, ast.Try):
-            for handler in statement.handlers:
-                yield from _top_statements(handler.body)
+            inner = getattr(statement, block, None)
+            if isinstance(inner, list):
+                yield from _statements(inner)
+        for handler in getattr(statement, "handlers", ()):
+            yield from _statements(handler.body)
+        for case in getattr(statement, "cases", ()):
+            yield from _statements(case.body)
+
+
+def _bindings(body: list[ast.stmt], names: Names, imports: list[str] | None, stars: list | None) -> None:
+    """The names a body binds by ``class``, ``import`` and ``from ... import``."""
+    for statement in _statements(body):
+        if isinstance(statement, ast.ClassDef):
+            names[statement.name] = ("class", statement)
+        elif isinstance(statement, ast.Import):
+            for alias in statement.names:
+                local = alias.asname or alias.name.partition(".")[0]
+                names[local] = ("import", alias.name if alias.asname else local)
+                if imports is not None:
+                    imports.append(alias.name)
+        elif isinstance(statement, ast.ImportFrom):
+            if imports is not None and statement.level == 0 and statement.module:
+                imports.append(statement.module)
+            for alias in statement.names:
+                if alias.name == "*":
+                    if stars is not None:
+                        stars.append((statement.module or "", statement.level))
+                else:
+                    names[alias.asname or alias.name] = ("from", statement.module or "", alias.name, statement.level)
+
+
+def _class_nodes(
+    body: list[ast.stmt],
+    prefix: str,
+    scope: Names | None,
+    out: list[tuple[ast.ClassDef, str, Names | None]],
+    imports: list[str],
+    deep: bool = True,
+) -> None:
+    """Classes in a body: nested ones, and (``deep``) those built inside functions, with the function's own
+    imports (added to ``imports``: they tell the file's root too)."""
+    for statement in _statements(body):
+        if isinstance(statement, ast.ClassDef):
+            qualname = prefix + statement.name
+            out.append((statement, qualname, scope))
+            _class_nodes(statement.body, qualname + ".", scope, out, imports, deep)
+        elif deep and isinstance(statement, _FUNCTIONS):
+            inner = [s for s in _statements(statement.body) if isinstance(s, (ast.ClassDef, *_FUNCTIONS))]
+            if inner:  # most functions build no class: skip their bindings
+                local: Names = dict(scope or {})
+                _bindings(statement.body, local, imports, None)
+                _class_nodes(statement.body, f"{prefix}{statement.name}.<locals>.", local, out, imports)
 
 
 def decorator_name(node: ast.expr) -> str:
@@ -105,18 +203,34 @@ def decorator_name(node: ast.expr) -> str:
     return node.id if isinstance(node, ast.Name) else ""
 
 
-def _class_member(node: ast.ClassDef, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | str | None:
-    """The last binding of ``name`` in a class body: a function, ``"assigned"``, or None."""
-    found: ast.FunctionDef | ast.AsyncFunctionDef | str | None = None
-    for statement in node.body:
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name == name:
-            if "overload" not in {decorator_name(d) for d in statement.decorator_list}:
-                found = statement
-        elif isinstance(statement, (ast.Assign, ast.AnnAssign)):
-            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
-                found = "assigned"
+Member = Function | str
+
+
+def members(node: ast.ClassDef) -> dict[str, Member]:
+    """The last binding of each name in a class body: its ``def`` (overloads left out) or ``"assigned"``.
+
+    Cached on the node itself (as the other per-class facts here): the cache dies with the tree.
+    """
+    found: dict[str, Member] | None = getattr(node, "_wb_members", None)
+    if found is None:
+        found = {}
+        for statement in node.body:
+            if isinstance(statement, _FUNCTIONS):
+                if not any(decorator_name(d) == "overload" for d in statement.decorator_list):
+                    found[statement.name] = statement
+            elif isinstance(statement, (ast.Assign, ast.AnnAssign)):
+                targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+                if isinstance(statement, ast.AnnAssign) and statement.value is None:
+                    continue  # an annotation binds nothing
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        found[target.id] = "assigned"
+        node._wb_members = found  # type: ignore[attr-defined]
     return found
+
+
+def _class_member(node: ast.ClassDef, name: str) -> Member | None:
+    return members(node).get(name)
 
 
 def _source_default(node: ast.expr) -> Any:
@@ -143,6 +257,35 @@ def signature_from_ast(args: ast.arguments) -> inspect.Signature:
     return inspect.Signature(params)
 
 
+def kwargs_reads(function: Function) -> tuple[frozenset[str], frozenset[str]]:
+    """For a function with ``**kwargs``: the keys its body reads from them (``kwargs["k"]``,
+    ``kwargs.get("k")``, ``.pop("k")``, ``"k" in kwargs``) and the parameters it reads; else nothing."""
+    kwarg = function.args.kwarg.arg if function.args.kwarg else None
+    if kwarg is None:
+        return frozenset(), frozenset()
+    params = {a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]}
+    keys: set[str] = set()
+    used: set[str] = set()
+    for node in ast.walk(function):
+        key: ast.expr | None = None
+        if isinstance(node, ast.Name):
+            if node.id in params and isinstance(node.ctx, ast.Load):
+                used.add(node.id)
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == kwarg:
+            key = node.slice
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            owner = node.func.value
+            if isinstance(owner, ast.Name) and owner.id == kwarg and node.func.attr in ("get", "pop", "setdefault"):
+                key = node.args[0]
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)):
+            right = node.comparators[0]
+            if isinstance(right, ast.Name) and right.id == kwarg:
+                key = node.left
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            keys.add(key.value)
+    return frozenset(keys), frozenset(used)
+
+
 def source_method(owner: Ref, name: str) -> Method | str | None:
     """The method ``name`` as the parsed class defines it, why it cannot be checked, or None (not defined).
 
@@ -150,20 +293,33 @@ def source_method(owner: Ref, name: str) -> Method | str | None:
     ``functools.wraps`` wrapper that forwards ``*args, **kwargs`` does: the call still reaches the ``def``.
     """
     assert owner.node is not None
+    cache: dict[str, Method | str | None] | None = getattr(owner.node, "_wb_methods", None)
+    if cache is None:
+        cache = owner.node._wb_methods = {}  # type: ignore[attr-defined]
+    if name in cache:
+        return cache[name]
     member = _class_member(owner.node, name)
     label = f"{owner.name}.{name}"
+    result: Method | str | None
     if member is None:
-        return None
-    if isinstance(member, str):
-        return f"{label} is assigned, not defined with def; not checked"
-    decorators = {decorator_name(d) for d in member.decorator_list}
-    if decorators & NOT_METHODS:
-        return f"{label} is a property; not checked"
-    kind = "staticmethod" if "staticmethod" in decorators else "classmethod" if "classmethod" in decorators else ""
-    return Method(label, signature_from_ast(member.args), kind or "function", str(owner.path), member.lineno)
+        result = None
+    elif isinstance(member, str):
+        result = f"{label} is assigned, not defined with def; not checked"
+    else:
+        decorators = {decorator_name(d) for d in member.decorator_list}
+        if decorators & NOT_METHODS:
+            result = f"{label} is a property; not checked"
+        else:
+            kind = "staticmethod" if "staticmethod" in decorators else ""
+            kind = kind or ("classmethod" if "classmethod" in decorators else "function")
+            signature = signature_from_ast(member.args)
+            reads, uses = kwargs_reads(member)
+            result = Method(label, signature, kind, str(owner.path), member.lineno, reads, uses)
+    cache[name] = result
+    return result
 
 
-def calls_up(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
+def calls_up(function: Function, name: str) -> bool:
     """Whether a method body calls ``super().name(...)`` or ``SomeClass.name(self, ...)``: the base's runs."""
     positional = [*function.args.posonlyargs, *function.args.args]
     self_name = positional[0].arg if positional else None
@@ -176,78 +332,6 @@ def calls_up(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> boo
             if isinstance(value, (ast.Name, ast.Attribute)) and isinstance(first, ast.Name) and first.id == self_name:
                 return True
     return False
-
-
-def _walk_body(node: ast.AST) -> Iterator[ast.AST]:
-    """Every node under ``node``, nested classes left out (their ``self`` is another object)."""
-    for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.ClassDef):
-            continue
-        yield child
-        yield from _walk_body(child)
-
-
-def _via(value: ast.expr, self_name: str | None, cls_name: str | None) -> str | None:
-    """How a call's receiver reaches the object: ``self``, its type, or ``super()``."""
-    if isinstance(value, ast.Name):
-        if value.id == self_name:
-            return "self"
-        return "type" if value.id == cls_name else None
-    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
-        if value.func.id == "super" and (not value.args or len(value.args) == 2):
-            return "super"
-        if value.func.id == "type" and len(value.args) == 1 and isinstance(value.args[0], ast.Name):
-            return "type" if value.args[0].id == self_name else None
-    if isinstance(value, ast.Attribute) and value.attr == "__class__" and isinstance(value.value, ast.Name):
-        return "type" if value.value.id == self_name else None
-    return None
-
-
-def _short(node: ast.expr) -> str:
-    text = ast.unparse(node)
-    return text if len(text) <= _MAX_ARG_TEXT else "..."
-
-
-def _call_text(node: ast.Call) -> str:
-    """The call as written, long arguments shortened to ``...``: which go positionally, which by keyword."""
-    args = [f"*{_short(a.value)}" if isinstance(a, ast.Starred) else _short(a) for a in node.args]
-    args += [f"{k.arg}={_short(k.value)}" if k.arg else f"**{_short(k.value)}" for k in node.keywords]
-    return f"{ast.unparse(node.func)}({', '.join(args)})"
-
-
-def call_sites(ref: Ref) -> list[CallSite]:
-    """Every ``self.NAME(...)``, ``type(self).NAME(...)``, ``super().NAME(...)`` in the class's methods."""
-    assert ref.node is not None
-    sites: list[CallSite] = []
-    for statement in ref.node.body:
-        if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        decorators = {decorator_name(d) for d in statement.decorator_list}
-        positional = [*statement.args.posonlyargs, *statement.args.args]
-        first_name = positional[0].arg if positional else None
-        self_name = None if decorators & {"staticmethod", "classmethod"} else first_name
-        cls_name = first_name if "classmethod" in decorators else None
-        for node in _walk_body(statement):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-                continue
-            via = _via(node.func.value, self_name, cls_name)
-            if via is None:
-                continue
-            site = CallSite(
-                file=str(ref.path),
-                line=node.lineno,
-                cls=ref.name,
-                caller=f"{ref.name}.{statement.name}",
-                name=node.func.attr,
-                via=via,
-                positional=sum(not isinstance(a, ast.Starred) for a in node.args),
-                keywords=tuple(k.arg for k in node.keywords if k.arg is not None),
-                star=any(isinstance(a, ast.Starred) for a in node.args),
-                starstar=any(k.arg is None for k in node.keywords),
-                text=_call_text(node),
-            )
-            sites.append(site)
-    return sites
 
 
 def _c3(head: Ref, parents: list[Ref], parent_mros: list[list[Ref]]) -> list[Ref]:
@@ -267,64 +351,142 @@ def _c3(head: Ref, parents: list[Ref], parent_mros: list[list[Ref]]) -> list[Ref
     return order
 
 
+def _regular_root(folder: Path) -> tuple[list[str], Path]:
+    """The package parts above a folder that ``__init__.py`` files make, and the folder that holds them."""
+    parts: list[str] = []
+    root = folder
+    while (root / "__init__.py").is_file():
+        parts.insert(0, root.name)
+        root = root.parent
+    return parts, root
+
+
 class SourceIndex:
     """Parses files on demand (each once) and resolves class names through imports across files.
 
-    ``roots``: folders searched for absolute imports after the importing file's own package root and
-    before ``sys.path`` (``--search-path``).
+    ``roots``: folders searched for absolute imports after the importing file's own root and before
+    ``sys.path`` (``--search-path``). :meth:`infer_roots` adds the roots of namespace packages that the
+    targets' own imports reveal.
     """
 
-    def __init__(self, roots: list[Path] | tuple[Path, ...] = ()) -> None:
+    def __init__(self, roots: Iterable[Path] = ()) -> None:
         self.roots = [Path(r).resolve() for r in roots]
         self.errors: dict[Path, str] = {}
-        self._modules: dict[Path, SourceModule | None] = {}  # by the path as given and as resolved
+        self.namespace_roots: list[Path] = []
+        self.namespace_packages: list[Path] = []  # the top-level folders those roots hold
+        self._modules: dict[Path, SourceModule | None] = {}
         self._found: dict[tuple[str, int, Path | None], Path | None] = {}
         self._mros: dict[Ref, list[Ref]] = {}
+        self._regular: dict[Path, tuple[list[str], Path]] = {}
+        self._exists: dict[Path, bool] = {}
+        self._root_cache: dict[Path, Path] = {}
+        self._sys_path = [Path(entry or ".").resolve() for entry in sys.path if os.path.isdir(entry or ".")]
 
-    def add_roots(self, roots: list[Path]) -> None:
+    # -- module names ----------------------------------------------------------------------------------
+    def _regular_of(self, folder: Path) -> tuple[list[str], Path]:
+        found = self._regular.get(folder)
+        if found is None:
+            found = self._regular[folder] = _regular_root(folder)
+        return found
+
+    def root_of(self, path: Path) -> Path:
+        """The folder from which the file's module name is counted."""
+        folder = path.parent
+        best = self._root_cache.get(folder)
+        if best is None:
+            _, best = self._regular_of(folder)
+            for package in self.namespace_packages:  # a namespace package: the highest root above the regular one
+                root = package.parent
+                if len(root.parts) < len(best.parts) and folder.parts[: len(package.parts)] == package.parts:
+                    best = root
+            self._root_cache[folder] = best
+        return best
+
+    def dotted(self, path: Path) -> str:
+        """The file's module name, counted from :meth:`root_of`."""
+        root = self.root_of(path)
+        parts = list(path.parts[len(root.parts) : -1])
+        if path.stem != "__init__":
+            parts.append(path.stem)
+        return ".".join(parts)
+
+    def _is(self, path: Path) -> bool:
+        found = self._exists.get(path)
+        if found is None:
+            found = self._exists[path] = path.exists()
+        return found
+
+    def infer_roots(self, modules: Iterable[SourceModule]) -> list[Path]:
+        """Namespace-package roots from the modules' absolute imports: a file under ``.../sglang/srt/`` that
+        imports ``sglang.srt.x`` roots at the folder above ``sglang``. Renames the modules to match."""
+        modules = list(modules)
+        found: dict[Path, None] = {}
+        for module in modules:
+            by_name = {p.name: p for p in reversed(module.path.parents)}  # the nearest folder of a name wins
+            for dotted in module.imports:
+                top, _, rest = dotted.partition(".")
+                folder = by_name.get(top)
+                if folder is None or folder in found:
+                    continue
+                target = folder.joinpath(*rest.split(".")) if rest else folder
+                if self._is(target) or self._is(target.with_suffix(".py")):
+                    found[folder] = None
+        new = [p for p in found if p not in self.namespace_packages]
+        self.namespace_packages += new
+        self.namespace_roots += [p.parent for p in new if p.parent not in self.namespace_roots]
+        if new:
+            self._found.clear()
+            self._root_cache.clear()
+            for module in modules:
+                module.root = self.root_of(module.path)
+                module.dotted = self.dotted(module.path)
+                module._refs = None
+        return new
+
+    def add_roots(self, roots: Iterable[Path]) -> None:
         """Search these folders too (after the current roots); forgets what was not found."""
         self.roots += [r for r in dict.fromkeys(roots) if r not in self.roots]
         self._found = {key: path for key, path in self._found.items() if path is not None}
 
+    # -- parsing ---------------------------------------------------------------------------------------
     def module(self, path: Path) -> SourceModule | None:
         """The parsed module, or None (the reason is in ``errors``)."""
-        if path in self._modules:
-            return self._modules[path]
-        resolved = path.resolve()
-        if resolved not in self._modules:
-            self._modules[resolved] = self._parse(resolved)
-        found = self._modules[path] = self._modules[resolved]
-        return found
+        if path not in self._modules:
+            self._modules[path] = self._parse(path)
+        return self._modules[path]
+
+    @property
+    def parsed(self) -> list[SourceModule]:
+        """Every module parsed so far (targets and the files their bases live in)."""
+        return [m for m in self._modules.values() if m is not None]
 
     def _parse(self, path: Path) -> SourceModule | None:
         try:
-            tree = ast.parse(path.read_bytes(), filename=str(path))
+            source = path.read_bytes()
+            tree = ast.parse(source, filename=str(path))
         except SyntaxError as exc:
             self.errors[path] = f"SyntaxError: {exc.msg} (line {exc.lineno})"
             return None
         except (OSError, ValueError) as exc:
             self.errors[path] = f"{type(exc).__name__}: {exc}"
             return None
-        names: dict[str, tuple[Any, ...]] = {}
-        classes = []
-        for statement in _top_statements(tree.body):
-            if isinstance(statement, ast.ClassDef):
-                names[statement.name] = ("class", statement)
-                classes.append(statement)
-            elif isinstance(statement, ast.Import):
-                for alias in statement.names:
-                    local = alias.asname or alias.name.partition(".")[0]
-                    names[local] = ("import", alias.name if alias.asname else local)
-            elif isinstance(statement, ast.ImportFrom):
-                for alias in statement.names:
-                    if alias.name != "*":
-                        entry = ("from", statement.module or "", alias.name, statement.level)
-                        names[alias.asname or alias.name] = entry
-        return SourceModule(path, dotted_name(path)[0], names, classes)
+        names: Names = {}
+        imports: list[str] = []
+        stars: list[tuple[str, int]] = []
+        _bindings(tree.body, names, imports, stars)
+        module = SourceModule(path, self.dotted(path), names, tree, self.root_of(path), stars=stars, imports=imports)
+        module.source = source
+        # a class inside a function is indented: without one, no function body needs a look
+        _class_nodes(tree.body, "", None, module.class_nodes, imports, deep=bool(_INDENTED_CLASS.search(source)))
+        return module
 
+    # -- finding modules -------------------------------------------------------------------------------
     def find_module(self, dotted: str, level: int = 0, origin: Path | None = None) -> Path | None:
         """The file of a module, searched like Python would (relative to ``origin`` when ``level``)."""
-        anchor = origin.parent if origin is not None and level else (dotted_name(origin)[1] if origin else None)
+        if origin is not None and level:
+            anchor: Path | None = origin.parent
+        else:
+            anchor = self.root_of(origin) if origin is not None else None
         key = (dotted, level, anchor)
         if key not in self._found:
             self._found[key] = self._find(dotted, level, anchor)
@@ -340,14 +502,14 @@ class SourceIndex:
             roots = [root]
         else:
             roots = [anchor] if anchor else []
-            roots += self.roots + [Path(entry or ".") for entry in sys.path if os.path.isdir(entry or ".")]
+            roots += self.namespace_roots + self.roots + self._sys_path
         parts = [part for part in dotted.split(".") if part]
-        for root in roots:
+        for root in dict.fromkeys(roots):
             candidate = root.joinpath(*parts)
             if parts and candidate.with_suffix(".py").is_file():
-                return candidate.with_suffix(".py").resolve()
+                return candidate.with_suffix(".py")
             if (candidate / "__init__.py").is_file():
-                return (candidate / "__init__.py").resolve()
+                return candidate / "__init__.py"
         if level or not parts:
             return None
         # an editable install is found by an import hook, not a sys.path folder: ask for the top package's
@@ -363,13 +525,25 @@ class SourceIndex:
                 return (candidate / "__init__.py").resolve()
         return None
 
-    def lookup(self, module: SourceModule, name: str, depth: int = 0) -> Ref | ModRef | None:
-        """What ``name`` means at the top level of ``module``."""
-        entry = module.names.get(name)
-        if entry is None or depth > 20:
+    # -- resolving names -------------------------------------------------------------------------------
+    def lookup(
+        self, module: SourceModule, name: str, depth: int = 0, scope: Names | None = None
+    ) -> Ref | ModRef | None:
+        """What ``name`` means at the top level of ``module`` (or in ``scope``, a function's own names)."""
+        entry = (scope or {}).get(name) or module.names.get(name)
+        if depth > 20:
+            return None
+        if entry is None:
+            for source, level in module.stars:  # ``from .abstract import *``: followed within the trees
+                path = self.find_module(source, level, module.path)
+                inner = self.module(path) if path else None
+                found = self.lookup(inner, name, depth + 1) if inner else None
+                if found is not None:
+                    return found
             return None
         if entry[0] == "class":
-            return Ref(name, module.dotted, module.path, entry[1])
+            qualname = next((q for n, q, _ in module.class_nodes if n is entry[1]), name)
+            return Ref(name, module.dotted, module.path, entry[1], qualname, scope)
         if entry[0] == "import":
             return ModRef(entry[1], self.find_module(entry[1], 0, module.path))
         _, source, attr, level = entry
@@ -382,21 +556,21 @@ class SourceIndex:
                 return found
             submodule = self.find_module(attr, 1, path)  # ``from pkg import mod``
             if path.name == "__init__.py" and submodule:
-                return ModRef(f"{source}.{attr}", submodule)
+                return ModRef(f"{inner.dotted}.{attr}" if inner.dotted else attr, submodule)
             return Ref(attr, inner.dotted)
         return Ref(attr, absolute)
 
-    def resolve(self, module: SourceModule, expr: ast.expr) -> Ref | None:
+    def resolve(self, module: SourceModule, expr: ast.expr, scope: Names | None = None) -> Ref | None:
         """The class a base-class expression (``Name``, ``pkg.mod.Name``, ``Name[T]``) refers to."""
         if isinstance(expr, ast.Subscript):
-            return self.resolve(module, expr.value)
+            return self.resolve(module, expr.value, scope)
         parts: list[str] = []
         while isinstance(expr, ast.Attribute):
             parts.insert(0, expr.attr)
             expr = expr.value
         if not isinstance(expr, ast.Name):
             return None
-        found = self.lookup(module, expr.id)
+        found = self.lookup(module, expr.id, scope=scope)
         for i, part in enumerate(parts):
             if not isinstance(found, ModRef):
                 return None
@@ -408,7 +582,7 @@ class SourceIndex:
                 path = self.find_module(part, 1, found.path) if found.path else None
                 resolved = Ref(part, found.dotted) if last else ModRef(dotted, path)
             found = resolved
-        if found is None:  # a builtin (object), or a name from a star import
+        if found is None:  # a builtin (object), or a name nothing binds
             return Ref(parts[-1] if parts else expr.id, "builtins" if hasattr(builtins, expr.id) else "?")
         return found if isinstance(found, Ref) else None
 
@@ -417,7 +591,7 @@ class SourceIndex:
         if ref.node is None or ref.path is None:
             return []
         module = self.module(ref.path)
-        found = [(self.resolve(module, b) if module else None, b) for b in ref.node.bases]
+        found = [(self.resolve(module, b, ref.scope) if module else None, b) for b in ref.node.bases]
         return [p or Ref(ast.unparse(b), "?") for p, b in found]
 
     def mro(self, ref: Ref, seen: frozenset[Ref] = frozenset()) -> list[Ref]:
@@ -436,11 +610,4 @@ class SourceIndex:
         module = self.module(path)
         if module is None:
             return None
-        body: list[ast.stmt] = [*module.classes]
-        node: ast.ClassDef | None = None
-        for part in qualname.split("."):
-            node = next((s for s in body if isinstance(s, ast.ClassDef) and s.name == part), None)
-            if node is None:
-                return None
-            body = node.body
-        return Ref(node.name, module.dotted, module.path, node) if node else None
+        return next((r for r in module.refs() if r.qualname == qualname), None)

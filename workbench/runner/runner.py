@@ -185,7 +185,7 @@ class GraphRunner:
         if not self.modes:
             raise MetadataError(f"modes: {tuple(wanted)} none supported by {type(layer).__name__}")
         cls = metadata_backend or metadata_backend_for(self.graph_backend.name)
-        self.meta_backend = cls(pool, buckets, draft_tokens, modes=self.modes)
+        self.meta_backend: MetadataBackend = cls(pool, buckets, draft_tokens, modes=self.modes)
         self._check_memory(state is None)
         self.state = state if state is not None else layer.new_state(pool.num_slots, seed=state_seed)
         hidden = layer.config.hidden_size

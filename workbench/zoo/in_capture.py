@@ -25,7 +25,7 @@ EXPLANATION = (
 
 
 def _broken_backend() -> type[MetadataBackend]:
-    class AscendBackendWithoutInCapture(NpuMetadataBackend):
+    class AscendBackendWithoutInCapture(NpuMetadataBackend):  # check-contracts: ignore (the zoo's bug)
         def init_forward_metadata_out_graph(self, batch: Batch) -> Metadata:  # type: ignore[override]
             return super().init_forward_metadata_out_graph(batch)
 
