@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # MODULE EXTRA PURPOSE: exit 2 with one line naming the extra when MODULE is not installed
 NEED   := $(BIN)/python -c 'import sys, workbench.extras as x; sys.exit(x.main(sys.argv[1:]))'
 
-.PHONY: setup lab app test test-fast lint format demo bench doctor clean
+.PHONY: setup lab app test test-fast test-engines engines lint format demo bench doctor clean
 
 setup: $(STAMP)
 
@@ -40,6 +40,26 @@ test: lint
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not network and not notebook"
 
+# The engines' own metadata code on the CPU (workbench.engines), in a venv of its own so the default one stays
+# as it is: the CPU torch, the project with the engines extra (what their import chains need), then the
+# released engines without their dependencies (their pins would pull a CUDA torch; compressed-tensors too).
+ENGINES_VENV := .venv-engines
+ENGINES_SPEC ?= sglang==0.5.23 vllm==0.33.0 compressed-tensors==0.18.0
+
+engines: $(ENGINES_VENV)/.installed
+
+$(ENGINES_VENV)/.installed: pyproject.toml
+	@test -x $(ENGINES_VENV)/bin/python || $(PYTHON) -m venv $(ENGINES_VENV) || python3 -m venv $(ENGINES_VENV)
+	$(ENGINES_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(ENGINES_VENV)/bin/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(ENGINES_VENV)/bin/python -m pip install --quiet -e ".[dev,engines]"
+	$(ENGINES_VENV)/bin/python -m pip install --quiet --no-deps $(ENGINES_SPEC)
+	@touch $@
+
+# the adapter tests against the real wheels (marker engines; make test runs the fake-engine ones and skips these)
+test-engines: engines
+	$(ENGINES_VENV)/bin/python -m pytest -q -m engines tests/engines
+
 # ruff, the one-way import layers (import-linter, contracts in pyproject.toml), the type checker
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
@@ -64,6 +84,6 @@ doctor: $(STAMP)
 
 # everything the targets and the tests write: the venv, tool caches, reports, benchmark output, screenshots
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis .import_linter_cache bench-results tests/screenshots
+	rm -rf $(VENV) $(ENGINES_VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis .import_linter_cache bench-results tests/screenshots
 	rm -rf build dist out *.egg-info report.html benchmarks/results/*_dryrun_*.json
 	find . -path ./.git -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +

@@ -349,12 +349,14 @@ def _settled(page, root: str = NB) -> None:
         " return gs.every(g => drawn(g) && filled(g)) ? gs.length : -1; }"
     )
     last = None
-    for _ in range(200):
+    for _ in range(450):  # up to 3 minutes: a loaded 2-core machine (a parallel build) syncs slowly
         n = page.evaluate(count, root)
         if n >= 0 and n == last:
             break
         last = n
         page.wait_for_timeout(400)
+    else:
+        pytest.fail(f"a plotly figure under {root!r} never drew its traces in 3 minutes (its model never synced)")
     page.mouse.move(1, 1)  # no hover label on a figure
     page.wait_for_timeout(300)
 

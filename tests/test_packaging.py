@@ -18,7 +18,7 @@ PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 # conda-forge names that differ from PyPI's
 CONDA_NAMES = {"torch": "pytorch"}
 # extras that never go in the default (conda) environment
-NOT_IN_ENV = {"npu"}
+NOT_IN_ENV = {"npu", "engines"}  # engines: its own venv (make engines), the engines beside a CPU torch
 # imported lazily without require: graphs/npu.py probes torch_npu defensively (a CANN library missing is an
 # ImportError too) and its message names the extra itself
 LAZY_WITHOUT_REQUIRE = {"torch-npu"}

@@ -471,6 +471,12 @@ def add_check_kernel_parser(sub: Any) -> None:
     configure(_subcommand(sub, "check-kernel", SUMMARY, EXAMPLE)).set_defaults(fn=run)
 
 
+def add_engine_check_parser(sub: Any) -> None:
+    from workbench.engines.cli import EXAMPLE, SUMMARY, configure, run  # no torch, no engine until it runs
+
+    configure(_subcommand(sub, "engine-check", SUMMARY, EXAMPLE)).set_defaults(fn=run)
+
+
 def add_demo_parser(sub: Any) -> None:
     e = _subcommand(sub, "demo", "headless tour: run the main job and write the report", "workbench demo --quick")
     e.add_argument("--out", default="report.html", help="report path; its folder must exist (default report.html)")
@@ -488,6 +494,7 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_zoo_parser,
     add_demo_parser,
     add_check_kernel_parser,
+    add_engine_check_parser,
 ]
 
 

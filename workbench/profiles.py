@@ -67,6 +67,8 @@ class Profile:
         verify_intermediate_by_row: verify writes per-step states to an intermediate buffer indexed by batch row.
         buckets: the engine's default capture-bucket list.
         notes: one sentence for tables and figures.
+        checked_against: the released engine whose own metadata code ``workbench.engines`` compared with this
+            profile (``make test-engines``), and what differs.
     """
 
     name: str
@@ -78,6 +80,7 @@ class Profile:
     verify_intermediate_by_row: bool
     buckets: Callable[[int, bool], list[int]]
     notes: str
+    checked_against: str = ""
 
     @property
     def sentinel(self) -> int:
@@ -123,6 +126,8 @@ PROFILES: dict[str, Profile] = {
         verify_intermediate_by_row=True,
         buckets=sglang_buckets,
         notes="padded rows -1, kernels skip negative indices; slot 0 reserved because capture writes it",
+        checked_against="sglang 0.5.23: GDNAttnBackend and Mamba2AttnBackend equal bitwise in every mode, eager, "
+        "replay and capture",
     ),
     "sglang-ascend": Profile(
         name="sglang-ascend",
@@ -137,6 +142,8 @@ PROFILES: dict[str, Profile] = {
             "padded rows point at dummy slot 0 and are processed there (the conv writes it; zero-length under "
             "the recurrence); seq-len fill 0"
         ),
+        checked_against="sglang 0.5.23: AscendGDNAttnBackend and AscendMamba2AttnBackend equal bitwise in every "
+        "mode, eager, replay and capture",
     ),
     "vllm": Profile(
         name="vllm",
@@ -149,6 +156,9 @@ PROFILES: dict[str, Profile] = {
         verify_intermediate_by_row=False,
         buckets=vllm_buckets,
         notes="padded rows 0 (the never-allocated null block), kernels guard idx <= 0",
+        checked_against="vLLM 0.33.0: the GDN and Mamba2 metadata builders equal bitwise in every mode, eager, "
+        "replay and capture, but an idle step: vLLM runs it as one dummy one-token request (query_start_loc "
+        "[0, 1, 1, ...]), the workbench as no request",
     ),
 }
 

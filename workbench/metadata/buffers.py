@@ -186,7 +186,8 @@ class MetadataBuffers:
     def reset_for_capture(self, bucket: int) -> Metadata:
         """Put ``bucket``'s buffers in their capture state: all rows live, no padding, every row on request
         row 0 and the dummy slot (as in sglang, capture runs the kernels there and writes only that slot);
-        the other fields hold the padded-row values (:class:`workbench.metadata.padding.PaddedRow`)."""
+        ``num_accepted_tokens`` is D, as vLLM captures it; the other fields hold the padded-row values
+        (:class:`workbench.metadata.padding.PaddedRow`)."""
         m = self.static[bucket]
         pad = self._pad
         m.state_indices.fill_(self.pool.profile.dummy_slot)
@@ -195,7 +196,9 @@ class MetadataBuffers:
         m.req_pool_indices.fill_(pad.req_pool_index)
         m.has_initial_state.fill_(True)
         if m.num_accepted_tokens is not None and pad.num_accepted is not None:
-            m.num_accepted_tokens.fill_(pad.num_accepted)
+            # as vLLM 0.33.0's build_for_cudagraph_capture: every capture row accepts all D tokens (the
+            # steps of query_start_loc); which slot it names matters not, every one is the dummy
+            m.num_accepted_tokens.fill_(self.draft_tokens)
         m.raw_batch_size = bucket
         m.forward_mode = self.mode
         m.draft_tokens = self.draft_tokens

@@ -118,6 +118,16 @@ class MetadataExplorer(W.VBox):
             ),
         }
         self.focus = W.Dropdown(options=PROFILE_NAMES, value=PROFILE_NAMES[0], description="slot map of", style=style)
+        from workbench.engines import installed_engines  # distribution metadata only: no engine is imported
+
+        self.engine = W.Dropdown(
+            options=[("none", ""), *((f"{e} (real code)", e) for e in installed_engines())],
+            value="",
+            description="engine beside",
+            style=style,
+            disabled=not installed_engines(),
+        )
+        self.engine_table = W.HTML()
         self.errors = {name: W.HTML() for name in (*self.controls, "general")}
         self.notes = {name: W.HTML() for name in SLIDERS}
         st = self.model.state
@@ -132,6 +142,7 @@ class MetadataExplorer(W.VBox):
             w.observe(self._on_change, names="value")
             w._wb_name = name  # which parameter the control sets
         self.focus.observe(lambda _: None if self._syncing else self._render(self.model.state), names="value")
+        self.engine.observe(lambda _: self._render_engine(), names="value")
         rows = [
             W.HBox([w, self.errors[n], *([self.notes[n]] if n in self.notes else [])]) for n, w in self.controls.items()
         ]
@@ -146,6 +157,8 @@ class MetadataExplorer(W.VBox):
                 self.qsl_fig,
                 W.HTML("<b>Metadata table</b> (padded rows grey; the line below says what the kernel does with them)"),
                 self.table,
+                W.HBox([self.engine]),
+                self.engine_table,
             ]
         )
         self._render(st)
@@ -215,3 +228,24 @@ class MetadataExplorer(W.VBox):
         update_qsl(self.qsl_fig, st.metas)
         self._table_body = "".join(metadata_html(m) for m in st.metas)
         self.table.value = self._table_body
+        self._render_engine()
+
+    def _render_engine(self) -> None:
+        """The chosen engine's own metadata beside the profile's, for the same batch (none chosen: empty)."""
+        engine = self.engine.value
+        if not engine:
+            self.engine_table.value = ""
+            return
+        try:
+            rows = self.model.engine_rows(engine)
+        except Exception as e:  # noqa: BLE001 - the engine's own error is what to show
+            self.engine_table.value = error_html(f"{engine}: {type(e).__name__}: {e}")
+            return
+        if not rows:
+            shown = ", ".join(m.profile.name for m in self.model.state.metas) or "none"
+            self.engine_table.value = error_html(f"{engine}: no step shown uses its profile (shown: {shown})")
+            return
+        cols = ("profile", "field", "profile's value", "engine's value", "equal")
+        body = [[p, f, a, b, "yes" if same else "NO"] for p, f, a, b, same in rows]
+        kinds = ["ok" if same else "fail" for *_, same in rows]
+        self.engine_table.value = html.table(cols, body, row_kinds=kinds, left=cols)

@@ -84,6 +84,7 @@ class ExplorerState:
     params: ExplorerParams
     metas: list[Metadata] = field(default_factory=list)
     pools: list[StatePool] = field(default_factory=list)
+    batches: list[Batch] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     raw_batch_size: int = 0
 
@@ -237,18 +238,19 @@ class ExplorerModel:
         profiles = PROFILE_NAMES if p.profile == "all" else (p.profile,)
         for name in profiles:
             try:
-                meta, pool = self._one(name, p, r, lens, buckets)
+                meta, pool, batch = self._one(name, p, r, lens, buckets)
             except (WorkbenchError, ValueError, TypeError) as e:
                 errors.setdefault(control_of(str(e)), f"{name}: {e}")
                 continue
             st.metas.append(meta)
             st.pools.append(pool)
+            st.batches.append(batch)
         return st
 
     @staticmethod
     def _one(
         name: str, p: ExplorerParams, r: int, lens: list[int], buckets: list[int] | None
-    ) -> tuple[Metadata, StatePool]:
+    ) -> tuple[Metadata, StatePool, Batch]:
         d = p.draft_tokens if p.mode == "target_verify" else 1
         spr = d if (name == "vllm" and p.mode == "target_verify") else 1
         pool = StatePool(p.pool_size, name, slots_per_request=spr)
@@ -277,4 +279,31 @@ class ExplorerModel:
         bucket: str | None = None if p.mode == "extend" else "auto"
         meta = build_metadata(batch, pool, bucket=bucket, buckets=buckets)
         validate(meta, pool)
-        return meta, pool
+        return meta, pool, batch
+
+    def engine_rows(self, engine: str) -> list[tuple[str, str, str, str, bool]]:
+        """The installed ``engine``'s own metadata beside the profile's, for the steps shown whose profile it
+        implements: (profile, field, profile's value, engine's value, equal) per field the engine computes.
+
+        The engine runs the same batch on the same pool: its replay path when the step is padded for a
+        bucket, else its eager path. An engine error propagates (it is the finding)."""
+        import workbench.engines as engines  # the engine is imported only when asked
+
+        adapter_cls = engines.adapter_class(engine)
+        rows = []
+        st = self.state
+        for meta, pool, batch in zip(st.metas, st.pools, st.batches, strict=True):
+            d = batch.draft_tokens if batch.mode == "target_verify" else self.params.draft_tokens
+            adapter = adapter_cls(pool, [meta.bucket or max(1, batch.raw_batch_size)], d)
+            if adapter.profile != meta.profile.name:
+                continue
+            got = adapter.replay(batch, meta.bucket) if meta.bucket else adapter.eager(batch)
+            for name in adapter.compared_fields(batch.mode):
+                want, have = getattr(meta, name), getattr(got, name)
+                same = want is not None and have is not None and want.shape == have.shape and bool((want == have).all())
+                rows.append((meta.profile.name, name, _values(want), _values(have), same))
+        return rows
+
+
+def _values(t: Any) -> str:
+    return "-" if t is None else str(t.tolist())

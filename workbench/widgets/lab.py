@@ -17,7 +17,16 @@ from workbench.profiles import PROFILES
 from workbench.viz import integrity_heatmap
 from workbench.viz.metadata import INTEGRITY_LABELS, integrity_codes
 from workbench.widgets.html import error_html, records_html
-from workbench.widgets.lab_model import CONTROLS, INPUTS, LAYERS, PRESETS, LabModel, Verdict, backend_choices
+from workbench.widgets.lab_model import (
+    CONTROLS,
+    INPUTS,
+    LAYERS,
+    PRESETS,
+    PROFILE_METADATA,
+    LabModel,
+    Verdict,
+    backend_choices,
+)
 
 _PLACEHOLDER = ([[False]], [[False]], [0], ["(nothing yet)"])
 
@@ -65,6 +74,16 @@ class CaptureReplayLab(W.VBox):
         )
         names = tuple(PROFILES)
         self.profile = W.Dropdown(options=names, value=_pick(names, m.profile), description="profile", style=style)
+        from workbench.engines import installed_engines  # reads distribution metadata only: no engine import
+
+        engines = [("workbench profile", PROFILE_METADATA)]
+        engines += [(f"{name} (real code)", name) for name in installed_engines()]
+        self.metadata = W.Dropdown(
+            options=engines,
+            value=m.metadata if m.metadata in dict(engines).values() else PROFILE_METADATA,
+            description="metadata",
+            style=style,
+        )
         choices = backend_choices()
         self.backend = W.Dropdown(
             options=[(b if why is None else f"{b} (unavailable)", b) for b, why in choices],
@@ -95,6 +114,7 @@ class CaptureReplayLab(W.VBox):
             "backend": self.backend,
             "buckets": self.buckets,
             "draft_tokens": self.draft_tokens,
+            "metadata": self.metadata,
         }
         for name, control in self.inputs.items():
             control.observe(lambda change, name=name: self._on_input(name, change["new"]), names="value")
@@ -107,6 +127,7 @@ class CaptureReplayLab(W.VBox):
                 W.HTML("<b>Capture and replay lab</b>"),
                 W.HBox([cell("layer", self.layer), cell("preset", self.preset), cell("profile", self.profile)]),
                 W.HBox([cell("backend", self.backend), self.backend_note]),
+                W.HBox([cell("metadata", self.metadata)]),
                 W.HBox([cell("buckets", self.buckets), cell("draft_tokens", self.draft_tokens)]),
                 W.HBox([self.capture_button, self.progress]),
                 W.HBox([cell("batch_size", self.batch_size), cell("mode", self.mode), cell("seed", self.seed)]),

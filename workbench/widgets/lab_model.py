@@ -40,7 +40,10 @@ INPUTS = {
     "backend": "backend",
     "buckets": "buckets_text",
     "draft_tokens": "draft_tokens",
+    "metadata": "metadata",
 }
+PROFILE_METADATA = "profile"
+"""The ``metadata`` input's default: the workbench's own backend for the profile (else an engine's name)."""
 CONTROLS = (*INPUTS, "batch_size", "mode", "seed", "accepted", "general")
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "INPUTS",
     "LAYERS",
     "PRESETS",
+    "PROFILE_METADATA",
     "AcceptReport",
     "HistoryRow",
     "LabModel",
@@ -80,6 +84,8 @@ class LabModel:
         buckets: typed comma-separated batch sizes ("" = 1, 2, 4, 8). draft_tokens: D of target_verify.
         profile: padding convention of the pool (a name of ``workbench.profiles.PROFILES``). num_slots: state
             slots (default: (twice the largest bucket + 1) x slots per request + 1).
+        metadata: ``"profile"`` (the workbench's metadata backend) or an installed engine's name
+            (``workbench.engines.installed_engines()``): its own backend, real code, behind the runner's hooks.
 
     Under vLLM a request owns D slots and verify writes the state after draft token t to its slot t; accept
     copies nothing, and the lab's next verify of that request carries ``num_accepted_tokens`` so it reads
@@ -95,8 +101,11 @@ class LabModel:
         draft_tokens: int = 2,
         profile: str = "sglang",
         num_slots: int | None = None,
+        metadata: str = PROFILE_METADATA,
     ) -> None:
         self.layer_name, self.preset, self.backend = layer, preset, backend
+        self.metadata = metadata
+        self.engine_label = ""
         self.buckets_text, self.draft_tokens, self.profile = buckets, draft_tokens, profile
         self.num_slots = num_slots
         self.runner: GraphRunner | None = None
@@ -170,11 +179,21 @@ class LabModel:
             return False
         try:
             dev = plan.device
+            engine_backend = self._engine_backend(plan)
             layer = make_layer(plan.layer, plan.preset, "reference" if dev == "cpu" else "auto", dev)
             pool = StatePool(plan.num_slots, plan.profile, device=dev, slots_per_request=plan.per_request)
             runner = GraphRunner(
-                layer, pool, buckets=plan.buckets, draft_tokens=plan.draft_tokens, backend=dev, state_seed=1
+                layer,
+                pool,
+                buckets=plan.buckets,
+                draft_tokens=plan.draft_tokens,
+                backend=dev,
+                state_seed=1,
+                metadata_backend=engine_backend,
             )
+        except Refusal as r:
+            self._fail(r.control, str(r))
+            return False
         except (WorkbenchError, ValueError, TypeError, RuntimeError) as e:
             self._fail("general", str(e))
             return False
@@ -204,6 +223,29 @@ class LabModel:
         self.history.append(HistoryRow("capture", self._changed(before), []))
         return True
 
+    def _engine_backend(self, plan: Plan) -> Any:
+        """The engine's backend class for the runner, or None for the workbench's own (``metadata``)."""
+        if self.metadata == PROFILE_METADATA:
+            return None
+        import workbench.engines as engines  # an engine is imported only when one is chosen
+        from workbench.engines.base import probe_pool
+        from workbench.engines.subject import engine_backend
+
+        if self.metadata not in engines.SUPPORTED:
+            raise Refusal(
+                "metadata", f"metadata: {self.metadata!r} is not 'profile' or one of {tuple(engines.SUPPORTED)}"
+            )
+        adapter = engines.adapter_class(self.metadata)
+        probe = adapter(probe_pool(adapter, plan.draft_tokens), plan.buckets, plan.draft_tokens, layer=plan.layer)
+        if probe.profile != plan.profile:
+            raise Refusal(
+                "metadata",
+                f"metadata: {probe.label} implements the {probe.profile!r} profile; choose it "
+                f"(profile is {plan.profile!r})",
+            )
+        self.engine_label = probe.label
+        return engine_backend(adapter, layer=plan.layer)
+
     def _changed(self, before: dict[str, torch.Tensor]) -> list[int]:
         assert self.runner is not None
         return sorted({s for _, s in changed_slots(before, self.runner.state.tensors())})
@@ -218,7 +260,10 @@ class LabModel:
 
     def capture_text(self) -> str:
         """What the capture left: its graphs, or "" when nothing is captured."""
-        return f"captured {len(self.captured)} graphs: {self.captured}" if self.runner is not None else ""
+        if self.runner is None:
+            return ""
+        engine = f" with {self.engine_label}" if self.metadata != PROFILE_METADATA and self.engine_label else ""
+        return f"captured {len(self.captured)} graphs{engine}: {self.captured}"
 
     # -- a step ----------------------------------------------------------------------------------------
     def step(self, batch_size: int, mode: str = "decode", seed: int = 0, *, time_it: bool = True) -> StepReport | None:

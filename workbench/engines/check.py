@@ -1,0 +1,229 @@
+"""``engine_check``: a backend class of an installed engine, as oracle and as subject, in one result.
+
+1. The oracle: random batches of each mode through the engine's code and the workbench's profile
+   (:func:`~workbench.engines.oracle.compare`).
+2. The subject: :class:`~workbench.runner.GraphRunner` with the engine's backend class behind its hooks
+   (:func:`~workbench.engines.subject.engine_backend`) captures every bucket on the CPU recorder (the
+   engine's ``in_capture=True`` path) and replays random batches (its replay path), each compared with the
+   same padded step run eagerly and with the float64 reference, integrity included.
+
+An engine error (a ``TypeError`` from the engine's call of an override: the seed) is the finding, with the
+call and the batch; it is never swallowed into "OK".
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench import html
+from workbench.batch import Batch
+from workbench.engines.base import EngineAdapter, EngineError, probe_pool
+from workbench.engines.oracle import ORACLE_MODES, Divergence, OracleResult, compare, random_batch
+from workbench.engines.subject import EngineBackend, engine_backend
+from workbench.layers import GatedDeltaNetLayer, GDNConfig, Mamba2Config, Mamba2Layer
+from workbench.pool import StatePool
+from workbench.runner import GraphRunner
+
+DEFAULT_BUCKETS = (1, 2, 4, 8)
+CAPTURED = ("decode", "target_verify")
+
+
+@dataclass
+class EngineFailure:
+    """An error the engine's code raised: where (capture, replay, eager, oracle), the call, the message."""
+
+    stage: str
+    error: str  # "TypeError: ... got an unexpected keyword argument 'in_capture'"
+    call: str  # the innermost frame of the engine's code that raised, file:line in function
+    batch: str = ""
+
+    def __str__(self) -> str:
+        where = f" ({self.batch})" if self.batch else ""
+        return f"{self.stage}{where}: {self.error}\n    at {self.call}"
+
+
+@dataclass
+class EngineCheck:
+    """The outcome of :func:`engine_check`."""
+
+    label: str
+    profile: str
+    oracle: OracleResult | None = None
+    captured: list[tuple[str, int]] = field(default_factory=list)
+    replays: int = 0
+    replay_failures: list[str] = field(default_factory=list)
+    divergences: list[Divergence] = field(default_factory=list)
+    failure: EngineFailure | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Capture and replay ran, agree with the profile, and lost nothing; no engine error."""
+        oracle_ok = self.oracle is None or self.oracle.ok
+        return self.failure is None and oracle_ok and not self.replay_failures and not self.divergences
+
+    def summary(self) -> str:
+        if self.failure is not None:
+            return f"FAIL: {self.label}: the engine raised at {self.failure.stage}"
+        if self.ok:
+            return (
+                f"OK: {self.label}: captured {len(self.captured)} graphs, {self.replays} replays clean and equal to "
+                f"the profile {self.profile!r}"
+            )
+        return f"FAIL: {self.label}: differs from the profile {self.profile!r} or lost state"
+
+    def __str__(self) -> str:
+        lines = []
+        if self.oracle is not None:
+            lines.append(f"oracle: {self.oracle}")
+        if self.captured:
+            lines.append("captured: " + ", ".join(f"{m} {b}" for m, b in self.captured))
+        lines += [f"replay: {text}" for text in self.replay_failures]
+        lines += [f"differs: {d}" for d in self.divergences[:10]]
+        if self.failure is not None:
+            lines.append(f"engine error at {self.failure}")
+        lines.append(self.summary())
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "engine": self.label,
+            "profile": self.profile,
+            "oracle": self.oracle.to_dict() if self.oracle else None,
+            "captured": [list(c) for c in self.captured],
+            "replays": self.replays,
+            "replay_failures": list(self.replay_failures),
+            "divergences": [str(d) for d in self.divergences],
+            "failure": None if self.failure is None else self.failure.__dict__,
+            "seconds": round(self.seconds, 3),
+        }
+
+    def _repr_html_(self) -> str:
+        parts = [html.badge(self.ok, self.summary())]
+        if self.failure is not None:
+            parts.append(html.note(str(self.failure)))
+        if self.oracle is not None:
+            parts.append(self.oracle._repr_html_())
+        parts += [html.note(text) for text in self.replay_failures]
+        return html.block(*parts, title="Engine check")
+
+
+def _engine_frame(exc: BaseException) -> str:
+    """The innermost frame of the traceback outside the workbench: the engine's call that raised."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/workbench/" not in f.filename]
+    frame = frames[-1] if frames else traceback.extract_tb(exc.__traceback__)[-1]
+    return f"{frame.filename}:{frame.lineno} in {frame.name}"
+
+
+def _layer(name: str) -> Any:
+    if name == "gdn":
+        return GatedDeltaNetLayer(GDNConfig.small(), seed=0)
+    if name == "mamba2":
+        return Mamba2Layer(Mamba2Config.small(), seed=0)
+    raise EngineError(f"layer: {name!r} is not one of ('gdn', 'mamba2')")
+
+
+def engine_check(
+    adapter_class: type[EngineAdapter],
+    *,
+    backend_class: type | None = None,
+    layer: str = "gdn",
+    modes: Sequence[str] = ORACLE_MODES,
+    batches: int = 200,
+    replays: int = 8,
+    buckets: Sequence[int] = DEFAULT_BUCKETS,
+    draft_tokens: int = 2,
+    seed: int = 0,
+) -> EngineCheck:
+    """Check the engine's ``layer`` backend (or ``backend_class``) as oracle and subject; see the module."""
+    for mode in modes:
+        if mode not in ORACLE_MODES:
+            raise EngineError(f"modes: {mode!r} is not one of {ORACLE_MODES}")
+    start = time.perf_counter()
+    probe = adapter_class(
+        probe_pool(adapter_class, draft_tokens), buckets, draft_tokens, layer=layer, backend_class=backend_class
+    )
+    profile = probe.profile
+    pool = StatePool(64, profile, slots_per_request=draft_tokens if profile == "vllm" else 1)
+    pool.alloc(min(pool.capacity, 2 * max(buckets)))
+    result = EngineCheck(probe.label, profile)
+    try:
+        _subject(result, adapter_class, backend_class, layer, modes, replays, buckets, draft_tokens, profile, seed)
+        if result.failure is None:  # the oracle after: a capture that raises is the finding, as in the engine
+            adapter = adapter_class(pool, buckets, draft_tokens, layer=layer, backend_class=backend_class)
+            result.oracle = compare(adapter, modes=modes, batches=batches, seed=seed)
+    except EngineError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the engine's own error is the finding
+        result.failure = EngineFailure("oracle", f"{type(exc).__name__}: {exc}", _engine_frame(exc))
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _subject(
+    result: EngineCheck,
+    adapter_class: type[EngineAdapter],
+    backend_class: type | None,
+    layer: str,
+    modes: Sequence[str],
+    replays: int,
+    buckets: Sequence[int],
+    draft_tokens: int,
+    profile: str,
+    seed: int,
+) -> None:
+    """Capture every bucket through the engine's backend, then replay random batches, each compared."""
+    graph_modes = [m for m in CAPTURED if m in modes] or ["decode"]
+    runner = GraphRunner(
+        _layer(layer),
+        StatePool(64, profile, slots_per_request=draft_tokens if profile == "vllm" else 1),
+        buckets=list(buckets),
+        modes=graph_modes,
+        backend="cpu",
+        metadata_backend=engine_backend(adapter_class, layer=layer, backend_class=backend_class),
+        draft_tokens=draft_tokens,
+        state_seed=1,
+    )
+    graph_modes = list(runner.modes)  # the layer's own: Mamba2 captures decode only
+    runner.pool.alloc(min(runner.pool.capacity, 2 * max(buckets)))
+    try:
+        runner.capture(progress=False)
+    except EngineError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the seed: the engine's capture call raises
+        result.failure = EngineFailure("capture", f"{type(exc).__name__}: {exc}", _engine_frame(exc))
+        return
+    result.captured = list(runner.captured)
+    rng = random.Random(seed + 1)
+    backend: EngineBackend = runner.meta_backend  # type: ignore[assignment]
+    for i in range(replays):
+        mode = graph_modes[i % len(graph_modes)]
+        batch = random_batch(backend.adapter, mode, rng, max(buckets))
+        try:
+            comparison = runner.compare(batch, _inputs(runner, batch, seed + i))
+        except EngineError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            result.failure = EngineFailure("replay", f"{type(exc).__name__}: {exc}", _engine_frame(exc), str(batch))
+            return
+        result.replays += 1
+        if not comparison.ok:
+            problems = comparison.integrity.problems()[:2]
+            what = "; ".join(" ".join(str(x) for x in p[:3]) for p in problems) if problems else ""
+            what = what or "replay != the profile's padded step run eagerly (bitwise)"
+            result.replay_failures.append(f"{mode} bs={batch.raw_batch_size}: {what}")
+    result.divergences = list(backend.divergences)
+
+
+def _inputs(runner: GraphRunner, batch: Batch, seed: int) -> Any:
+    import torch
+
+    n = batch.raw_batch_size * (runner.draft_tokens if batch.mode == "target_verify" else 1)
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, runner.layer.config.hidden_size, generator=g).to(runner.layer.dtype)

@@ -1,0 +1,209 @@
+"""The engine's own metadata against the workbench's profile, batch by random batch, bitwise.
+
+:func:`compare` draws seeded random batches of each mode (decode, target_verify with D, extend with and
+without prefixes, idle), through every bucket and padding amount, runs each through the engine's eager and
+replay paths (:class:`~workbench.engines.base.EngineAdapter`) and through
+:func:`~workbench.metadata.build_metadata` with the pool's profile, and compares every field the engine
+computes. The first difference of each mode is kept as a :class:`Divergence` (step, mode, path, field,
+row, expected, got) that renders itself; :class:`OracleResult` holds them all.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from workbench import html
+from workbench.batch import Batch
+from workbench.engines.base import EngineAdapter, EngineError
+from workbench.metadata import Metadata, build_metadata
+
+ORACLE_MODES = ("decode", "target_verify", "extend", "idle")
+PATHS = ("eager", "replay")
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first field where the engine's metadata and the profile's differ, for one batch."""
+
+    mode: str
+    path: str  # "eager" or "replay"
+    index: int  # the batch's number in its mode
+    batch: str  # the batch, in words
+    bucket: int | None
+    field: str
+    row: int | None
+    expected: Any  # the profile's value
+    got: Any  # the engine's
+
+    def __str__(self) -> str:
+        where = f"row {self.row}" if self.row is not None else "shape"
+        padded = f", bucket {self.bucket}" if self.bucket else ""
+        return (
+            f"{self.mode} #{self.index} ({self.path}{padded}): {self.field} {where}: "
+            f"profile {self.expected}, engine {self.got}; batch {self.batch}"
+        )
+
+    def _repr_html_(self) -> str:
+        facts = {k: getattr(self, k) for k in ("mode", "path", "index", "bucket", "field", "row", "expected", "got")}
+        return html.block(html.facts(facts), html.note(self.batch), title="Engine and profile differ")
+
+
+@dataclass
+class OracleResult:
+    """What :func:`compare` found: batches compared per mode and path, the first divergence of each."""
+
+    engine: str
+    profile: str
+    batches: dict[str, int] = field(default_factory=dict)
+    divergences: list[Divergence] = field(default_factory=list)
+    mismatched: dict[str, int] = field(default_factory=dict)  # mode/path -> batches that differ
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when every batch agreed bitwise on every field the engine computes."""
+        return not self.divergences
+
+    def summary(self) -> str:
+        total = sum(self.batches.values())
+        head = f"{self.engine} vs profile {self.profile!r}: {total:,} batches in {self.seconds:.1f} s"
+        if self.ok:
+            return f"{head}, all equal bitwise"
+        bad = ", ".join(f"{k} {v}" for k, v in self.mismatched.items())
+        return f"{head}; differ: {bad}"
+
+    def __str__(self) -> str:
+        return "\n".join([self.summary(), *(f"  {d}" for d in self.divergences)])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "profile": self.profile,
+            "ok": self.ok,
+            "batches": dict(self.batches),
+            "mismatched": dict(self.mismatched),
+            "divergences": [{**d.__dict__, "expected": str(d.expected), "got": str(d.got)} for d in self.divergences],
+            "seconds": round(self.seconds, 3),
+        }
+
+    def _repr_html_(self) -> str:
+        parts = [html.badge(self.ok, self.summary())]
+        if self.divergences:
+            rows = [[d.mode, d.path, d.index, d.bucket, d.field, d.row, d.expected, d.got] for d in self.divergences]
+            cols = ("mode", "path", "#", "bucket", "field", "row", "profile", "engine")
+            parts.append(html.table(cols, rows, row_kinds=["fail"] * len(rows)))
+        return html.block(*parts, title="Engine oracle")
+
+
+def _describe(batch: Batch) -> str:
+    parts = [f"{batch.mode} rows {batch.req_pool_indices.tolist()}", f"seq_lens {batch.seq_lens.tolist()}"]
+    if batch.mode == "target_verify":
+        parts.append(f"D {batch.draft_tokens}")
+    if batch.extend_lens is not None:
+        parts.append(f"extend {batch.extend_lens.tolist()}")
+    if batch.prefix_lens is not None:
+        parts.append(f"prefix {batch.prefix_lens.tolist()}")
+    return ", ".join(parts)
+
+
+def first_difference(
+    expected: Metadata, got: Metadata, fields: Sequence[str]
+) -> tuple[str, int | None, Any, Any] | None:
+    """The first of ``fields`` where two metadata differ bitwise: (field, row or None for shape/dtype, expected,
+    got); None when they agree."""
+    for name in fields:
+        a, b = getattr(expected, name), getattr(got, name)
+        if a is None and b is None:
+            continue
+        if a is None or b is None:
+            return name, None, a if a is None else "a tensor", b if b is None else "a tensor"
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return name, None, f"{tuple(a.shape)} {a.dtype}", f"{tuple(b.shape)} {b.dtype}"
+        a, b = a.cpu(), b.cpu()
+        if not torch.equal(a, b):
+            unequal = (a != b).reshape(a.shape[0], -1).any(dim=1) if a.dim() else torch.tensor([True])
+            row = int(unequal.nonzero()[0, 0]) if a.dim() else None
+            if row is None:
+                return name, None, a.item(), b.item()
+            return name, row, a[row].tolist(), b[row].tolist()
+    return None
+
+
+def random_batch(adapter: EngineAdapter, mode: str, rng: random.Random, max_rows: int) -> Batch:
+    """A random batch of ``mode`` over the adapter's pool: 1..max_rows live rows (0 for idle), shuffled request
+    rows, seq_lens from 1 to 4,096 (verify: at least D), extend lengths 1..64 after prefixes that are 0 for
+    about a third of the rows."""
+    pool = adapter.pool
+    if mode == "idle":
+        return Batch.idle(device=pool.device)
+    rows = rng.sample(pool.live_rows, rng.randint(1, min(max_rows, len(pool.live_rows))))
+    d = adapter.draft_tokens
+    if mode == "decode":
+        return Batch.decode(rows, [rng.randint(1, 4096) for _ in rows], device=pool.device)
+    if mode == "target_verify":
+        return Batch.target_verify(rows, [rng.randint(d, 4096) for _ in rows], d, device=pool.device)
+    extend = [rng.randint(1, 64) for _ in rows]
+    prefix = [0 if rng.random() < 0.34 else rng.randint(1, 2048) for _ in rows]
+    return Batch.extend(rows, extend, prefix, device=pool.device)
+
+
+def compare(
+    adapter: EngineAdapter,
+    *,
+    modes: Sequence[str] = ORACLE_MODES,
+    batches: int = 1000,
+    seed: int = 0,
+    paths: Sequence[str] = PATHS,
+) -> OracleResult:
+    """Run ``batches`` random batches of each mode through the engine and the profile; compare bitwise.
+
+    The adapter's pool must have its requests allocated (``pool.alloc``): batches draw their rows from the
+    live ones. ``paths``: ``"eager"`` (``init_forward_metadata`` / an unpadded ``build``) and ``"replay"``
+    (the host-side update before a graph replay, padded to the smallest bucket that holds the batch; only
+    decode and target_verify are captured). An engine error (``TypeError`` and the like) propagates: it is
+    the finding.
+    """
+    for mode in modes:
+        if mode not in ORACLE_MODES:
+            raise EngineError(f"modes: {mode!r} is not one of {ORACLE_MODES}")
+    for path in paths:
+        if path not in PATHS:
+            raise EngineError(f"paths: {path!r} is not one of {PATHS}")
+    if not adapter.pool.live_rows:
+        raise EngineError("the adapter's pool has no live requests: pool.alloc(n) first")
+    rng = random.Random(seed)
+    result = OracleResult(adapter.label, adapter.profile)
+    start = time.perf_counter()
+    biggest = max(adapter.buckets)
+    for mode in modes:
+        for path in paths:
+            if path == "replay" and mode not in ("decode", "target_verify"):
+                continue
+            key = f"{mode}/{path}"
+            fields = adapter.compared_fields(mode)
+            result.batches[key] = batches
+            for i in range(batches):
+                batch = random_batch(adapter, mode, rng, biggest if path == "replay" else 2 * biggest)
+                if path == "eager":
+                    expected, got, bucket = build_metadata(batch, adapter.pool, bucket=None), adapter.eager(batch), None
+                else:
+                    bucket = min(b for b in adapter.buckets if b >= batch.raw_batch_size)
+                    expected = build_metadata(batch, adapter.pool, bucket=bucket, buckets=adapter.buckets)
+                    got = adapter.replay(batch, bucket)
+                diff = first_difference(expected, got, fields)
+                if diff is None:
+                    continue
+                result.mismatched[key] = result.mismatched.get(key, 0) + 1
+                if result.mismatched[key] == 1:
+                    name, row, want, have = diff
+                    result.divergences.append(
+                        Divergence(mode, path, i, _describe(batch), bucket, name, row, want, have)
+                    )
+    result.seconds = time.perf_counter() - start
+    return result

@@ -1,0 +1,625 @@
+"""sglang 0.5.23's own linear-attention metadata code (``MambaAttnBackendBase`` and its subclasses) on a CPU.
+
+The engine's classes are built as its model runner builds them and fed a workbench
+:class:`~workbench.batch.Batch` as its model runner and cuda-graph runner feed them:
+
+- eager: a real ``ForwardBatch`` -> ``init_forward_metadata``;
+- replay: the ``SimpleNamespace`` view ``decode_cuda_graph_runner.build_replay_fb_view`` hands to
+  ``init_forward_metadata_out_graph``, over padded input buffers filled by the runner's registry policy
+  (``cuda_graph_buffer_registry.build_decode_registry``: ``req_pool_indices`` ZERO, ``seq_lens`` and
+  ``seq_lens_cpu`` FILL_SENTINEL with the backend's ``get_cuda_graph_seq_len_fill_value()``,
+  ``num_padding = bucket - r``);
+- capture: the runner's capture ``ForwardBatch`` (``capture_prepare`` after ``reset_index_buffers``: all-zero
+  ``req_pool_indices``, ``seq_lens`` at the fill value) -> ``init_forward_metadata_out_graph(fb,
+  in_capture=True)``.
+
+What the engine computes (``ForwardMetadata.mamba_cache_indices``, ``query_start_loc``; Mamba2's
+``mixed_metadata.has_initial_states``; GDN's verify intermediate rows) is copied into a workbench
+:class:`~workbench.metadata.Metadata`. Nothing is caught: an error the engine raises reaches the caller
+unchanged.
+
+Nothing here imports sglang until :func:`load` runs, so the module imports (and type-checks) in an
+environment without the engine. What stands in for what, and why, is in :data:`STANDIN_PACKAGES`,
+:data:`STANDIN_MODULES`, :data:`REBINDINGS` and :data:`STANDIN_OBJECTS`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import sys
+import types
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from workbench.batch import Batch
+from workbench.buckets import resolve_bucket
+from workbench.engines.base import EngineAdapter
+from workbench.engines.standins import NoActiveDriver, StandinFinder, install, module
+from workbench.engines.versions import EngineError, check_supported
+from workbench.errors import MetadataError
+from workbench.metadata import Metadata
+from workbench.pool import StatePool
+from workbench.profiles import get_profile
+
+VERSION = "0.5.23"
+
+STANDIN_PACKAGES: tuple[tuple[str, str], ...] = (
+    ("triton", "imported at module level by sglang's FLA and Mamba kernel files; on a CPU its device probe falls back"),
+    ("torchvision", "imported at module level by sglang.srt.multimodal.internvl_utils (config registry chain)"),
+    ("tvm_ffi", "imported at module level by sglang.kernels.ops.communication.all_reduce"),
+    ("sgl_kernel_npu", "Ascend kernels, imported at module level by the Ascend backends (load_ascend only)"),
+)
+"""Device-only packages served by :class:`~workbench.engines.standins.StandinFinder`, each only when it is
+not really installed (a real triton is used as it is)."""
+
+STANDIN_MODULES: tuple[tuple[str, str], ...] = (
+    ("sglang", "a shell package over the installed tree: sglang/__init__.py is the frontend DSL (openai, IPython)"),
+    (
+        "sglang.srt.model_executor.model_runner",
+        "ModelRunner is only an annotation in the backend files; the real module imports the whole server",
+    ),
+)
+"""Engine modules replaced by plain modules (:func:`workbench.engines.standins.module`)."""
+
+REBINDINGS: tuple[tuple[str, str], ...] = (
+    (
+        "get_spec / get_memory / get_exec / get_schedule in the backend modules",
+        "runtime_context getters, unpublished without a server; bound by name, so rebound where imported "
+        "(values: STANDIN_CONFIG)",
+    ),
+    (
+        "sglang.srt.utils.common.get_eager_max_batch_size",
+        "identity: it reads the unpublished parallel topology; no DP attention here",
+    ),
+    (
+        "sglang.srt.model_executor.forward_batch_info.mamba_cache_chunk_size",
+        "-> 64 (FLA chunk, page size 1): it reads the unpublished ServerArgs",
+    ),
+)
+"""Functions of the engine replaced by the adapter, and why."""
+
+STANDIN_OBJECTS: tuple[tuple[str, str], ...] = (
+    ("model_runner", "an attribute bag: server_args.enable_mis False, device cpu, not a draft worker, the pool"),
+    (
+        "req_to_token_pool",
+        "a REAL HybridReqToTokenPool built without __init__: req_index_to_mamba_index_mapping is pool.mapping[:, 0]",
+    ),
+    ("req_to_token_pool.mamba_pool", "an attribute bag: size, ReplaySSM off, conv/temporal shapes without memory"),
+    ("spec_info", "an attribute bag: draft_token_num D, topk 1, dense (not ragged) verify layout"),
+)
+"""Engine objects the adapter builds (what the model runner would hold)."""
+
+STANDIN_CONFIG: dict[str, dict[str, Any]] = {
+    "get_spec()": {"speculative_eagle_topk": None},
+    "get_memory()": {"enable_unified_memory": False, "enable_page_major_kv_layout": False},
+    "get_exec()": {
+        "features": {"enable_mis": False},
+        "deterministic": {"enable_deterministic_inference": False},
+        "mamba": {"mamba_track_interval": 256, "enable_mamba_extra_buffer": False},
+    },
+    "get_schedule()": {},
+}
+"""The runtime-config leaves the backends read, as a server without speculation tree, MIS or unified memory
+publishes them. A leaf not listed raises ``AttributeError`` naming it."""
+
+_CONFIG_GETTERS = ("get_spec", "get_memory", "get_exec", "get_schedule")
+_MAMBA_CHUNK = 64
+_IMPORT_WARNINGS: list[str] = []
+
+
+class Bag:
+    """A read-only attribute bag for engine objects: a missing attribute raises ``AttributeError`` naming it,
+    so an engine read the adapter does not provide is never answered with a made-up value."""
+
+    def __init__(self, label: str, **attrs: Any) -> None:
+        object.__setattr__(self, "_label", label)
+        object.__setattr__(self, "_attrs", attrs)
+
+    def __getattr__(self, name: str) -> Any:
+        attrs = object.__getattribute__(self, "_attrs")
+        if name in attrs:
+            return attrs[name]
+        label = object.__getattribute__(self, "_label")
+        raise AttributeError(f"{label} (workbench stand-in) has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__getattribute__(self, "_attrs")[name] = value
+
+    def __repr__(self) -> str:
+        return f"<stand-in {object.__getattribute__(self, '_label')}>"
+
+
+def _config(label: str, leaves: dict[str, Any]) -> Bag:
+    return Bag(label, **{k: _config(f"{label}.{k}", v) if isinstance(v, dict) else v for k, v in leaves.items()})
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The imported engine: the classes and modules the adapter drives (``Any``: sglang is optional)."""
+
+    gdn: Any  # GDNAttnBackend
+    mamba2: Any  # Mamba2AttnBackend
+    forward_batch: Any  # ForwardBatch
+    forward_mode: Any  # ForwardMode
+    hybrid_pool: Any  # HybridReqToTokenPool
+    linear_attn_backends: Any  # LinearAttnBackends
+    kernel_backend: Any  # LinearAttnKernelBackend
+    select_verify_intermediate: Any  # select_verify_intermediate_state_indices
+    modules: tuple[types.ModuleType, ...]
+
+
+def _finder() -> StandinFinder:
+    """The stand-in finder for the device-only packages that are not really installed."""
+    absent = tuple(name for name, _ in STANDIN_PACKAGES if importlib.util.find_spec(name) is None)
+    return StandinFinder(
+        absent,
+        explicit={
+            "triton": {"__version__": "3.6.0"},
+            "torchvision": {"__version__": "0.28.0"},
+            "triton.runtime": {"driver": NoActiveDriver()},
+        },
+        submodules={
+            "triton": {"runtime", "language", "compiler", "backends", "testing"},
+            "triton.language": {"extra", "core", "math"},
+        },
+    )
+
+
+def _install_shells() -> None:
+    """The shell ``sglang`` package and the annotation-only model-runner module (:data:`STANDIN_MODULES`)."""
+    if "sglang" not in sys.modules:
+        spec = importlib.util.find_spec("sglang")
+        if spec is None or spec.submodule_search_locations is None:
+            raise EngineError("sglang is not installed as a package (make engines installs it)")
+        shell = types.ModuleType("sglang")
+        shell.__path__ = list(spec.submodule_search_locations)
+        shell.__file__ = spec.origin
+        sys.modules["sglang"] = shell
+    name = "sglang.srt.model_executor.model_runner"
+    if name not in sys.modules:
+        module(name, ModelRunner=type("ModelRunner", (), {"__module__": name}))
+
+
+def _import(name: str) -> types.ModuleType:
+    """Import an engine module; a missing third-party package becomes one :class:`EngineError` line."""
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            # import-time warnings of the chain (deprecations, "Triton is not supported ... roll back to CPU")
+            # are kept in import_warnings(), not raised: they are not the metadata code's
+            warnings.simplefilter("always")
+            mod = importlib.import_module(name)
+        _IMPORT_WARNINGS.extend(f"{w.category.__name__}: {w.message}" for w in caught)
+        return mod
+    except ModuleNotFoundError as e:
+        top = (e.name or "").split(".")[0]
+        if top in ("", "sglang"):
+            raise
+        raise EngineError(
+            f"sglang {VERSION} needs the Python package {top!r} to import {name} (make engines installs it)"
+        ) from e
+
+
+def bind_config(namespace: dict[str, Any]) -> None:
+    """Rebind the runtime-config getters a module's ``namespace`` imported by name from
+    ``sglang.srt.runtime_context`` (:data:`REBINDINGS`); a function of another origin is left alone."""
+    context = sys.modules.get("sglang.srt.runtime_context")
+    for getter in _CONFIG_GETTERS:
+        if context is not None and namespace.get(getter) is getattr(context, getter, object()):
+            bag = _config(f"{getter}()", STANDIN_CONFIG[f"{getter}()"])
+            namespace[getter] = lambda bag=bag: bag
+
+
+def _class_globals(cls: type) -> list[dict[str, Any]]:
+    """The module namespaces the methods of ``cls`` and its bases run in (a user's copy loaded from a file
+    need not be in ``sys.modules``, so they are read from the functions)."""
+    spaces: dict[int, dict[str, Any]] = {}
+    for klass in cls.__mro__:
+        for value in vars(klass).values():
+            func = getattr(value, "__func__", value)
+            glob = getattr(func, "__globals__", None)
+            if isinstance(glob, dict):
+                spaces[id(glob)] = glob
+    return list(spaces.values())
+
+
+@functools.cache
+def load() -> Engine:
+    """Import sglang 0.5.23's metadata code with its stand-ins (once per process).
+
+    Raises :class:`EngineError` when sglang is absent, another version, or a pure-Python dependency is
+    missing (naming it and ``make engines``).
+    """
+    version = check_supported("sglang")
+    if version != VERSION:
+        raise EngineError(f"sglang {version} is installed; this adapter is for sglang {VERSION}")
+    install(_finder())
+    _install_shells()
+    hlab = _import("sglang.srt.layers.attention.hybrid_linear_attn_backend")
+    gdnb = _import("sglang.srt.layers.attention.linear.gdn_backend")
+    utils = _import("sglang.srt.layers.attention.linear.utils")
+    common = _import("sglang.srt.utils.common")
+    fbi = _import("sglang.srt.model_executor.forward_batch_info")
+    pools = _import("sglang.srt.mem_cache.memory_pool")
+    for mod in (hlab, gdnb):
+        bind_config(vars(mod))
+    setattr(common, "get_eager_max_batch_size", lambda max_batch_size: max_batch_size)  # noqa: B010
+    setattr(fbi, "mamba_cache_chunk_size", lambda: _MAMBA_CHUNK)  # noqa: B010
+    return Engine(
+        gdn=gdnb.GDNAttnBackend,
+        mamba2=hlab.Mamba2AttnBackend,
+        forward_batch=fbi.ForwardBatch,
+        forward_mode=fbi.ForwardMode,
+        hybrid_pool=pools.HybridReqToTokenPool,
+        linear_attn_backends=utils.LinearAttnBackends,
+        kernel_backend=utils.LinearAttnKernelBackend,
+        select_verify_intermediate=utils.select_verify_intermediate_state_indices,
+        modules=(hlab, gdnb, utils, common, fbi, pools),
+    )
+
+
+@functools.cache
+def load_ascend() -> tuple[Any, Any]:
+    """``(AscendMamba2AttnBackend, AscendGDNAttnBackend)``, imported with the ``sgl_kernel_npu`` stand-in."""
+    load()
+    base = _import("sglang.srt.hardware_backend.npu.attention.ascend_hybrid_linear_attn_backend")
+    gdn = _import("sglang.srt.hardware_backend.npu.attention.ascend_gdn_backend")
+    for mod in (base, gdn):
+        bind_config(vars(mod))
+    return base.AscendMamba2AttnBackend, gdn.AscendGDNAttnBackend
+
+
+def import_warnings() -> list[str]:
+    """The warnings the engine's import chain raised (kept, not raised), each once."""
+    return list(dict.fromkeys(_IMPORT_WARNINGS))
+
+
+def is_ascend(backend_class: type) -> bool:
+    """Whether ``backend_class`` derives from sglang's Ascend base (by name: a user's copy of the Ascend file,
+    loaded as a module of its own, defines its own ``AscendMambaAttnBackendBase``)."""
+    return any(c.__name__ == "AscendMambaAttnBackendBase" for c in backend_class.__mro__)
+
+
+# -- the objects the model runner would hold -----------------------------------------------------------
+
+
+def _hybrid_pool(engine: Engine, pool: StatePool) -> Any:
+    """A real ``HybridReqToTokenPool`` over ``pool`` (built without ``__init__``, which would allocate the
+    whole mamba pool): ``req_index_to_mamba_index_mapping`` is a view of ``pool.mapping[:, 0]`` (int32
+    ``[rows]``), so later allocations are seen; ``size`` the request rows but the reserved one."""
+    req_pool = object.__new__(engine.hybrid_pool)
+    num_slots = pool.num_slots
+    # shapes only (stride-0 views): the metadata code reads conv[0].shape and temporal.dtype, never values
+    conv = torch.zeros(1).expand(1, num_slots, 1, 3)
+    temporal = torch.zeros(1).expand(1, num_slots, 1, 1, 1)
+    cache = Bag("mamba_pool.mamba_cache", conv=[conv], temporal=temporal, replayssm_rawv=None, replayssm_d=None)
+    req_pool.__dict__.update(
+        req_index_to_mamba_index_mapping=pool.mapping[:, 0],
+        size=pool.mapping.shape[0] - 1,
+        device="cpu",
+        mamba_pool=Bag(
+            "mamba_pool",
+            size=num_slots - 1,  # sglang's mamba pool: slots 1..size, slot 0 its padding slot
+            enable_linear_replayssm=False,
+            replayssm_write_pos=None,
+            replayssm_is_kda=False,
+            mamba_cache=cache,
+        ),
+    )
+    return req_pool
+
+
+def _model_runner(engine: Engine, req_pool: Any) -> Bag:
+    triton = engine.kernel_backend.TRITON
+    return Bag(
+        "model_runner",
+        server_args=Bag("model_runner.server_args", enable_mis=False),
+        device="cpu",
+        is_draft_worker=False,
+        req_to_token_pool=req_pool,
+        token_to_kv_pool=None,
+        linear_attn_backends=engine.linear_attn_backends(decode=triton, prefill=triton, verify=triton),
+        model_config=Bag("model_runner.model_config", hf_text_config=types.SimpleNamespace(mamba_chunk_size=64)),
+    )
+
+
+def _spec_info(draft_tokens: int) -> Bag:
+    """An EAGLE verify input as the metadata code reads it (chain drafts: topk 1, dense layout)."""
+    return Bag(
+        "spec_info",
+        draft_token_num=draft_tokens,
+        topk=1,
+        ragged_verify_layout=None,
+        retrieve_next_token=None,
+        retrieve_next_sibling=None,
+    )
+
+
+def _ints(values: torch.Tensor) -> list[int]:
+    return [int(v) for v in values.tolist()]
+
+
+def _extend_positions(prefix_lens: torch.Tensor, extend_lens: torch.Tensor) -> torch.Tensor:
+    """int64 ``[sum(extend_lens)]``: each new token's position, after its request's cached prefix."""
+    starts = torch.repeat_interleave(prefix_lens.to(torch.int64), extend_lens.to(torch.int64))
+    first = torch.repeat_interleave(
+        torch.cumsum(extend_lens.to(torch.int64), 0) - extend_lens, extend_lens.to(torch.int64)
+    )
+    return starts + torch.arange(starts.numel()) - first
+
+
+class Adapter(EngineAdapter):
+    """sglang 0.5.23's ``GDNAttnBackend`` / ``Mamba2AttnBackend`` (or ``backend_class``, a subclass of
+    ``MambaAttnBackendBase``: a user's modified copy, or the Ascend classes) over a workbench pool.
+
+    ``backend`` is the engine's own object. Its graph state is built once,
+    ``init_cuda_graph_state(max(buckets), max(buckets) * draft_tokens)``, as the cuda-graph runner does.
+    The pool must be on the CPU (the engine's CUDA fast path is a Triton kernel).
+    """
+
+    engine = "sglang"
+    version = VERSION
+    layers = ("gdn", "mamba2")
+
+    def __init__(
+        self,
+        pool: StatePool,
+        buckets: Sequence[int],
+        draft_tokens: int = 2,
+        *,
+        layer: str = "gdn",
+        backend_class: type | None = None,
+    ) -> None:
+        super().__init__(pool, buckets, draft_tokens, layer=layer, backend_class=backend_class)
+        if pool.device.type != "cpu":
+            raise EngineError(f"the engine's metadata code runs on the CPU here; the pool is on {pool.device}")
+        if pool.profile.dummy_slot != 0:
+            raise EngineError(
+                f"sglang reserves mamba slot 0 for padding; the pool's dummy slot is {pool.profile.dummy_slot}"
+            )
+        if not self.buckets:
+            raise MetadataError("buckets: empty list; capture at least one batch size")
+        self._engine = load()
+        cls = backend_class or (self._engine.gdn if layer == "gdn" else self._engine.mamba2)
+        for namespace in _class_globals(cls):  # a user's copy of a backend file imports the getters too
+            bind_config(namespace)
+        self._req_pool = _hybrid_pool(self._engine, pool)
+        self.backend: Any = cls(_model_runner(self._engine, self._req_pool))
+        self.max_bs = max(self.buckets)
+        self.backend.init_cuda_graph_state(self.max_bs, self.max_bs * draft_tokens)
+        self.fill_value = int(self.backend.get_cuda_graph_seq_len_fill_value())
+        self._buffers = self._runner_buffers()
+
+    # -- what the adapter is -----------------------------------------------------------------------------
+    @property
+    def profile(self) -> str:
+        return "sglang-ascend" if is_ascend(type(self.backend)) else "sglang"
+
+    @property
+    def default_class_name(self) -> str:
+        return "GDNAttnBackend" if self.layer == "gdn" else "Mamba2AttnBackend"
+
+    def compared_fields(self, mode: str) -> tuple[str, ...]:
+        """``state_indices``, ``query_start_loc`` (the backend's), ``seq_lens`` and ``req_pool_indices`` (in a
+        replay: the runner's padded buffers, filled with the backend's fill value and rewritten in place by
+        ``_replay_metadata``); Mamba2's ``has_initial_state`` in extend; GDN's verify intermediate rows."""
+        out: tuple[str, ...] = ("state_indices", "query_start_loc", "seq_lens", "req_pool_indices")
+        if mode == "extend" and isinstance(self.backend, self._engine.mamba2):
+            out += ("has_initial_state",)
+        if mode == "target_verify" and hasattr(self.backend, "verify_intermediate_state_indices"):
+            out += ("intermediate_state_indices",)
+        return out
+
+    # -- the three paths -----------------------------------------------------------------------------------
+    def eager(self, batch: Batch) -> Metadata:
+        """``init_forward_metadata`` on a real ``ForwardBatch`` of ``batch`` (unpadded, ``bucket`` None)."""
+        fb = self._eager_batch(batch)
+        self.backend.init_forward_metadata(fb)
+        meta = self.backend.forward_metadata
+        init = self._initial_state(batch, meta)
+        return self._metadata(batch.mode, batch, meta, batch.seq_lens, batch.req_pool_indices, init, bucket=None)
+
+    def replay(self, batch: Batch, bucket: int) -> Metadata:
+        """``init_forward_metadata_out_graph`` on the runner's replay view of ``batch`` padded to ``bucket``."""
+        r = batch.raw_batch_size
+        if batch.mode == "extend":
+            raise MetadataError("mode: extend runs eagerly in sglang (no decode graph); use eager()")
+        if batch.mode == "target_verify" and batch.draft_tokens != self.draft_tokens:
+            raise MetadataError(
+                f"draft_tokens: the verify graphs were set up for D={self.draft_tokens}, "
+                f"the batch has D={batch.draft_tokens}"
+            )
+        bs = resolve_bucket(r, self.buckets, bucket)
+        assert bs is not None  # an int bucket resolves to itself or raises
+        view = self._replay_view(batch, bs)
+        self.backend.init_forward_metadata_out_graph(view)
+        init = torch.arange(bs) < r
+        meta = self.backend.forward_metadata
+        return self._metadata(batch.mode, batch, meta, view.seq_lens_cpu, view.req_pool_indices, init, bucket=bs)
+
+    def capture(self, mode: str, bucket: int) -> Metadata:
+        """``init_forward_metadata_out_graph(fb, in_capture=True)`` on the runner's capture batch."""
+        bs = resolve_bucket(bucket, self.buckets, bucket)
+        assert bs is not None
+        batch = Batch.for_capture(mode, bs, self.draft_tokens)
+        fb = self._capture_batch(batch)
+        self.backend.init_forward_metadata_out_graph(fb, in_capture=True)
+        init = torch.ones(bs, dtype=torch.bool)
+        meta = self.backend.forward_metadata
+        return self._metadata(mode, batch, meta, fb.seq_lens_cpu, fb.req_pool_indices, init, bucket=bs)
+
+    # -- forward batches as the runners build them ---------------------------------------------------------
+    def _mode(self, mode: str) -> Any:
+        fm = self._engine.forward_mode
+        return {"decode": fm.DECODE, "target_verify": fm.TARGET_VERIFY, "extend": fm.EXTEND, "idle": fm.IDLE}[mode]
+
+    def _eager_batch(self, batch: Batch) -> Any:
+        """A real ``ForwardBatch`` (built without ``__init__``; unset fields read the dataclass defaults)."""
+        r, mode = batch.raw_batch_size, batch.mode
+        seq = batch.seq_lens.to(torch.int64)
+        d = batch.draft_tokens if mode == "target_verify" else 1
+        fields: dict[str, Any] = {
+            "forward_mode": self._mode(mode),
+            "batch_size": r,
+            "req_pool_indices": batch.req_pool_indices.clone(),
+            "seq_lens": seq,
+            "seq_lens_cpu": seq.clone(),
+            "seq_lens_sum": int(seq.sum()),
+            "out_cache_loc": None,
+        }
+        if mode == "extend":
+            assert batch.extend_lens is not None and batch.prefix_lens is not None
+            ext, pre = batch.extend_lens.to(torch.int32), batch.prefix_lens.to(torch.int32)
+            start = torch.zeros(r, dtype=torch.int32)
+            start[1:] = torch.cumsum(ext, 0)[:-1]
+            n = int(ext.sum())
+            fields.update(
+                extend_seq_lens=ext,
+                extend_prefix_lens=pre,
+                extend_start_loc=start,
+                extend_seq_lens_cpu=_ints(ext),
+                extend_prefix_lens_cpu=_ints(pre),
+                extend_num_tokens=n,
+                input_ids=torch.zeros(n, dtype=torch.int64),
+                positions=_extend_positions(pre, ext),
+            )
+        else:
+            fields.update(input_ids=torch.zeros(r * d, dtype=torch.int64), positions=self._positions(seq, mode, d))
+        if mode == "target_verify":
+            fields["spec_info"] = _spec_info(batch.draft_tokens)
+        fb = object.__new__(self._engine.forward_batch)
+        fb.__dict__.update(fields)
+        return fb
+
+    @staticmethod
+    def _positions(seq: torch.Tensor, mode: str, d: int) -> torch.Tensor:
+        if mode == "target_verify":  # the D draft tokens follow the committed ones
+            return (seq.repeat_interleave(d) + torch.arange(d).repeat(seq.numel())).to(torch.int64)
+        return (seq - 1).clamp(min=0)
+
+    def _runner_buffers(self) -> dict[str, torch.Tensor]:
+        """The runner's static input buffers (``DecodeInputBuffers``), ``max_bs`` rows."""
+        m = self.max_bs
+        return {
+            "req_pool_indices": torch.zeros(m, dtype=torch.int64),
+            "seq_lens": torch.full((m,), self.fill_value, dtype=torch.int64),
+            "seq_lens_cpu": torch.full((m,), self.fill_value, dtype=torch.int64),
+            "input_ids": torch.zeros(m * self.draft_tokens, dtype=torch.int64),
+            "positions": torch.zeros(m * self.draft_tokens, dtype=torch.int64),
+        }
+
+    def _fill_from(self, batch: Batch, bs: int) -> None:
+        """``CudaGraphBufferRegistry.fill_from``: the padded tail reset by each slot's policy, then the live
+        rows copied in (``req_pool_indices`` ZERO, ``seq_lens`` / ``seq_lens_cpu`` FILL_SENTINEL)."""
+        r, b = batch.raw_batch_size, self._buffers
+        b["req_pool_indices"][r:bs].zero_()
+        b["req_pool_indices"][:r].copy_(batch.req_pool_indices)
+        for name in ("seq_lens", "seq_lens_cpu"):
+            b[name][r:bs].fill_(self.fill_value)
+            b[name][:r].copy_(batch.seq_lens)
+
+    def _replay_view(self, batch: Batch, bs: int) -> types.SimpleNamespace:
+        """``build_replay_fb_view``: the capture-time mode, the padded buffers, ``num_padding = bs - r``."""
+        r = batch.raw_batch_size
+        self._fill_from(batch, bs)
+        graph_mode = "target_verify" if batch.mode == "target_verify" else "decode"  # idle runs the decode graph
+        d = batch.draft_tokens if graph_mode == "target_verify" else 1
+        b = self._buffers
+        return types.SimpleNamespace(
+            batch_size=bs,
+            forward_mode=self._mode(graph_mode),
+            actual_forward_mode=self._mode(batch.mode),
+            input_ids=b["input_ids"][: bs * d],
+            positions=b["positions"][: bs * d],
+            req_pool_indices=b["req_pool_indices"][:bs],
+            seq_lens=b["seq_lens"][:bs],
+            seq_lens_sum=int(batch.seq_lens.sum()) + (bs - r) * self.fill_value,
+            seq_lens_cpu=b["seq_lens_cpu"][:bs],
+            num_padding=bs - r,
+            encoder_lens=None,
+            out_cache_loc=None,
+            mamba_track_indices=None,
+            spec_info=_spec_info(batch.draft_tokens) if graph_mode == "target_verify" else None,
+            lora_ids=None,
+        )
+
+    def _capture_batch(self, batch: Batch) -> Any:
+        """``capture_prepare`` after ``reset_index_buffers``: zero indices, ``seq_lens`` at the fill value."""
+        bs, b = batch.raw_batch_size, self._buffers
+        b["req_pool_indices"].zero_()
+        b["seq_lens"].fill_(self.fill_value)
+        b["seq_lens_cpu"].fill_(self.fill_value)
+        d = batch.draft_tokens if batch.mode == "target_verify" else 1
+        fb = object.__new__(self._engine.forward_batch)
+        fb.__dict__.update(
+            forward_mode=self._mode(batch.mode),
+            batch_size=bs,
+            input_ids=b["input_ids"][: bs * d],
+            positions=b["positions"][: bs * d],
+            req_pool_indices=b["req_pool_indices"][:bs],
+            seq_lens=b["seq_lens"][:bs],
+            seq_lens_cpu=b["seq_lens_cpu"][:bs],
+            seq_lens_sum=bs * self.fill_value,
+            out_cache_loc=None,
+            spec_info=_spec_info(batch.draft_tokens) if batch.mode == "target_verify" else None,
+        )
+        return fb
+
+    # -- translation ---------------------------------------------------------------------------------------
+    def _initial_state(self, batch: Batch, meta: Any) -> torch.Tensor:
+        """bool ``[r]``: Mamba2's ``mixed_metadata.has_initial_states`` in extend (the engine's); otherwise
+        the batch's (GDN computes ``extend_prefix_lens > 0`` in its forward, not its metadata)."""
+        mixed = getattr(meta, "mixed_metadata", None)
+        if mixed is not None:
+            return mixed.has_initial_states.to(torch.bool).clone()
+        if batch.mode == "extend" and batch.prefix_lens is not None:
+            return batch.prefix_lens > 0
+        return torch.ones(batch.raw_batch_size, dtype=torch.bool)
+
+    def _intermediate(self, mode: str, state_indices: torch.Tensor, rpi: torch.Tensor) -> torch.Tensor | None:
+        """GDN's verify rows into the intermediate scratch, as its forward selects them: int32 ``[bs]``."""
+        table = getattr(self.backend, "verify_intermediate_state_indices", None)
+        if mode != "target_verify" or table is None:
+            return None
+        bs = state_indices.numel()
+        rows = self._engine.select_verify_intermediate(table, rpi, state_indices >= 0, self._req_pool.size)
+        return rows[:bs].to(torch.int32).clone()
+
+    def _metadata(
+        self,
+        mode: str,
+        batch: Batch,
+        meta: Any,
+        seq_lens: torch.Tensor,
+        rpi: torch.Tensor,
+        has_initial_state: torch.Tensor,
+        *,
+        bucket: int | None,
+    ) -> Metadata:
+        """The engine's tensors, copied (they are the backend's static per-bucket buffers in a replay)."""
+        state = meta.mamba_cache_indices.clone()
+        qsl = meta.query_start_loc.clone()
+        out = Metadata(
+            profile=get_profile(self.profile),
+            forward_mode=mode,
+            raw_batch_size=batch.raw_batch_size,
+            draft_tokens=batch.draft_tokens,
+            state_indices=state,
+            query_start_loc=qsl,
+            seq_lens=seq_lens.to(torch.int32).clone(),
+            req_pool_indices=rpi.to(torch.int64).clone(),
+            has_initial_state=has_initial_state.to(torch.bool).clone(),
+            bucket=bucket,
+        )
+        if mode == "extend" and batch.extend_lens is not None:
+            out.extend_lens = batch.extend_lens.to(torch.int32).clone()
+        out.intermediate_state_indices = self._intermediate(mode, state, rpi)
+        gdn_tokens = getattr(meta, "mamba_cache_indices_gdn", None)  # Ascend's verify token rows
+        if mode == "target_verify" and gdn_tokens is not None:
+            out.intermediate_token_indices = gdn_tokens.clone()
+        return out
