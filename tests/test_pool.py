@@ -1,0 +1,37 @@
+"""StatePool.alloc_at: a request placed where a recorded trace (or an engine) put it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from workbench.pool import StatePool
+
+
+def test_alloc_at_places_a_request_where_a_trace_put_it_and_refuses_what_is_taken() -> None:
+    """A recorded trace (or an engine) chose the row and slots: alloc_at honours them; alloc goes on lowest-first
+    around them; taken, reserved and dummy values are refused, naming them, and nothing changes."""
+    from workbench.errors import MetadataError
+
+    pool = StatePool(16, "sglang")
+    pool.alloc_at(7, [12])
+    assert pool.slots_of(7) == [12] and int(pool.mapping[7, 0]) == 12
+    rows = pool.alloc(3).tolist()
+    assert rows == [1, 2, 3] and [pool.slots_of(r)[0] for r in rows] == [1, 2, 3]
+    pool.free([7])
+    pool.alloc_at(7, [5])  # a freed row, a slot never handed out
+    assert pool.live_rows == [1, 2, 3, 7] and sorted(pool.owned_slots()) == [1, 2, 3, 5]
+    before = (pool.mapping.clone(), pool.num_free)
+    for row, slots, message in [
+        (7, [6], "row=7: not a free request-pool row"),
+        (0, [6], "row=0: not a free request-pool row"),
+        (8, [5], "slots[0]=5: owned by another request"),
+        (8, [0], "slots[0]=0: the dummy slot"),
+        (8, [6, 9], "slots: 2 given, the pool keeps 1 per request"),
+    ]:
+        with pytest.raises(MetadataError, match=re.escape(message)):
+            pool.alloc_at(row, slots)
+    assert torch.equal(pool.mapping, before[0]) and pool.num_free == before[1]
+    assert pool.alloc(1).tolist() == [4] and pool.slots_of(4) == [4]  # lowest-first around the placed ones

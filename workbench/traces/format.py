@@ -1,0 +1,576 @@
+"""The trace file: JSON Lines, versioned (``docs/traces.md``; ``docs/trace.schema.json`` is its JSON Schema).
+
+Line 1 is the header, every following non-blank line one scheduler step::
+
+    {"format":"linattn-trace","version":1,"profile":"sglang","layer":"gdn","num_slots":9,
+     "buckets":{"decode":[1,2,4,8]},"draft_tokens":2,"seed":0}
+    {"step":0,"mode":"extend","rows":[{"id":0,"slot":1,"req_pool_index":1,"seq_len":5,"new_tokens":5,
+     "cached_tokens":0,"accepted":null}],"admit":[0],"finish":[],"metadata":null}
+
+Header fields (:class:`~workbench.traces.model.TraceHeader`): ``format`` ("linattn-trace"), ``version`` (1),
+``profile`` (a key of :data:`workbench.profiles.PROFILES`), ``layer`` ("gdn" or "mamba2"), ``num_slots`` (state
+slots, the dummy slot included, >= 2), ``buckets`` (graph mode -> captured batch sizes, strictly increasing;
+"decode" required, "target_verify" needed by verify steps), ``draft_tokens`` (D: tokens a verify row feeds,
+default 2), ``seed`` (of a simulation, or null).
+
+Step fields (:class:`~workbench.traces.model.TraceStep`): ``step`` (strictly increasing), ``mode`` (one of
+:data:`~workbench.traces.model.STEP_MODES`), ``rows`` (one object per request, in the engine's order; an idle
+step has none, every other step at least one), ``admit`` / ``finish`` (request ids given a pool row before the
+step / freed after it), ``metadata`` (what the engine used, by its field names, or null: then it is built).
+
+Row fields (:class:`~workbench.traces.model.TraceRow`): ``id``, ``slot`` (< num_slots), ``req_pool_index``,
+``seq_len`` (>= 1), ``new_tokens`` (>= 1: decode 1, verify D, extend/mixed the chunk), ``cached_tokens``
+(>= 0; extend and mixed rows: ``seq_len == cached_tokens + new_tokens``), ``accepted`` (verify only:
+null or 0..D). Ids, slots and request-pool rows are each unique within a step.
+
+Every refusal is a :class:`TraceError` of one line naming the file's line, the field and what was expected:
+``line 7: rows[2].seq_len: expected an int >= 1, got -3``. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Generator, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from workbench.errors import WorkbenchError
+from workbench.limits import INT32_MAX, INT64_MAX
+from workbench.profiles import PROFILES
+from workbench.traces.model import FORMAT, STEP_MODES, VERSION, Trace, TraceHeader, TraceRow, TraceStep
+
+LAYERS = ("gdn", "mamba2")
+GRAPH_MODES = ("decode", "target_verify")
+"""The modes with graphs: ``workbench.metadata.GRAPH_MODES`` (repeated here: that module imports torch)."""
+HEADER_FIELDS = ("format", "version", "profile", "layer", "num_slots", "buckets", "draft_tokens", "seed")
+STEP_FIELDS = ("step", "mode", "rows", "admit", "finish", "metadata")
+ROW_FIELDS = ("id", "slot", "req_pool_index", "seq_len", "new_tokens", "cached_tokens", "accepted")
+INT32_MIN = -(2**31)
+_SHOW_CHARS = 60
+TraceSource = str | os.PathLike[str] | Iterable[str] | Iterable[bytes]
+"""A path (a ``str`` is always a path) or the file's lines (``str``, or ``bytes`` read as UTF-8)."""
+_MISSING: Any = object()
+
+
+class TraceError(WorkbenchError, ValueError):
+    """A trace line the reader refuses. The message is one line: ``line 7: rows[2].seq_len: expected an int
+    >= 1, got -3``; ``line`` is the file's 1-based line number, ``field`` the field's path ("" for the line)."""
+
+    def __init__(self, message: str, line: int = 0, field: str = "") -> None:
+        super().__init__(message)
+        self.line = line
+        self.field = field
+
+
+def _show(value: Any) -> str:
+    """``value`` as JSON, on one line, cut after a few dozen characters; ``nothing`` for a missing field."""
+    if value is _MISSING:
+        return "nothing"
+    try:
+        text = json.dumps(value)  # ensure_ascii: no U+2028 or other line breaks in the message
+    except (ValueError, TypeError, RecursionError):
+        text = type(value).__name__
+    return text if len(text) <= _SHOW_CHARS else text[: _SHOW_CHARS - 3] + "..."
+
+
+def _key(key: str) -> str:
+    """A key as a field path shows it: as it is when it is a plain name, else as a JSON string (one line)."""
+    return key if key.isascii() and key.isidentifier() else json.dumps(key)[:_SHOW_CHARS]
+
+
+def _a(word: str) -> str:
+    """``word`` with its article: "an extend", "a slot"."""
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
+
+
+def _fail(line: int, path: str, expected: str, got: Any, shown: str | None = None) -> TraceError:
+    """``line N: path: expected ..., got ...`` (``got`` shown as JSON, or ``shown`` as it is)."""
+    where = f"{path}: " if path else ""
+    return TraceError(f"line {line}: {where}expected {expected}, got {shown or _show(got)}", line, path)
+
+
+def _int(value: Any, line: int, path: str, minimum: int, maximum: int, expected: str | None = None) -> int:
+    """``value`` as an int in ``[minimum, maximum]``; bools and floats refused."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _fail(line, path, expected or f"an int >= {minimum}", value)
+    if value > maximum:
+        bits = "int32" if maximum == INT32_MAX else "int64"
+        raise _fail(line, path, expected or f"an int <= {maximum} ({bits})", value)
+    return value
+
+
+def _list(value: Any, line: int, path: str, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise _fail(line, path, f"a list of {what}", value)
+    return value
+
+
+def _object(value: Any, line: int, path: str, known: tuple[str, ...], what: str) -> dict[str, Any]:
+    """``value`` as a JSON object whose keys are all in ``known``."""
+    if not isinstance(value, dict):
+        raise _fail(line, path, f"an object ({what})", value)
+    for key in value:
+        if key not in known:
+            where = f"{path}.{_key(key)}" if path else _key(key)
+            raise TraceError(f"line {line}: {where}: unknown {what} field (known: {', '.join(known)})", line, where)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------------- lines
+
+
+class _Duplicate(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+class _Constant(Exception):
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(key)
+        out[key] = value
+    return out
+
+
+def _constant(text: str) -> Any:
+    raise _Constant(text)
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Constant(text)
+    return value
+
+
+def parse_line(text: str, line: int) -> dict[str, Any]:
+    """One line's JSON object (duplicate keys, NaN and infinities refused)."""
+    try:
+        obj = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant, parse_float=_float)
+    except _Duplicate as e:
+        raise TraceError(f"line {line}: {_key(e.key)}: the field appears twice", line, _key(e.key)) from None
+    except _Constant as e:
+        raise TraceError(f"line {line}: expected finite JSON numbers, got {e.text[:_SHOW_CHARS]}", line) from None
+    except json.JSONDecodeError as e:
+        raise TraceError(
+            f"line {line}: expected a JSON object, got invalid JSON: {e.msg} (column {e.colno})", line
+        ) from None
+    except ValueError as e:  # an int of more digits than Python converts
+        raise TraceError(
+            f"line {line}: expected a JSON object, got invalid JSON: {' '.join(str(e).split())}", line
+        ) from None
+    except RecursionError:
+        raise TraceError(f"line {line}: expected a JSON object, got JSON nested too deeply", line) from None
+    if not isinstance(obj, dict):
+        raise _fail(line, "", "a JSON object", obj)
+    return obj
+
+
+def _text_lines(source: TraceSource) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text) of each line of a path or of an iterable of lines; a file is read in
+    binary and decoded line by line, so that bytes that are not UTF-8 name their line."""
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise TraceError(
+                        f"line {number}: expected UTF-8 text, got byte {raw[e.start]:#04x}", number
+                    ) from None
+                yield number, text
+        return
+    for number, item in enumerate(source, 1):
+        if isinstance(item, bytes):
+            try:
+                item = item.decode("utf-8")
+            except UnicodeDecodeError:
+                raise TraceError(f"line {number}: expected UTF-8 text, got bytes that are not", number) from None
+        if not isinstance(item, str):
+            raise TraceError(f"line {number}: expected a line of text, got {_a(type(item).__name__)}", number)
+        yield number, item
+
+
+_Records = Generator[tuple[int, dict[str, Any]], None, None]
+
+
+def _records(source: TraceSource) -> _Records:
+    """(line number, object) of every non-blank line."""
+    for number, text in _text_lines(source):
+        if text.strip():
+            yield number, parse_line(text, number)
+
+
+# --------------------------------------------------------------------------------------------------- header
+
+
+def _buckets(value: Any, line: int) -> dict[str, list[int]]:
+    """``buckets``: graph mode -> non-empty strictly increasing ints >= 1; "decode" required."""
+    obj = _object(value, line, "buckets", GRAPH_MODES, "graph mode")
+    if "decode" not in obj:
+        raise _fail(line, "buckets.decode", "a list of bucket sizes (idle steps run the decode graph)", _MISSING)
+    out: dict[str, list[int]] = {}
+    for mode, sizes in obj.items():
+        path = f"buckets.{mode}"
+        sizes = _list(sizes, line, path, "increasing ints >= 1")
+        if not sizes:
+            raise _fail(line, path, "a non-empty list of increasing ints >= 1", sizes)
+        previous = 0
+        for i, size in enumerate(sizes):
+            expected = f"an int > {previous} (strictly increasing)" if i else None
+            previous = _int(size, line, f"{path}[{i}]", previous + 1, INT32_MAX, expected)
+        out[mode] = list(sizes)
+    return out
+
+
+def parse_header(obj: Any, line: int = 1) -> TraceHeader:
+    """The header line's object as a :class:`TraceHeader`; a :class:`TraceError` names the field.
+
+    The format and version are checked first (another version's fields may differ), then unknown keys."""
+    if not isinstance(obj, dict):
+        raise _fail(line, "", "the header object", obj)
+    if obj.get("format", _MISSING) != FORMAT:
+        got = obj.get("format", _MISSING)
+        hint = " (the header comes first)" if got is _MISSING and "step" in obj else ""
+        raise _fail(line, "format", f'"{FORMAT}"{hint}', got)
+    version = obj.get("version", _MISSING)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise _fail(line, "version", f"the int {VERSION}", version)
+    if version != VERSION:
+        raise TraceError(f"line {line}: version {version}: this workbench reads version {VERSION}", line, "version")
+    _object(obj, line, "", HEADER_FIELDS, "header")
+    profile = obj.get("profile", _MISSING)
+    if not isinstance(profile, str) or profile not in PROFILES:
+        raise _fail(line, "profile", "one of " + ", ".join(f'"{p}"' for p in PROFILES), profile)
+    layer = obj.get("layer", _MISSING)
+    if not isinstance(layer, str) or layer not in LAYERS:
+        raise _fail(line, "layer", "one of " + ", ".join(f'"{x}"' for x in LAYERS), layer)
+    num_slots = _int(obj.get("num_slots", _MISSING), line, "num_slots", 2, INT32_MAX)
+    buckets = _buckets(obj.get("buckets", _MISSING), line)
+    draft_tokens = _int(obj.get("draft_tokens", TraceHeader.draft_tokens), line, "draft_tokens", 1, INT32_MAX)
+    seed = obj.get("seed")
+    if seed is not None:
+        seed = _int(seed, line, "seed", 0, INT64_MAX, "an int >= 0 or null")
+    return TraceHeader(profile, layer, num_slots, buckets, draft_tokens, seed)
+
+
+# ----------------------------------------------------------------------------------------------------- steps
+
+
+@dataclass
+class ReadState:
+    """What checks across lines need: the previous step number and the live request ids (id -> the line that
+    admitted it). Its size is the number of requests live at once, not the file's length."""
+
+    last_step: int | None = None
+    live: dict[int, int] = field(default_factory=dict)
+
+
+def _row(value: Any, line: int, path: str, mode: str, header: TraceHeader) -> TraceRow:
+    """One row, its fields' ranges and the mode's token counts."""
+    obj = _object(value, line, path, ROW_FIELDS, "row")
+
+    def get(name: str, minimum: int, maximum: int = INT32_MAX, expected: str | None = None) -> int:
+        return _int(obj.get(name, _MISSING), line, f"{path}.{name}", minimum, maximum, expected)
+
+    rid = get("id", 0, INT64_MAX)
+    top = header.num_slots - 1
+    slot = get("slot", 0, top, f"an int in 0..{top} (num_slots = {header.num_slots})")
+    req_pool_index = get("req_pool_index", 0)
+    seq_len = get("seq_len", 1)
+    new_tokens = get("new_tokens", 1)
+    cached_tokens = get("cached_tokens", 0)
+    if mode == "decode" and new_tokens != 1:
+        raise _fail(line, f"{path}.new_tokens", "1 in a decode step", new_tokens)
+    if mode == "target_verify" and new_tokens != header.draft_tokens:
+        raise _fail(
+            line, f"{path}.new_tokens", f"{header.draft_tokens} (draft_tokens) in a target_verify step", new_tokens
+        )
+    if mode in ("extend", "mixed") and seq_len != cached_tokens + new_tokens:
+        expected = f"{cached_tokens + new_tokens} (cached_tokens {cached_tokens} + new_tokens {new_tokens})"
+        raise _fail(line, f"{path}.seq_len", expected, seq_len)
+    accepted = obj.get("accepted")
+    if accepted is not None:
+        if mode != "target_verify":
+            raise _fail(line, f"{path}.accepted", f"null in {_a(mode)} step (only verify rows accept)", accepted)
+        d = header.draft_tokens
+        accepted = _int(accepted, line, f"{path}.accepted", 0, d, f"null or an int in 0..{d} (draft_tokens)")
+    return TraceRow(rid, req_pool_index, slot, seq_len, new_tokens, cached_tokens, accepted)
+
+
+def _rows(value: Any, line: int, mode: str, header: TraceHeader) -> tuple[TraceRow, ...]:
+    """The step's rows: none in an idle step, at least one elsewhere; ids, slots and pool rows unique."""
+    items = _list(value, line, "rows", "row objects")
+    if mode == "idle" and items:
+        raise _fail(line, "rows", "[] in an idle step", value, f"{len(items)} row{'s' * (len(items) > 1)}")
+    if mode != "idle" and not items:
+        raise _fail(line, "rows", f"at least one row in {_a(mode)} step (a step without rows is idle)", value)
+    rows = tuple(_row(item, line, f"rows[{i}]", mode, header) for i, item in enumerate(items))
+    for name in ("id", "slot", "req_pool_index"):
+        seen: dict[int, int] = {}
+        for i, row in enumerate(rows):
+            v = getattr(row, name)
+            if v in seen:
+                raise _fail(
+                    line, f"rows[{i}].{name}", f"{_a(name)} no other row of the step has (rows[{seen[v]}] has it)", v
+                )
+            seen[v] = i
+    return rows
+
+
+def _ids(value: Any, line: int, path: str) -> tuple[int, ...]:
+    """``admit`` / ``finish``: distinct request ids."""
+    items = _list(value, line, path, "request ids")
+    seen: set[int] = set()
+    for i, item in enumerate(items):
+        _int(item, line, f"{path}[{i}]", 0, INT64_MAX, "a request id (an int >= 0)")
+        if item in seen:
+            raise _fail(line, f"{path}[{i}]", f"an id not already in {path}", item)
+        seen.add(item)
+    return tuple(items)
+
+
+def _int_list(value: Any, line: int, path: str, minimum: int = INT32_MIN) -> list[int]:
+    for i, item in enumerate(_list(value, line, path, "ints")):
+        _int(item, line, f"{path}[{i}]", minimum, INT32_MAX)
+    return value
+
+
+def _lengths(bucket: int | None, n_rows: int, extra: int) -> tuple[int, ...]:
+    return (n_rows + extra,) if bucket is None or bucket == n_rows else (n_rows + extra, bucket + extra)
+
+
+def _expected_length(lengths: tuple[int, ...], what: str) -> str:
+    return " or ".join(str(n) for n in lengths) + f" {what} (the step's rows, or the bucket)"
+
+
+def _metadata(value: Any, line: int, n_rows: int) -> dict[str, Any] | None:
+    """``metadata``: null, or an object whose known fields are checked and other fields kept as they are."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _fail(line, "metadata", "an object or null", value)
+    bucket = value.get("bucket")
+    if bucket is not None:
+        lowest = max(n_rows, 1)
+        _int(bucket, line, "metadata.bucket", lowest, INT32_MAX, f"null or an int >= {lowest} (the step's rows)")
+    if "state_indices" in value:
+        _state_indices(value["state_indices"], line, _lengths(bucket, n_rows, 0))
+    if "query_start_loc" in value:
+        _query_start_loc(value["query_start_loc"], line, _lengths(bucket, n_rows, 1))
+    return value
+
+
+def _state_indices(value: Any, line: int, lengths: tuple[int, ...]) -> None:
+    """A list of ints, or of equally long lists of ints (vLLM verify: ``[bs, D]``)."""
+    path = "metadata.state_indices"
+    items = _list(value, line, path, "ints or a list of lists of ints")
+    if len(items) not in lengths:
+        raise _fail(line, path, _expected_length(lengths, "entries"), items, f"{len(items)}")
+    if items and isinstance(items[0], list):
+        width = len(items[0])
+        for i, item in enumerate(items):
+            if not isinstance(item, list) or len(item) != width:
+                raise _fail(line, f"{path}[{i}]", f"a list of {width} ints like {path}[0]", item)
+            _int_list(item, line, f"{path}[{i}]")
+    else:
+        _int_list(items, line, path)
+
+
+def _query_start_loc(value: Any, line: int, lengths: tuple[int, ...]) -> None:
+    """Token offsets: ints from 0, non-decreasing, one more than the rows (or the bucket)."""
+    path = "metadata.query_start_loc"
+    items = _list(value, line, path, "ints")
+    if len(items) not in lengths:
+        raise _fail(line, path, _expected_length(lengths, "offsets"), items, f"{len(items)}")
+    previous = 0
+    for i, item in enumerate(items):
+        expected = "0" if i == 0 else f"an int >= {previous} (non-decreasing)"
+        previous = _int(item, line, f"{path}[{i}]", previous, INT32_MAX if i else 0, expected)
+
+
+def _cross_lines(step: TraceStep, line: int, state: ReadState) -> None:
+    """Step numbers increase; an admitted id is not live already; a finished id is in the step or live."""
+    if state.last_step is not None and step.step <= state.last_step:
+        raise _fail(line, "step", f"an int > {state.last_step} (the previous step)", step.step)
+    for i, rid in enumerate(step.admit):
+        if rid in state.live:
+            raise _fail(line, f"admit[{i}]", f"an id not live already (line {state.live[rid]} admitted it)", rid)
+    in_rows = {row.id for row in step.rows}
+    for i, rid in enumerate(step.finish):
+        if rid not in in_rows and rid not in state.live and rid not in step.admit:
+            raise _fail(line, f"finish[{i}]", "an id in this step's rows or admitted and not finished yet", rid)
+    state.last_step = step.step
+    for rid in step.admit:
+        state.live[rid] = line
+    for rid in step.finish:
+        state.live.pop(rid, None)
+
+
+def parse_step(obj: Any, line: int, header: TraceHeader, state: ReadState | None = None) -> TraceStep:
+    """One step line's object as a :class:`TraceStep`; with ``state``, also the checks across lines (step
+    numbers increase, admit and finish agree with the live ids), and ``state`` moves past this step."""
+    if not isinstance(obj, dict):
+        raise _fail(line, "", "a step object", obj)
+    _object(obj, line, "", STEP_FIELDS, "step")
+    number = _int(obj.get("step", _MISSING), line, "step", 0, INT64_MAX)
+    mode = obj.get("mode", _MISSING)
+    if not isinstance(mode, str) or mode not in STEP_MODES:
+        raise _fail(line, "mode", "one of " + ", ".join(f'"{m}"' for m in STEP_MODES), mode)
+    if mode == "target_verify" and "target_verify" not in header.buckets:
+        raise _fail(line, "mode", "a mode the header has buckets for (no buckets.target_verify)", mode)
+    rows = _rows(obj.get("rows", []), line, mode, header)
+    admit = _ids(obj.get("admit", []), line, "admit")
+    finish = _ids(obj.get("finish", []), line, "finish")
+    metadata = _metadata(obj.get("metadata"), line, len(rows))
+    step = TraceStep(number, mode, rows, admit, finish, metadata)
+    if state is not None:
+        _cross_lines(step, line, state)
+    return step
+
+
+# ---------------------------------------------------------------------------------------------------- reading
+
+
+def _header(records: _Records) -> TraceHeader:
+    """The header from the first record; ``records`` is closed if it is refused."""
+    try:
+        first = next(records, None)
+        if first is None:
+            raise TraceError('line 1: expected the header ({"format": "linattn-trace", ...}), got an empty file', 1)
+        return parse_header(first[1], first[0])
+    except BaseException:
+        records.close()
+        raise
+
+
+def open_trace(source: TraceSource) -> tuple[TraceHeader, StepReader]:
+    """The header (read now) and a :class:`StepReader` of the steps (read as they are consumed: a long file is
+    never held in memory). ``source``: a path (a ``str`` is always a path), or lines of text
+    (``text.splitlines()``)."""
+    records = _records(source)
+    header = _header(records)
+    return header, StepReader(records, header)
+
+
+class StepReader:
+    """The steps after the header, one line at a time, with the checks across lines; exhausting it, or
+    ``close()`` (or ``with``), closes the file."""
+
+    def __init__(self, records: _Records, header: TraceHeader) -> None:
+        self.header = header
+        self.state = ReadState()
+        self._records = records
+
+    def __iter__(self) -> StepReader:
+        return self
+
+    def __next__(self) -> TraceStep:
+        try:
+            number, obj = next(self._records)
+            return parse_step(obj, number, self.header, self.state)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self._records.close()
+
+    def __enter__(self) -> StepReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def iter_steps(source: TraceSource) -> Generator[TraceStep, None, None]:
+    """The steps of a trace one by one, the header checked first (streaming; see :func:`open_trace`)."""
+    _, steps = open_trace(source)
+    with steps:
+        yield from steps
+
+
+def read_header(source: TraceSource) -> TraceHeader:
+    """Only the header (the first non-blank line)."""
+    records = _records(source)
+    header = _header(records)
+    records.close()
+    return header
+
+
+def read_trace(source: TraceSource) -> Trace:
+    """A whole trace: a path or lines of text. Blank lines are skipped; every refusal is a TraceError naming
+    the line and the field. A header alone reads as a trace of no steps (replaying it is the replayer's
+    refusal, not the reader's)."""
+    header, steps = open_trace(source)
+    return Trace(header, list(steps))
+
+
+# ---------------------------------------------------------------------------------------------------- writing
+
+
+def header_dict(header: TraceHeader) -> dict[str, Any]:
+    """The header line's object, in the file's key order."""
+    return {
+        "format": header.format,
+        "version": header.version,
+        "profile": header.profile,
+        "layer": header.layer,
+        "num_slots": header.num_slots,
+        "buckets": {mode: list(sizes) for mode, sizes in header.buckets.items()},
+        "draft_tokens": header.draft_tokens,
+        "seed": header.seed,
+    }
+
+
+def row_dict(row: TraceRow) -> dict[str, Any]:
+    return {name: getattr(row, name) for name in ROW_FIELDS}
+
+
+def step_dict(step: TraceStep) -> dict[str, Any]:
+    """A step line's object, in the file's key order (every key written, ``metadata`` null included)."""
+    return {
+        "step": step.step,
+        "mode": step.mode,
+        "rows": [row_dict(row) for row in step.rows],
+        "admit": list(step.admit),
+        "finish": list(step.finish),
+        "metadata": step.metadata,
+    }
+
+
+def _dumps(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+
+
+def dumps_header(header: TraceHeader) -> str:
+    """The header as one compact JSON line (no newline)."""
+    return _dumps(header_dict(header))
+
+
+def dumps_step(step: TraceStep) -> str:
+    """A step as one compact JSON line (no newline); ``parse_step`` of it gives the step back."""
+    return _dumps(step_dict(step))
+
+
+def write_trace(trace: Trace, path_or_file: str | os.PathLike[str] | IO[str], check: bool = True) -> None:
+    """Write ``trace`` as JSON Lines to a path or an open text file. With ``check`` (the default) every line is
+    read back through the reader first, so a file this writes always reads (a TraceError names the line)."""
+    lines = [dumps_header(trace.header)] + [dumps_step(step) for step in trace.steps]
+    if check:
+        for _ in iter_steps(lines):
+            pass
+    text = "".join(line + "\n" for line in lines)
+    if isinstance(path_or_file, (str, os.PathLike)):
+        with open(path_or_file, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+    else:
+        path_or_file.write(text)

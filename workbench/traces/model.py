@@ -1,0 +1,88 @@
+"""A serving trace: many scheduler steps of one layer, as plain data (the JSON Lines file's content).
+
+A :class:`Trace` is a :class:`TraceHeader` (profile, layer, pool size, buckets, D, seed) and one
+:class:`TraceStep` per scheduler step: its mode, its rows (one per request in the step, in the order the
+engine lays them out), the requests admitted and finished at the step, and optionally the metadata the
+engine used. ``workbench.traces.format`` reads and writes it; ``workbench.traces.simulate`` makes one;
+``workbench.traces.replay`` runs it through the graph runner and checks every step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+FORMAT = "linattn-trace"
+VERSION = 1
+STEP_MODES = ("decode", "target_verify", "extend", "mixed", "idle")
+"""``mixed``: extend rows and one-token decode rows in one step (run as an extend batch, each profile's
+row order: sglang extend rows first, decodes last; vLLM decodes first)."""
+
+
+@dataclass(frozen=True)
+class TraceHeader:
+    """The first line: what the steps run on.
+
+    ``buckets``: captured batch sizes per graph mode (``{"decode": [1, 2, 4, 8], "target_verify": [...]}``);
+    ``num_slots``: state slots of the pool, the dummy slot included; ``draft_tokens``: D of verify steps;
+    ``seed``: of the simulation (None for a trace dumped from an engine).
+    """
+
+    profile: str
+    layer: str
+    num_slots: int
+    buckets: dict[str, list[int]]
+    draft_tokens: int = 2
+    seed: int | None = None
+    format: str = FORMAT
+    version: int = VERSION
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    """One request's row in a step.
+
+    ``id``: the request's id (stable across steps); ``req_pool_index``: its request-pool row; ``slot``: the
+    state slot it owns (vLLM verify: the first of its D slots); ``seq_len``: its tokens after the step;
+    ``new_tokens``: tokens this step feeds (decode 1, verify D, an extend chunk its length);
+    ``cached_tokens``: tokens already in the state before the step (0: no initial state);
+    ``accepted``: draft tokens accepted at this verify (None elsewhere).
+    """
+
+    id: int
+    req_pool_index: int
+    slot: int
+    seq_len: int
+    new_tokens: int
+    cached_tokens: int
+    accepted: int | None = None
+
+
+@dataclass(frozen=True)
+class TraceStep:
+    """One scheduler step. ``admit``: request ids that got a pool row at this step (before it runs);
+    ``finish``: request ids whose rows (and slots) were freed after it; ``metadata``: the engine's own
+    metadata for the step, by the engine's field names (``bucket``, ``state_indices``,
+    ``query_start_loc``, ...), or None: then the workbench builds it."""
+
+    step: int
+    mode: str
+    rows: tuple[TraceRow, ...] = ()
+    admit: tuple[int, ...] = ()
+    finish: tuple[int, ...] = ()
+    metadata: dict[str, Any] | None = None
+
+
+@dataclass
+class Trace:
+    """A header and its steps, in order."""
+
+    header: TraceHeader
+    steps: list[TraceStep] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __repr__(self) -> str:
+        h = self.header
+        return f"<Trace {h.profile} {h.layer}: {len(self.steps)} steps, {h.num_slots} slots, D={h.draft_tokens}>"

@@ -1,0 +1,502 @@
+"""Every step of a trace through the graph runner, checked against a float64 shadow of every request.
+
+The runner captures the trace's buckets on the CPU recorder (or a device); each step then runs as the
+engines run it: decode and verify through the graph of the smallest bucket that holds them (eagerly above
+the largest), extend and mixed steps eagerly, an idle step through the decode graph with no live row.
+Beside it a float64 *shadow* pool advances by the reference recurrence only, from the trace's own history:
+so after every step each live request's state must equal the float64 recurrence over all of its tokens so
+far (chunk boundaries and accepted drafts included) — which catches a reallocated slot read as initial
+state, a chunk that loses or repeats its initial state, a wrong accept — and no slot that no live request
+owns may change. Recorded metadata (a trace dumped from an engine) is checked against the profile's
+invariants and against what the workbench builds for the same step.
+
+The first divergence is a :class:`TraceDivergence` (step, request, row, field, slot, expected, got) that
+renders itself; :class:`TraceResult` holds the run. A trace that replays nothing is never OK.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from workbench import html
+from workbench.backends import MetadataBackend
+from workbench.batch import Batch
+from workbench.errors import MetadataError, WorkbenchError
+from workbench.layers import GatedDeltaNetLayer, GDNConfig, Intermediate, Mamba2Config, Mamba2Layer, float64_reference
+from workbench.measure.integrity import check as integrity_check
+from workbench.metadata import Metadata, build_metadata, validate
+from workbench.pool import StatePool
+from workbench.runner import GraphRunner
+from workbench.traces.model import Trace, TraceHeader, TraceStep
+
+RECORDED_FIELDS = ("state_indices", "query_start_loc", "seq_lens", "req_pool_indices", "has_initial_state")
+GRAPH_STEP_MODES = ("decode", "target_verify", "idle")
+
+
+class TraceInputError(WorkbenchError, ValueError):
+    """The trace cannot be replayed as given (a row the pool cannot place, a mode the layer lacks)."""
+
+
+@dataclass(frozen=True)
+class TraceDivergence:
+    """Where a step first went wrong.
+
+    ``kind``: ``"metadata"`` (the recorded metadata differs from what the workbench builds),
+    ``"invariant"`` (the recorded metadata breaks the profile's rules), ``"state"`` (a live request's state
+    is off its float64 recurrence), ``"output"``, ``"foreign"`` (a slot no live request owns changed),
+    ``"padded"`` (a padded output row is not zero), or ``"error"`` (the step raised).
+    """
+
+    step: int
+    kind: str
+    field: str
+    detail: str
+    request: int | None = None
+    row: int | None = None
+    slot: int | None = None
+    expected: Any = None
+    got: Any = None
+
+    def __str__(self) -> str:
+        where = [f"step {self.step}", self.kind, self.field]
+        where += [f"request {self.request}"] if self.request is not None else []
+        where += [f"row {self.row}"] if self.row is not None else []
+        where += [f"slot {self.slot}"] if self.slot is not None else []
+        values = (
+            f"; expected {self.expected}, got {self.got}" if self.expected is not None or self.got is not None else ""
+        )
+        return f"{': '.join(where[:2])}: {', '.join(where[2:])}: {self.detail}{values}"
+
+    def _repr_html_(self) -> str:
+        facts = {k: getattr(self, k) for k in ("step", "kind", "field", "request", "row", "slot", "expected", "got")}
+        return html.block(html.facts(facts), html.note(self.detail), title="First divergence")
+
+
+@dataclass
+class TraceResult:
+    """A replayed trace: steps run (graph, eager, idle), divergences, seconds per phase."""
+
+    header: TraceHeader
+    steps: int = 0
+    graph_steps: int = 0
+    eager_steps: int = 0
+    idle_steps: int = 0
+    divergences: list[TraceDivergence] = field(default_factory=list)
+    seconds: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(("metadata", "replay", "reference", "check"), 0.0)
+    )
+
+    @property
+    def ok(self) -> bool:
+        """At least one step ran and none diverged."""
+        return self.steps > 0 and not self.divergences
+
+    @property
+    def first(self) -> TraceDivergence | None:
+        return self.divergences[0] if self.divergences else None
+
+    def summary(self) -> str:
+        h = self.header
+        what = f"{self.steps} steps ({self.graph_steps} graph, {self.eager_steps} eager, {self.idle_steps} idle)"
+        head = f"{h.profile} {h.layer}: {what} in {sum(self.seconds.values()):.1f} s"
+        if self.steps == 0:
+            return f"FAIL: {head}: the trace replays nothing"
+        if self.ok:
+            return f"OK: {head}, every request on its float64 recurrence, nothing foreign written"
+        return f"FAIL: {head}; first divergence: {self.divergences[0]}"
+
+    def __str__(self) -> str:
+        return "\n".join([*(str(d) for d in self.divergences), self.summary()])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "profile": self.header.profile,
+            "layer": self.header.layer,
+            "steps": self.steps,
+            "graph_steps": self.graph_steps,
+            "eager_steps": self.eager_steps,
+            "idle_steps": self.idle_steps,
+            "divergences": [
+                {**d.__dict__, "expected": _jsonable(d.expected), "got": _jsonable(d.got)} for d in self.divergences
+            ],
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+        }
+
+    def _repr_html_(self) -> str:
+        parts = [html.badge(self.ok, self.summary())]
+        if self.divergences:
+            rows = [[d.step, d.kind, d.field, d.request, d.row, d.slot, d.expected, d.got] for d in self.divergences]
+            cols = ("step", "kind", "field", "request", "row", "slot", "expected", "got")
+            parts.append(html.table(cols, rows, row_kinds=["fail"] * len(rows)))
+        return html.block(*parts, title="Trace replay")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, int | float | str | bool) or value is None:
+        return value
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def make_layer(name: str) -> Any:
+    """The small layer of ``name`` (seed 0): what the trace's steps run."""
+    if name == "gdn":
+        return GatedDeltaNetLayer(GDNConfig.small(), seed=0)
+    if name == "mamba2":
+        return Mamba2Layer(Mamba2Config.small(), seed=0)
+    raise TraceInputError(f"layer: {name!r} is not one of ('gdn', 'mamba2')")
+
+
+class TraceReplayer:
+    """Replays a trace step by step (:meth:`step`), or all of it (:meth:`run`); see the module."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        *,
+        backend: str = "cpu",
+        seed: int = 0,
+        max_divergences: int = 20,
+        metadata_backend: type[MetadataBackend] | None = None,
+    ) -> None:
+        h = trace.header
+        self.trace, self.seed, self.max_divergences = trace, seed, max_divergences
+        self.result = TraceResult(h)
+        layer = make_layer(h.layer)
+        spec = "target_verify" in h.buckets
+        per_request = h.draft_tokens if (spec and h.profile == "vllm") else 1
+        pool = StatePool(h.num_slots, h.profile, slots_per_request=per_request)
+        modes = [m for m in ("decode", "target_verify") if m in h.buckets]
+        buckets: dict[str, Sequence[int]] = {m: list(h.buckets[m]) for m in modes}
+        self.runner = GraphRunner(
+            layer,
+            pool,
+            buckets=buckets,
+            modes=modes,
+            backend=backend,
+            draft_tokens=h.draft_tokens,
+            state_seed=1,
+            metadata_backend=metadata_backend,
+        )
+        self.pool = pool
+        self.runner.capture(progress=False)
+        self.ref = float64_reference(layer)
+        self.shadow = self.runner.state.to(torch.float64)  # advanced by the reference only
+        self.live: dict[int, int] = {}  # request id -> request-pool row
+        self.accepted: dict[int, int] = {}  # vLLM: request id -> tokens accepted at its last verify
+        self.profile = h.profile
+
+    # -- one step ----------------------------------------------------------------------------------------
+    def step(self, step: TraceStep) -> list[TraceDivergence]:
+        """Run one step and return its divergences (also kept in ``result``)."""
+        from workbench.traces.simulate import to_batch
+
+        found: list[TraceDivergence] = []
+        try:
+            self._admit(step)
+            batch = self._with_accepted(to_batch(step, self.profile, self.trace.header.draft_tokens))
+        except (WorkbenchError, ValueError) as e:
+            raise TraceInputError(f"step {step.step}: {e}") from e
+        t0 = time.perf_counter()
+        if step.metadata is not None:
+            found += self._check_recorded(step, batch)
+        t1 = time.perf_counter()
+        self.result.seconds["metadata"] += t1 - t0
+        try:
+            found += self._run(step, batch)
+        except (WorkbenchError, RuntimeError, ValueError, TypeError) as e:
+            found.append(TraceDivergence(step.step, "error", step.mode, f"{type(e).__name__}: {e}"))
+        self._finish(step)
+        self.result.steps += 1
+        self.result.divergences += found[: max(0, self.max_divergences - len(self.result.divergences))]
+        return found
+
+    def _admit(self, step: TraceStep) -> None:
+        rows = {r.id: r for r in step.rows}
+        for rid in step.admit:
+            if rid in self.live:
+                raise TraceInputError(f"admit: request {rid} is already live")
+            row = rows.get(rid)
+            if row is None:
+                raise TraceInputError(f"admit: request {rid} has no row in the step that admits it")
+            if self.pool.slots_per_request == 1:
+                self.pool.alloc_at(row.req_pool_index, [row.slot])
+            else:  # vLLM verify: D slots, the trace names the first; they are placed as the pool places them
+                got = int(self.pool.alloc(1)[0])
+                if got != row.req_pool_index or int(self.pool.mapping[got, 0]) != row.slot:
+                    raise TraceInputError(
+                        f"admit: request {rid} at row {row.req_pool_index} slot {row.slot}: a pool of D slots per "
+                        f"request places it at row {got} slot {int(self.pool.mapping[got, 0])}"
+                    )
+            self.live[rid] = row.req_pool_index
+        for row in step.rows:
+            if self.live.get(row.id) != row.req_pool_index:
+                raise TraceInputError(f"rows: request {row.id} is not live at row {row.req_pool_index}")
+
+    def _finish(self, step: TraceStep) -> None:
+        done = [self.live.pop(rid) for rid in step.finish if rid in self.live]
+        for rid in step.finish:
+            self.accepted.pop(rid, None)
+        if done:
+            self.pool.free(done)
+
+    def _with_accepted(self, batch: Batch) -> Batch:
+        """vLLM's verify reads the slot of the last accepted draft: carry each request's count."""
+        if batch.mode != "target_verify" or self.profile != "vllm":
+            return batch
+        ids = {row: rid for rid, row in self.live.items()}
+        acc = [self.accepted.get(ids[int(r)], 1) for r in batch.req_pool_indices.tolist()]
+        return replace(batch, num_accepted_tokens=torch.tensor(acc, dtype=torch.int32))
+
+    # -- checks -----------------------------------------------------------------------------------------
+    def _check_recorded(self, step: TraceStep, batch: Batch) -> list[TraceDivergence]:
+        rec = dict(step.metadata or {})
+        bucket = rec.get("bucket")
+        mode = batch.mode
+        captured = mode in ("decode", "target_verify", "idle")
+        graph_mode = "decode" if mode == "idle" else mode
+        buckets = self.runner.buckets(graph_mode) if captured and graph_mode in self.runner.modes else None
+        try:
+            built = build_metadata(batch, self.pool, bucket=bucket if bucket is not None else None, buckets=buckets)
+        except WorkbenchError as e:
+            return [TraceDivergence(step.step, "metadata", "bucket", str(e), expected=None, got=bucket)]
+        recorded = built.clone()
+        out: list[TraceDivergence] = []
+        for name in RECORDED_FIELDS:
+            if name not in rec:
+                continue
+            want = getattr(built, name)
+            try:
+                got = torch.tensor(rec[name], dtype=want.dtype)
+            except (TypeError, ValueError, RuntimeError) as e:
+                out.append(TraceDivergence(step.step, "metadata", name, f"not a tensor of {want.dtype}: {e}"))
+                continue
+            setattr(recorded, name, got)
+        try:
+            validate(recorded, self.pool)
+        except MetadataError as e:
+            out.append(TraceDivergence(step.step, "invariant", _field_of(str(e)), str(e), row=_row_of(str(e))))
+        for name in RECORDED_FIELDS:
+            if name not in rec:
+                continue
+            d = _first_row_difference(getattr(built, name), getattr(recorded, name))
+            if d is not None:
+                row, want, got = d
+                slot = _slot_of(recorded, row) if name == "state_indices" else None
+                out.append(
+                    TraceDivergence(
+                        step.step, "metadata", name, "the recorded value is not what the profile builds for this step",
+                        request=self._request_at(batch, row), row=row, slot=slot, expected=want, got=got,
+                    )
+                )  # fmt: skip
+                break
+        return out
+
+    def _request_at(self, batch: Batch, row: int | None) -> int | None:
+        if row is None or row >= batch.raw_batch_size:
+            return None
+        rpi = int(batch.req_pool_indices[row])
+        return next((rid for rid, r in self.live.items() if r == rpi), None)
+
+    def _run(self, step: TraceStep, batch: Batch) -> list[TraceDivergence]:
+        r = self.runner
+        t0 = time.perf_counter()
+        n = _tokens(batch)
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + step.step)
+        x = torch.randn(n, r.layer.config.hidden_size, generator=g).to(r.layer.dtype)
+        before = r.state.clone()
+        if batch.mode in GRAPH_STEP_MODES and ("decode" if batch.mode == "idle" else batch.mode) in r.modes:
+            res = r.replay(batch, x)
+            if batch.mode == "idle":
+                self.result.idle_steps += 1
+            elif res.replayed:
+                self.result.graph_steps += 1
+            else:
+                self.result.eager_steps += 1
+            padded = r.graph(r.meta_backend.graph_mode_of(batch), res.bucket).outputs[n:] if res.replayed else None
+        else:
+            res = r.eager(batch, x)
+            self.result.eager_steps += 1
+            padded = None
+        out = res.output[:n].clone()
+        t1 = time.perf_counter()
+        # the shadow: the float64 recurrence from the trace's own history, unpadded
+        meta = build_metadata(batch, self.pool, bucket=None)
+        inter = (
+            self.ref.new_intermediate(batch.raw_batch_size, r.draft_tokens, torch.float64)
+            if batch.mode == "target_verify"
+            else None
+        )
+        ref_out = self.ref.forward(x.double(), meta, self.shadow, inter) if n else out.double()
+        t2 = time.perf_counter()
+        found = self._compare(step, batch, meta, before, ref_out, out, padded)
+        if batch.mode == "target_verify":
+            found += self._accept(step, batch, meta, inter)
+        self.result.seconds["replay"] += t1 - t0
+        self.result.seconds["reference"] += t2 - t1
+        self.result.seconds["check"] += time.perf_counter() - t2
+        return found
+
+    def _accept(
+        self, step: TraceStep, batch: Batch, meta: Metadata, inter: Intermediate | None
+    ) -> list[TraceDivergence]:
+        """Commit each verify row's accepted drafts: sglang scatters the accepted step's state back (runner and
+        shadow alike); vLLM keeps one slot per draft and carries the count to the request's next verify."""
+        by_row = {r.req_pool_index: r for r in step.rows}
+        acc = [by_row[int(p)].accepted or 1 for p in batch.req_pool_indices.tolist()]
+        if self.profile == "vllm":
+            for p, a in zip(batch.req_pool_indices.tolist(), acc, strict=True):
+                self.accepted[by_row[int(p)].id] = a
+            return []
+        if not acc:
+            return []
+        counts = torch.tensor(acc, dtype=torch.int32)
+        self.runner.accept(counts)
+        assert inter is not None
+        self.ref.accept(self.shadow, inter, meta, counts)
+        found: list[TraceDivergence] = []
+        for k, (got, want) in enumerate(_live_pairs(self.runner.state, self.shadow, meta)):
+            if not torch.allclose(got, want.to(got.dtype), atol=1e-4, rtol=1e-3):
+                found.append(
+                    TraceDivergence(
+                        step.step,
+                        "state",
+                        "accept",
+                        "the accepted state is off its float64 recurrence",
+                        request=by_row[int(batch.req_pool_indices[k])].id,
+                        row=k,
+                    )
+                )
+                break
+        return found
+
+    def _compare(
+        self,
+        step: TraceStep,
+        batch: Batch,
+        meta: Metadata,
+        before: Any,
+        ref_out: torch.Tensor,
+        out: torch.Tensor,
+        padded: torch.Tensor | None,
+    ) -> list[TraceDivergence]:
+        dummy = self.pool.profile.dummy_slot
+        live = sorted({int(s) for s in meta.state_indices.flatten().tolist()})
+        # compare the runner's new state with the shadow's on the live slots; every other slot unchanged
+        report = integrity_check(
+            before.tensors(),
+            self.runner.state.tensors(),
+            allowed_slots=set(live) | {dummy},
+            live_slots=live,
+            reference_state=self.shadow.tensors(),
+            live_outputs=out,
+            reference_outputs=ref_out,
+            padded_outputs=padded,
+            padded_offset=out.shape[0],
+        )
+        if report.ok:
+            return []
+        rows = {
+            int(s): k
+            for k, s in enumerate(meta.state_indices[:, 0] if meta.state_indices.dim() == 2 else meta.state_indices)
+        }
+        kinds = {
+            "foreign slot changed": "foreign",
+            "state off reference": "state",
+            "row off reference": "state",
+            "output off reference": "output",
+            "padded output not zero": "padded",
+        }
+        out_list: list[TraceDivergence] = []
+        for what, tensor, where, error in report.problems()[:3]:
+            slot = _int_in(where) if where.startswith("slot") else None
+            row = rows.get(slot) if slot is not None else None
+            detail = f"{what} ({where})" + (" a slot no live request owns" if kinds.get(what) == "foreign" else "")
+            out_list.append(
+                TraceDivergence(
+                    step.step, kinds.get(what, what), tensor, detail,
+                    request=self._request_at(batch, row), row=row, slot=slot, got=error,
+                )
+            )  # fmt: skip
+        return out_list
+
+    # -- all --------------------------------------------------------------------------------------------
+    def run(self, progress: Callable[[int, int], None] | None = None, stop_at_first: bool = True) -> TraceResult:
+        """Replay every step (``progress(done, total)`` after each); stop at the first divergence unless told."""
+        total = len(self.trace.steps)
+        for i, step in enumerate(self.trace.steps):
+            found = self.step(step)
+            if progress is not None:
+                progress(i + 1, total)
+            if found and stop_at_first:
+                break
+        return self.result
+
+
+def replay_trace(
+    trace: Trace,
+    *,
+    backend: str = "cpu",
+    seed: int = 0,
+    stop_at_first: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+    metadata_backend: type[MetadataBackend] | None = None,
+) -> TraceResult:
+    """Replay ``trace`` through the graph runner with the float64 shadow; see the module.
+
+    ``metadata_backend``: a :class:`~workbench.backends.MetadataBackend` subclass to run the steps with
+    (yours, or an engine's through :func:`workbench.engines.subject.engine_backend`)."""
+    replayer = TraceReplayer(trace, backend=backend, seed=seed, metadata_backend=metadata_backend)
+    return replayer.run(progress, stop_at_first)
+
+
+def _tokens(batch: Batch) -> int:
+    if batch.mode == "idle":
+        return 0
+    if batch.extend_lens is not None:
+        return int(batch.extend_lens.sum())
+    return batch.raw_batch_size * (batch.draft_tokens if batch.mode == "target_verify" else 1)
+
+
+def _live_pairs(state: Any, shadow: Any, meta: Metadata) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    idx = meta.state_indices if meta.state_indices.dim() == 1 else meta.state_indices[:, 0]
+    return [(state.ssm[int(s)], shadow.ssm[int(s)]) for s in idx.tolist()]
+
+
+def _first_row_difference(want: torch.Tensor, got: torch.Tensor) -> tuple[int | None, Any, Any] | None:
+    if want.shape != got.shape:
+        return None, list(want.shape), list(got.shape)
+    if torch.equal(want, got):
+        return None
+    bad = (want != got).reshape(want.shape[0], -1).any(dim=1) if want.dim() else torch.tensor([True])
+    row = int(bad.nonzero()[0, 0])
+    return row, want[row].tolist(), got[row].tolist()
+
+
+def _slot_of(meta: Metadata, row: int | None) -> int | None:
+    if row is None or row >= meta.state_indices.shape[0]:
+        return None
+    value = meta.state_indices[row]
+    return int(value.flatten()[0])
+
+
+def _int_in(text: str) -> int | None:
+    digits = "".join(ch if ch.isdigit() else " " for ch in text).split()
+    return int(digits[0]) if digits else None
+
+
+def _row_of(message: str) -> int | None:
+    marker = "row "
+    at = message.find(marker)
+    return _int_in(message[at + len(marker) : at + len(marker) + 12]) if at >= 0 else None
+
+
+def _field_of(message: str) -> str:
+    return message.split(":", 1)[0].split("[", 1)[0].strip() or "metadata"

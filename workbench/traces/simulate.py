@@ -1,0 +1,523 @@
+"""A seeded scheduler simulator: a :class:`~workbench.traces.model.Trace` of one layer's serving steps.
+
+Requests arrive at random (a prompt length and an output length each), wait, are admitted under a token
+budget and a cap on running requests, get a request-pool row and a state slot from a real
+:class:`~workbench.pool.StatePool`, are prefilled in chunks, decode (or, with ``spec=D``, run speculative
+target-verify steps with a random number of accepted tokens), finish and free their row and slot, which a
+later request then reuses: fragmentation (live rows that are not contiguous) and slot reuse happen by
+themselves. Same arguments, same trace: every draw comes from one ``random.Random(seed)``.
+
+The modelling choices, each as the engines make it or as the workbench can replay it:
+
+* **Token accounting.** A request's ``cached_tokens`` are the tokens already folded into its state; a row
+  feeds ``new_tokens`` and its ``seq_len`` is ``cached_tokens + new_tokens`` in every mode (a decode's
+  ``seq_len`` counts its new token; a verify's counts all D fed tokens). The last prefill chunk samples the
+  first output token; a decode samples one more; a verify of ``accepted`` tokens samples ``accepted``
+  (``accepted - 1`` drafts kept plus the bonus token), and its state then holds ``cached_tokens +
+  accepted`` tokens. A request finishes once it sampled ``output_len`` tokens (a verify may overshoot by
+  up to D - 1, as an engine's does before it trims); its row and slots are freed after that step.
+* **Verify and accept.** ``accepted`` of a verify row is in 1..D: the first fed token (the last sampled
+  one) is always kept, each draft after it is kept with probability ``accept_rate`` until the first
+  rejection. That is what ``GraphRunner.accept`` takes (sglang: scatter the intermediate state of token
+  ``accepted - 1`` back to the slot, after the step) and what vLLM carries into the request's *next*
+  verify as ``num_accepted_tokens`` (its state sits in slot ``accepted - 1`` of the request's D slots):
+  :func:`to_batch` takes those counts as ``num_accepted``; :func:`iter_batches` tracks them over a trace.
+  With ``spec > 0`` every decode-phase request verifies (there are no plain decode steps), so a vLLM
+  request's state never has to be read from slot 0 after a verify.
+* **Chunked prefill.** A prompt is fed ``min(remaining, chunk_size, budget left)`` tokens per extend row;
+  the first chunk has ``cached_tokens`` 0 (no initial state), later ones the tokens before. A one-token
+  piece is never split off a longer remainder (vLLM would class a one-token row as a decode), so a
+  one-token extend row is always the tail of a prompt (``cached_tokens > 0``).
+* **Step choice.** Without ``mixed``, a step is either ``extend`` (prefill chunks only: continuing prompts
+  first, then new admissions, first come first served) or ``decode`` / ``target_verify`` (decode-phase
+  requests, oldest first). Prefill goes first, as sglang's scheduler does, but never twice in a row while
+  requests wait to decode (so a long prompt's chunks interleave with decode steps). With ``mixed``, every
+  step takes the decode-phase rows first (they come first in the budget in both engines) and fills the
+  rest of the budget with prefill chunks; a step that has both is ``mixed``.
+* **Row order.** Decode and verify rows: oldest request first. A mixed step keeps each engine's order:
+  sglang (and sglang-ascend) extend rows first and the one-token decode rows last (``ForwardMode.MIXED``:
+  decodes are the tail, ``num_decodes = bs - num_prefills``); vLLM one-token rows first, then the longer
+  ones (``torch.split([num_decodes, num_prefills])``; a one-token prompt tail is a decode to vLLM too, so
+  it sits with them, in extend steps as well).
+* **Admission.** A waiting request is admitted (``pool.alloc(1)``; listed in the step's ``admit``) at the
+  step where it first runs, when the budget has room for it, fewer than ``max_running`` requests are live
+  and the pool has a free row. Arrivals beyond ``max_waiting`` queued requests are turned away (the
+  client backs off), so a long run keeps a bounded queue.
+* **Idle and DP dummies.** A step with nothing to run is ``idle`` (the step count is the trace's clock).
+  With ``dp_dummies``, this engine is one data-parallel rank: with probability ``dp_dummy_rate`` a step
+  carries none of its rows while its requests hold their slots (the other ranks run; this one runs a dummy
+  batch), the case of vLLM PR #37728 / #49757 (dummy runs writing through stale rows).
+* **Layers without extend.** Mamba2 runs decode and idle only (``Mamba2Layer.supported_modes``): by
+  default (``prefill=None``) its trace models a disaggregated decode instance, where a request arrives
+  with its prompt prefilled elsewhere (``cached_tokens = prompt_len``, first token sampled) and decodes
+  from its first step. ``spec`` and ``mixed`` are refused for it, naming the field.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from workbench.batch import Batch
+from workbench.buckets import check_buckets
+from workbench.errors import WorkbenchError
+from workbench.layers import GatedDeltaNetLayer, Mamba2Layer
+from workbench.limits import check_int
+from workbench.metadata.record import GRAPH_MODES
+from workbench.pool import StatePool
+from workbench.profiles import Profile, get_profile
+from workbench.traces.model import Trace, TraceHeader, TraceRow, TraceStep
+
+LAYERS: dict[str, type] = {"gdn": GatedDeltaNetLayer, "mamba2": Mamba2Layer}
+"""Layer names of a trace header and the workbench layer each replays on."""
+
+DEFAULT_DRAFT_TOKENS = 2
+"""D of the header when the trace has no verify step (``spec=0``), as ``TraceHeader``'s default."""
+
+DEFAULT_MAX_BS = 24
+"""Largest captured batch size of the default bucket lists (the profile's own lists, clipped)."""
+
+DECODES_FIRST = {"sglang": False, "sglang-ascend": False, "vllm": True}
+"""Row order of a mixed step: vLLM lays one-token (decode) rows first, sglang last."""
+
+
+class SimulationError(WorkbenchError):
+    """A simulation argument, or a trace step, that cannot be made or replayed: names the field and value."""
+
+
+# -- the header alone rebuilds the pool ------------------------------------------------------------------
+def slots_per_request(header: TraceHeader) -> int:
+    """Slots each request owns in the pool a trace runs on: D where the profile keeps one per draft position
+    (vLLM) and the header lists target-verify buckets (the runner captures that graph), else 1."""
+    prof = get_profile(header.profile)
+    return prof.slots_per_request(header.draft_tokens) if "target_verify" in header.buckets else 1
+
+
+def new_pool(header: TraceHeader, *, device: str | torch.device = "cpu") -> StatePool:
+    """An empty pool like the one the trace was made on (``alloc(1)`` per admission, in step order, then
+    ``free`` at each finish, gives back the recorded rows and slots: the pool hands out lowest first)."""
+    return StatePool(header.num_slots, header.profile, slots_per_request=slots_per_request(header), device=device)
+
+
+# -- the simulation ---------------------------------------------------------------------------------------
+@dataclass
+class _Request:
+    id: int
+    prompt_len: int
+    output_len: int
+    cached: int = 0  # tokens folded into the state
+    sampled: int = 0  # output tokens sampled so far
+    row: int = -1
+    slot: int = -1
+
+    @property
+    def prefilling(self) -> bool:
+        return self.cached < self.prompt_len
+
+
+def _check_range(name: str, value: object, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+        raise SimulationError(f"{name} = {value!r}: must be a number in [{lo}, {hi}]")
+    return float(value)
+
+
+def _check_lens(name: str, value: object, minimum: int) -> tuple[int, int]:
+    pair = list(value) if isinstance(value, tuple | list) else []
+    if not (
+        len(pair) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+        and minimum <= pair[0] <= pair[1]
+    ):
+        raise SimulationError(f"{name} = {value!r}: must be (low, high) ints with {minimum} <= low <= high")
+    return int(pair[0]), int(pair[1])
+
+
+def _header_buckets(
+    prof: Profile, modes: Sequence[str], buckets: Sequence[int] | None, spec: int
+) -> dict[str, list[int]]:
+    if buckets is not None:
+        try:
+            given = check_buckets(buckets)
+        except TypeError:
+            raise SimulationError(f"buckets = {buckets!r}: must be a list of increasing positive ints") from None
+        return {m: list(given) for m in modes}
+    return {m: prof.buckets(DEFAULT_MAX_BS, m == "target_verify" or spec > 0) for m in modes}
+
+
+def _poisson(rng: random.Random, rate: float) -> int:
+    if rate <= 0.0:
+        return 0
+    limit, k, p = math.exp(-rate), 0, rng.random()
+    while p > limit:
+        k += 1
+        p *= rng.random()
+    return k
+
+
+def simulate(
+    profile: str = "sglang",
+    layer: str = "gdn",
+    *,
+    steps: int = 200,
+    seed: int = 0,
+    spec: int = 0,
+    mixed: bool = False,
+    dp_dummies: bool = False,
+    num_slots: int | None = None,
+    buckets: Sequence[int] | None = None,
+    chunk_size: int = 32,
+    token_budget: int = 64,
+    max_running: int | None = None,
+    max_waiting: int | None = None,
+    arrival_rate: float = 0.5,
+    prompt_lens: tuple[int, int] = (4, 96),
+    output_lens: tuple[int, int] = (2, 40),
+    accept_rate: float = 0.7,
+    dp_dummy_rate: float = 0.1,
+    prefill: bool | None = None,
+) -> Trace:
+    """Simulate ``steps`` scheduler steps of one layer under one engine profile (see the module docstring).
+
+    Args:
+        profile: engine conventions, a name of ``workbench.profiles.PROFILES``: pool, row order of mixed steps.
+        layer: "gdn" (Gated DeltaNet: decode, verify, extend) or "mamba2" (decode and idle only).
+        steps: scheduler steps to record (idle ones included).
+        seed: of the one ``random.Random`` every draw comes from.
+        spec: D, draft tokens per verify step (0: no speculation, plain decode steps).
+        mixed: let a step carry prefill chunks and one-token decode rows together (``mode="mixed"``).
+        dp_dummies: this engine is one DP rank: some steps are dummy (idle) steps while its requests live.
+        num_slots: state slots of the pool, the dummy slot included; default: ``max_running`` requests'
+            worth plus the dummy slot.
+        buckets: captured batch sizes of every graph mode the layer has; default: the profile's own lists
+            clipped to ``DEFAULT_MAX_BS`` = 24 (``profile.buckets(24, speculative)``).
+        chunk_size: most prompt tokens a request feeds in one step.
+        token_budget: most tokens (sum of ``new_tokens``) in one step; at least ``max(2, spec)``.
+        max_running: most live (admitted, unfinished) requests; default: the largest bucket plus a quarter,
+            so the decode rows pass the largest bucket now and then (those steps run eagerly); the pool's
+            capacity bounds it too.
+        max_waiting: most queued requests; arrivals beyond are turned away (default ``2 * max_running``).
+        arrival_rate: mean arrivals per step (Poisson).
+        prompt_lens: (low, high) of a prompt's length, uniform, low >= 2.
+        output_lens: (low, high) of a request's output tokens, uniform, low >= 1.
+        accept_rate: chance that each draft token after the first is accepted (a verify keeps tokens up to
+            the first rejection): ``accepted`` in 1..D.
+        dp_dummy_rate: with ``dp_dummies``, the chance that a step with live requests is a dummy step.
+        prefill: run extend steps; default: whether the layer supports extend (Mamba2 does not: its
+            requests arrive prefilled, a disaggregated decode instance).
+
+    Returns:
+        a :class:`Trace` whose header names the profile, layer, ``num_slots``, buckets (the graph modes the
+        layer captures), ``draft_tokens`` (``spec``, or 2 without speculation) and ``seed``.
+
+    >>> t = simulate("vllm", steps=50, seed=1, mixed=True)
+    >>> t.header.profile, len(t), sorted(t.header.buckets)
+    ('vllm', 50, ['decode', 'target_verify'])
+    """
+    prof = get_profile(profile)
+    if layer not in LAYERS:
+        raise SimulationError(f"layer = {layer!r}: choose one of {sorted(LAYERS)}")
+    modes: tuple[str, ...] = LAYERS[layer].supported_modes  # type: ignore[attr-defined]
+    steps = check_int("steps", steps, 0)
+    seed = check_int("seed", seed, -(2**63), 2**63 - 1)
+    spec = check_int("spec", spec, 0, 1024)
+    for name, flag in (("mixed", mixed), ("dp_dummies", dp_dummies)):
+        if not isinstance(flag, bool):
+            raise SimulationError(f"{name} = {flag!r}: must be True or False")
+    if prefill is None:
+        prefill = "extend" in modes
+    elif not isinstance(prefill, bool):
+        raise SimulationError(f"prefill = {prefill!r}: must be True, False or None")
+    cls_name = LAYERS[layer].__name__
+    if spec and "target_verify" not in modes:
+        raise SimulationError(
+            f"spec = {spec}: layer {layer!r} has no target_verify step ({cls_name}.supported_modes = {modes}); "
+            "simulate it with spec=0"
+        )
+    if mixed and not prefill:
+        why = (
+            f"layer {layer!r} has no extend step ({cls_name}.supported_modes = {modes})"
+            if "extend" not in modes
+            else "prefill=False"
+        )
+        raise SimulationError(f"mixed = True: a mixed step carries prefill chunks, but {why}")
+    if mixed and spec:
+        raise SimulationError(
+            f"mixed = True with spec = {spec}: a mixed step's decode rows are one-token rows, and verify rows of "
+            "D tokens have no mixed batch in the workbench (sglang turns mixed chunked prefill off under "
+            "speculative decoding); choose one"
+        )
+    chunk_size = check_int("chunk_size", chunk_size, 1)
+    token_budget = check_int("token_budget", token_budget, max(2, spec))
+    arrival_rate = _check_range("arrival_rate", arrival_rate, 0.0, 64.0)
+    accept_rate = _check_range("accept_rate", accept_rate, 0.0, 1.0)
+    dp_dummy_rate = _check_range("dp_dummy_rate", dp_dummy_rate, 0.0, 1.0)
+    p_lo, p_hi = _check_lens("prompt_lens", prompt_lens, 2)
+    o_lo, o_hi = _check_lens("output_lens", output_lens, 1)
+
+    graph_modes = [m for m in GRAPH_MODES if m in modes]
+    header_buckets = _header_buckets(prof, graph_modes, buckets, spec)
+    d = spec or DEFAULT_DRAFT_TOKENS
+    largest = max(b[-1] for b in header_buckets.values())
+    spr = prof.slots_per_request(d) if "target_verify" in header_buckets else 1
+    if max_running is None:
+        max_running = largest + max(1, largest // 4)
+        if num_slots is not None:
+            max_running = min(max_running, max(1, (check_int("num_slots", num_slots, 2) - 1) // spr))
+    max_running = check_int("max_running", max_running, 1)
+    if num_slots is None:
+        num_slots = max_running * spr + 1
+    max_waiting = check_int("max_waiting", 2 * max_running if max_waiting is None else max_waiting, 0)
+    pool = StatePool(num_slots, prof, slots_per_request=spr)
+    header = TraceHeader(prof.name, layer, pool.num_slots, header_buckets, draft_tokens=d, seed=seed)
+
+    sched = _Scheduler(
+        pool,
+        random.Random(seed),
+        spec=spec,
+        mixed=mixed,
+        prefill=prefill,
+        decodes_first=DECODES_FIRST[prof.name],
+        chunk_size=chunk_size,
+        token_budget=token_budget,
+        max_running=max_running,
+        accept_rate=accept_rate,
+    )
+    rng, next_id = sched.rng, 0
+    out: list[TraceStep] = []
+    for t in range(steps):
+        for _ in range(_poisson(rng, arrival_rate)):
+            if len(sched.waiting) < max_waiting:
+                sched.waiting.append(_Request(next_id, rng.randint(p_lo, p_hi), rng.randint(o_lo, o_hi)))
+            next_id += 1
+        if dp_dummies and sched.running and rng.random() < dp_dummy_rate:
+            out.append(TraceStep(t, "idle"))  # the DP group's step carries none of this rank's rows
+            sched.last_mode = "idle"
+            continue
+        out.append(sched.step(t))
+    return Trace(header, out)
+
+
+class _Scheduler:
+    """The running and waiting requests, and one step's choice (see the module docstring)."""
+
+    def __init__(
+        self,
+        pool: StatePool,
+        rng: random.Random,
+        *,
+        spec: int,
+        mixed: bool,
+        prefill: bool,
+        decodes_first: bool,
+        chunk_size: int,
+        token_budget: int,
+        max_running: int,
+        accept_rate: float,
+    ) -> None:
+        self.pool, self.rng, self.spec, self.mixed, self.prefill = pool, rng, spec, mixed, prefill
+        self.decodes_first, self.chunk_size, self.token_budget = decodes_first, chunk_size, token_budget
+        self.max_running, self.tokens_per_decode, self.accept_rate = max_running, spec or 1, accept_rate
+        self.waiting: deque[_Request] = deque()
+        self.running: list[_Request] = []  # in admission order
+        self.last_mode = "idle"
+
+    def can_admit(self) -> bool:
+        return bool(self.waiting) and len(self.running) < self.max_running and self.pool.num_free > 0
+
+    def admit(self) -> _Request:
+        req = self.waiting.popleft()
+        req.row = int(self.pool.alloc(1)[0])
+        req.slot = self.pool.slots_of(req.row)[0]
+        self.running.append(req)
+        return req
+
+    def step(self, t: int) -> TraceStep:
+        left = self.token_budget
+        admitted: list[int] = []
+        chunks: list[tuple[_Request, int]] = []  # prefill rows: (request, tokens this step)
+        decoders: list[_Request] = []
+        decode_phase = [r for r in self.running if not r.prefilling]
+        prefill_work = self.prefill and (len(decode_phase) < len(self.running) or self.can_admit())
+        if self.mixed:
+            left = self._take_decoders(decode_phase, decoders, left)
+            left = self._take_chunks(chunks, admitted, left)
+        elif prefill_work and (not decode_phase or self.last_mode != "extend"):
+            left = self._take_chunks(chunks, admitted, left)
+        elif decode_phase or (not self.prefill and self.can_admit()):
+            left = self._take_decoders(decode_phase, decoders, left)
+            while not self.prefill and left >= self.tokens_per_decode and self.can_admit():
+                req = self.admit()  # prefilled elsewhere: its first token is sampled
+                req.cached, req.sampled = req.prompt_len, 1
+                admitted.append(req.id)
+                decoders.append(req)
+                left -= self.tokens_per_decode
+        if not chunks and not decoders:
+            self.last_mode = "idle"
+            return TraceStep(t, "idle")
+
+        spec = self.spec
+        accepted = [self._draw_accepted() for _ in decoders] if spec else [1] * len(decoders)
+        rows_ext = [TraceRow(r.id, r.row, r.slot, r.cached + n, n, r.cached) for r, n in chunks]
+        rows_dec = [
+            TraceRow(
+                r.id,
+                r.row,
+                r.slot,
+                r.cached + self.tokens_per_decode,
+                self.tokens_per_decode,
+                r.cached,
+                a if spec else None,
+            )
+            for r, a in zip(decoders, accepted, strict=True)
+        ]
+        if chunks and decoders:
+            mode = "mixed"
+        elif chunks:
+            mode = "extend"
+        else:
+            mode = "target_verify" if spec else "decode"
+        if mode == "decode" or mode == "target_verify":
+            rows = rows_dec
+        elif self.decodes_first:  # vLLM: every one-token row is a decode, laid first (stable)
+            both = rows_dec + rows_ext
+            rows = [r for r in both if r.new_tokens == 1] + [r for r in both if r.new_tokens != 1]
+        else:
+            rows = rows_ext + rows_dec
+
+        for r, n in chunks:
+            r.cached += n
+            if not r.prefilling:
+                r.sampled += 1  # the last chunk samples the first output token
+        for r, a in zip(decoders, accepted, strict=True):
+            r.cached += a
+            r.sampled += a
+        done = [r for r in self.running if not r.prefilling and r.sampled >= r.output_len]
+        if done:
+            self.pool.free([r.row for r in done])
+            gone = {r.id for r in done}
+            self.running = [r for r in self.running if r.id not in gone]
+        self.last_mode = mode
+        return TraceStep(t, mode, tuple(rows), tuple(admitted), tuple(r.id for r in done))
+
+    def _draw_accepted(self) -> int:
+        a = 1
+        while a < self.spec and self.rng.random() < self.accept_rate:
+            a += 1
+        return a
+
+    def _take_decoders(self, decode_phase: list[_Request], decoders: list[_Request], left: int) -> int:
+        n = min(len(decode_phase), left // self.tokens_per_decode)
+        decoders.extend(decode_phase[:n])
+        return left - n * self.tokens_per_decode
+
+    def _take_chunks(self, chunks: list[tuple[_Request, int]], admitted: list[int], left: int) -> int:
+        for r in self.running:
+            if not r.prefilling or left <= 0:
+                continue
+            n = min(r.prompt_len - r.cached, self.chunk_size, left)
+            if n == 1 and r.prompt_len - r.cached > 1:
+                continue  # never split a one-token piece off a longer remainder
+            chunks.append((r, n))
+            left -= n
+        while left >= 2 and self.can_admit():
+            req = self.admit()
+            admitted.append(req.id)
+            n = min(req.prompt_len, self.chunk_size, left)
+            chunks.append((req, n))
+            left -= n
+        return left
+
+
+# -- a step as the workbench's Batch ---------------------------------------------------------------------
+def _check_rows(step: TraceStep, draft_tokens: int) -> None:
+    for i, r in enumerate(step.rows):
+        where = f"step {step.step} row {i} (request {r.id})"
+        if r.new_tokens < 1 or r.cached_tokens < 0 or r.seq_len != r.cached_tokens + r.new_tokens:
+            raise SimulationError(
+                f"{where}: seq_len={r.seq_len}, cached_tokens={r.cached_tokens}, new_tokens={r.new_tokens}; "
+                "need new_tokens >= 1, cached_tokens >= 0 and seq_len == cached_tokens + new_tokens"
+            )
+        if step.mode == "decode" and r.new_tokens != 1:
+            raise SimulationError(f"{where}: new_tokens={r.new_tokens} in a decode step, must be 1")
+        if step.mode == "target_verify":
+            if r.new_tokens != draft_tokens:
+                raise SimulationError(f"{where}: new_tokens={r.new_tokens} in a verify step, must be D={draft_tokens}")
+            if r.accepted is not None and not 1 <= r.accepted <= draft_tokens:
+                raise SimulationError(f"{where}: accepted={r.accepted}, must be in 1..D={draft_tokens}")
+
+
+def to_batch(
+    step: TraceStep,
+    profile: str,
+    draft_tokens: int,
+    *,
+    num_accepted: Mapping[int, int] | None = None,
+    device: str | torch.device | None = None,
+) -> Batch:
+    """The workbench :class:`~workbench.batch.Batch` of one trace step, rows in the recorded order.
+
+    decode -> ``Batch.decode``; target_verify -> ``Batch.target_verify`` (D = ``draft_tokens``); extend and
+    mixed -> ``Batch.extend(req_pool_indices, new_tokens, cached_tokens)`` (a mixed step's decode rows are
+    one-token extend rows, as sglang's MIXED batch has them); idle -> ``Batch.idle()``.
+
+    ``num_accepted``: request id -> tokens accepted at that request's previous verify, for profiles that
+    carry ``num_accepted_tokens`` into the next verify (vLLM: it reads the state in slot ``accepted - 1``);
+    a request not in it reads slot 0 (1: its last step was a prefill). :func:`iter_batches` keeps it.
+    Raises :class:`SimulationError` naming the step and row when a row's counts do not add up.
+    """
+    prof = get_profile(profile)
+    d = check_int("draft_tokens", draft_tokens, 1)
+    _check_rows(step, d)
+    rpi = [r.req_pool_index for r in step.rows]
+    if step.mode == "idle":
+        if step.rows:
+            raise SimulationError(f"step {step.step}: an idle step has no rows, got {len(step.rows)}")
+        return Batch.idle(device=device)
+    if not step.rows:
+        raise SimulationError(f"step {step.step}: a {step.mode} step needs at least one row")
+    if step.mode == "decode":
+        return Batch.decode(rpi, [r.seq_len for r in step.rows], device=device)
+    if step.mode == "target_verify":
+        acc = None
+        if prof.num_accepted_fill is not None:
+            known = num_accepted or {}
+            acc = [known.get(r.id, 1) for r in step.rows]
+        return Batch.target_verify(rpi, [r.seq_len for r in step.rows], d, num_accepted_tokens=acc, device=device)
+    if step.mode in ("extend", "mixed"):
+        return Batch.extend(rpi, [r.new_tokens for r in step.rows], [r.cached_tokens for r in step.rows], device=device)
+    raise SimulationError(
+        f"step {step.step}: mode {step.mode!r} is not one of decode, target_verify, extend, mixed, idle"
+    )
+
+
+def iter_batches(trace: Trace, *, device: str | torch.device | None = None) -> Iterator[tuple[TraceStep, Batch]]:
+    """Every step with its Batch, keeping each request's last accepted count for the next verify (vLLM);
+    any step a request runs consumes it (the lab's rule), a finished request drops it."""
+    h = trace.header
+    last: dict[int, int] = {}
+    for step in trace.steps:
+        batch = to_batch(step, h.profile, h.draft_tokens, num_accepted=last, device=device)
+        for r in step.rows:
+            last.pop(r.id, None)
+            if step.mode == "target_verify" and r.accepted is not None:
+                last[r.id] = r.accepted
+        for rid in step.finish:
+            last.pop(rid, None)
+        yield step, batch
+
+
+__all__ = [
+    "DECODES_FIRST",
+    "LAYERS",
+    "SimulationError",
+    "iter_batches",
+    "new_pool",
+    "simulate",
+    "slots_per_request",
+    "to_batch",
+]

@@ -1,0 +1,178 @@
+"""The slot timeline of a serving trace: which request owns each state slot at each scheduler step.
+
+Pure functions, data in, ``go.Figure`` out (plotly, imported inside through ``workbench.extras``). Steps run
+along x, the pool's state slots along y; each cell is coloured by its owner at that step (Okabe-Ito, from
+``viz.palette``):
+
+- free: light grey; the dummy slot (capture and padding rows write it, no request owns it): dark grey;
+- a live request: one of six categorical colours, cycling by request id (the hover names the id), so a
+  slot that changes colour over time was freed and handed to a later request (slot reuse);
+- written by a foreign row (the replay saw a slot change that no live request owns): vermillion.
+
+The selected step is outlined (:func:`selected_shape`, which a widget swaps in place as its slider moves);
+the first divergence is a black cross on its cell, named in the legend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any
+
+from workbench.extras import require
+from workbench.viz.palette import BLACK, BLUE, GREEN, LIGHT_GREY, ORANGE, PURPLE, SKY, VERMILLION, YELLOW
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+DARK_GREY = "#4D4D4D"
+FREE, DUMMY, FOREIGN = 0, 1, 2
+LIVE_COLOURS = (BLUE, ORANGE, GREEN, PURPLE, SKY, YELLOW)
+"""A live request's colour is ``LIVE_COLOURS[id % 6]`` (vermillion and the greys mean something else)."""
+COLOURS = (LIGHT_GREY, DARK_GREY, VERMILLION, *LIVE_COLOURS)
+LEGEND = {
+    "free": LIGHT_GREY,
+    "dummy slot (capture and padding write it)": DARK_GREY,
+    "written by a foreign row": VERMILLION,
+    "live request (a colour per id, cycling)": BLUE,
+}
+SELECTED = "selected step"
+
+
+def timeline_codes(
+    owners: Sequence[Sequence[int | None]],
+    slots: Sequence[int],
+    *,
+    dummy: int,
+    foreign: Collection[tuple[int, int]] | None = None,
+    steps: Sequence[int] | None = None,
+) -> list[list[int]]:
+    """Colour codes ``[slot][step]`` (the heatmap's ``z``): ``FREE``, ``DUMMY``, ``FOREIGN`` or
+    ``3 + id % 6`` for a live request. ``owners[i][j]``: the request owning ``slots[j]`` at step ``i``;
+    ``foreign``: ``(step, slot)`` pairs a foreign row wrote (``steps`` names step ``i``; default ``i``)."""
+    names = list(steps) if steps is not None else list(range(len(owners)))
+    bad = set(foreign or ())
+    out = []
+    for j, s in enumerate(slots):
+        line = []
+        for i, row in enumerate(owners):
+            who = row[j]
+            if (names[i], s) in bad:
+                line.append(FOREIGN)
+            elif s == dummy:
+                line.append(DUMMY)
+            elif who is None:
+                line.append(FREE)
+            else:
+                line.append(3 + who % len(LIVE_COLOURS))
+        out.append(line)
+    return out
+
+
+def selected_shape(selected: int, slots: Sequence[int]) -> dict[str, Any]:
+    """The outline of step ``selected``'s column (a ``layout.shapes`` entry)."""
+    lo, hi = (min(slots), max(slots)) if slots else (0, 0)
+    return dict(
+        type="rect",
+        name=SELECTED,
+        x0=selected - 0.5,
+        x1=selected + 0.5,
+        y0=lo - 0.5,
+        y1=hi + 0.5,
+        line=dict(color=BLACK, width=3),
+        fillcolor="rgba(0,0,0,0)",
+        layer="above",
+    )
+
+
+def _words(who: int | None, step: int, slot: int, code: int) -> str:
+    where = f"step {step}, slot {slot}"
+    if code == FOREIGN:
+        owner = f" (owner: request {who})" if who is not None else " (no live request owns it)"
+        return f"{where}: written by a foreign row{owner}"
+    if code == DUMMY:
+        return f"{where}: the dummy slot (capture and padding rows write it)"
+    if who is None:
+        return f"{where}: free"
+    return f"{where}: request {who}"
+
+
+def slot_timeline(
+    owners: Sequence[Sequence[int | None]],
+    steps: Sequence[int],
+    slots: Sequence[int],
+    *,
+    dummy: int,
+    foreign: Collection[tuple[int, int]] | None = None,
+    selected: int | None = None,
+    divergence: tuple[int, int | None, str] | None = None,
+) -> go.Figure:
+    """Steps x slots, coloured by owner (see the module).
+
+    Args:
+        owners: ``owners[i][j]``: the request id owning ``slots[j]`` at ``steps[i]`` (None: free).
+        steps: the step number of each row of ``owners`` (x). slots: the slot number of each column (y).
+        dummy: the profile's dummy slot. foreign: ``(step, slot)`` pairs written by a foreign row.
+        selected: the step to outline. divergence: ``(step, slot or None, what)`` of the first divergence
+            (None slot: the cross sits mid-column).
+    """
+    go = require("plotly.graph_objects", None, "workbench.viz figures")
+
+    steps, slots = list(steps), list(slots)
+    codes = timeline_codes(owners, slots, dummy=dummy, foreign=foreign, steps=steps)
+    words = [[_words(owners[i][j], steps[i], s, codes[j][i]) for i in range(len(steps))] for j, s in enumerate(slots)]
+    n = len(COLOURS)
+    scale: list[list[Any]] = []
+    for k, c in enumerate(COLOURS):  # a discrete colour scale over codes 0..n-1
+        scale += [[k / n, c], [(k + 1) / n, c]]
+    fig = go.Figure(
+        go.Heatmap(
+            name="owners",
+            z=codes,
+            x=steps,
+            y=slots,
+            zmin=-0.5,
+            zmax=n - 0.5,
+            colorscale=scale,
+            showscale=False,
+            customdata=words,
+            hovertemplate="%{customdata}<extra></extra>",
+            xgap=1,
+            ygap=1,
+        )
+    )
+    for name, colour in LEGEND.items():  # legend swatches: the heatmap has no legend of its own
+        fig.add_trace(
+            go.Scatter(
+                name=name, x=[None], y=[None], mode="markers", marker=dict(color=colour, symbol="square", size=12)
+            )
+        )
+    dx: list[Any] = []
+    dy: list[Any] = []
+    dname = "first divergence: none"
+    if divergence is not None:
+        d_step, d_slot, what = divergence
+        mid = (min(slots) + max(slots)) / 2 if slots else 0
+        dx, dy = [d_step], [d_slot if d_slot is not None else mid]
+        dname = f"first divergence: step {d_step} ({what})"
+    fig.add_trace(
+        go.Scatter(
+            name=dname,
+            x=dx,
+            y=dy,
+            mode="markers",
+            marker=dict(color=BLACK, symbol="x", size=14, line=dict(color="white", width=1)),
+            hovertemplate=f"{dname}<extra></extra>",
+            visible=True if divergence is not None else "legendonly",
+        )
+    )
+    fig.update_layout(
+        title_text="Slot timeline: the owner of every state slot, step by step",
+        height=max(320, 230 + 16 * len(slots)),
+        margin=dict(l=70, r=20, t=60, b=10),
+        plot_bgcolor="white",
+        legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0, xanchor="left"),
+        shapes=[selected_shape(selected, slots)] if selected is not None else [],
+    )
+    fig.update_xaxes(title_text="scheduler step", showgrid=False, zeroline=False)
+    fig.update_yaxes(title_text="state slot", showgrid=False, zeroline=False)
+    return fig
