@@ -318,6 +318,7 @@ BENCHMARKS = {
     "metadata": "workbench.bench.metadata",
     "kernels": "workbench.bench.kernels",
     "replay": "workbench.bench.replay",
+    "trace": "workbench.bench.trace",
     "widgets": "workbench.widgets.bench",
 }
 

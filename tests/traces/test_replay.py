@@ -153,3 +153,13 @@ def test_the_replayer_steps_one_at_a_time() -> None:
     for step in trace.steps[:5]:
         assert replayer.step(step) == []
     assert replayer.result.steps == 5 and replayer.result.ok
+
+
+def test_bench_trace_splits_the_cost_per_step_by_phase(capsys: pytest.CaptureFixture, tmp_path) -> None:
+    from workbench.bench.trace import PHASES, run
+
+    res = run(steps=30, json_path=str(tmp_path / "trace.json"))
+    out = capsys.readouterr().out
+    assert res.meta["ok"] and res.meta["steps"] == 30 and "steps/s; goal 10,000 in 60 s" in out
+    assert [r.mode for r in res] == ["simulate", *PHASES] and all(r.median_us > 0 for r in res)
+    assert (tmp_path / "trace.json").is_file()

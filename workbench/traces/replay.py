@@ -192,6 +192,7 @@ class TraceReplayer:
         self.live: dict[int, int] = {}  # request id -> request-pool row
         self.accepted: dict[int, int] = {}  # vLLM: request id -> tokens accepted at its last verify
         self.profile = h.profile
+        self.timings: list[tuple[float, float, float]] = []  # per step run: replay, reference, check seconds
 
     # -- one step ----------------------------------------------------------------------------------------
     def step(self, step: TraceStep) -> list[TraceDivergence]:
@@ -339,9 +340,11 @@ class TraceReplayer:
         found = self._compare(step, batch, meta, before, ref_out, out, padded)
         if batch.mode == "target_verify":
             found += self._accept(step, batch, meta, inter)
+        t3 = time.perf_counter()
         self.result.seconds["replay"] += t1 - t0
         self.result.seconds["reference"] += t2 - t1
-        self.result.seconds["check"] += time.perf_counter() - t2
+        self.result.seconds["check"] += t3 - t2
+        self.timings.append((t1 - t0, t2 - t1, t3 - t2))
         return found
 
     def _accept(
