@@ -368,11 +368,6 @@ def _annotated_with(function: ast.FunctionDef | ast.AsyncFunctionDef, names: set
     )
 
 
-def _caller_ref(trees: _Trees, site: CallSite, receiver_class: Ref) -> Ref | None:
-    """The class whose method makes a ``self``/``super()`` call (the receiver's class itself)."""
-    return receiver_class if site.via in ("self", "type", "super") else None
-
-
 # -------------------------------------------------------------------------------------------- checking
 
 
@@ -422,7 +417,8 @@ def _breaks(
     grouped: dict[tuple, tuple[Finding, list[str]]] = {}
     protocols = _own_protocols(trees, sites)
     for site, receiver_class in sites:
-        caller = _caller_ref(trees, site, receiver_class)
+        # a self/super() call is made by the receiver's class itself; a composed call by no class of the hierarchy
+        caller = receiver_class if site.via in ("self", "type", "super") else None
         own = set(trees.mro(receiver_class))
         after = receiver_class if site.via == "super" else None
         base_owner = trees.resolve(receiver_class, site.name, after)

@@ -495,19 +495,3 @@ def _swallowed(
         text = f"{head} {names}, which the base no longer has and this call does not pass: it keeps its default"
         return old[0], text, swallowed
     return None
-    own = {p.name for p in base.params}
-    old = sorted(
-        p.name for p in override.params
-        if p.name in override.uses and p.name not in own and p.name not in passed and p.default is not _EMPTY
-    )  # fmt: skip
-    if old:
-        names = ", ".join(map(repr, old))
-        return (
-            old[0],
-            (
-                f"no exception, but **{varkw} swallows {', '.join(map(repr, swallowed))} while the body reads "
-                f"{names}, which the base no longer has and this call does not pass: it keeps its default"
-            ),
-            swallowed,
-        )
-    return None
