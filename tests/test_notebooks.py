@@ -41,6 +41,8 @@ EXPECTED = {
     "03_bug_zoo.ipynb": [
         "every unfixed run broke: True",
         "every fixed run clean: True",
+        "step 3: state: ssm, request 1, row 0, slot 1: state off reference",
+        "slot 1 last held request 0, whose final state request 1 started from",
         "reproduced: ['in_capture']",
         "fixed backend clean: True",
     ],

@@ -27,6 +27,9 @@ BACKEND_CASES = [
     "tail_slice",
     "rebuilt_tensors",
     "fill_count",
+    "slot_reuse",
+    "dp_dummy_rows",
+    "chunk_initial_state",
 ]
 
 
@@ -103,8 +106,8 @@ def test_cli_a_correct_backend_is_clean(spec, capsys):
     assert main(["zoo", "--metadata-backend", spec]) == 0
     out = capsys.readouterr().out.splitlines()
     assert not [line for line in out if "REPRODUCED" in line or "OTHER FAILURE" in line]
-    assert sum(line.endswith("  clean") for line in out) == 6  # two cases do not apply to either family
-    assert ", 0 other failure(s), 6 clean, 2 not applicable" in out[-1]
+    assert sum(line.endswith("  clean") for line in out) == 9  # two cases do not apply to either family
+    assert ", 0 other failure(s), 9 clean, 2 not applicable" in out[-1]
 
 
 def test_cli_json(capsys):

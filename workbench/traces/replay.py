@@ -48,8 +48,9 @@ class TraceDivergence:
 
     ``kind``: ``"metadata"`` (the recorded metadata differs from what the workbench builds),
     ``"invariant"`` (the recorded metadata breaks the profile's rules), ``"state"`` (a live request's state
-    is off its float64 recurrence), ``"output"``, ``"foreign"`` (a slot no live request owns changed),
-    ``"padded"`` (a padded output row is not zero), or ``"error"`` (the step raised).
+    is off its float64 recurrence), ``"output"``, ``"foreign"`` (a slot changed that no row of the step
+    owns: a live request's that sat the step out, or one no live request owns), ``"padded"`` (a padded
+    output row is not zero), or ``"error"`` (the step raised).
     """
 
     step: int
@@ -67,10 +68,17 @@ class TraceDivergence:
         where += [f"request {self.request}"] if self.request is not None else []
         where += [f"row {self.row}"] if self.row is not None else []
         where += [f"slot {self.slot}"] if self.slot is not None else []
-        values = (
-            f"; expected {self.expected}, got {self.got}" if self.expected is not None or self.got is not None else ""
-        )
+        if self.expected is not None:
+            values = f"; expected {self.expected}, got {self.got}"
+        elif isinstance(self.got, float):  # a state or output check: its largest error
+            values = f"; off by {self.got:.3g}"
+        else:
+            values = f"; got {self.got}" if self.got is not None else ""
         return f"{': '.join(where[:2])}: {', '.join(where[2:])}: {self.detail}{values}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (expected and got as numbers, lists or text)."""
+        return {**self.__dict__, "expected": _jsonable(self.expected), "got": _jsonable(self.got)}
 
     def _repr_html_(self) -> str:
         facts = {k: getattr(self, k) for k in ("step", "kind", "field", "request", "row", "slot", "expected", "got")}
@@ -122,9 +130,7 @@ class TraceResult:
             "graph_steps": self.graph_steps,
             "eager_steps": self.eager_steps,
             "idle_steps": self.idle_steps,
-            "divergences": [
-                {**d.__dict__, "expected": _jsonable(d.expected), "got": _jsonable(d.got)} for d in self.divergences
-            ],
+            "divergences": [d.to_dict() for d in self.divergences],
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
         }
 
@@ -155,7 +161,14 @@ def make_layer(name: str) -> Any:
 
 
 class TraceReplayer:
-    """Replays a trace step by step (:meth:`step`), or all of it (:meth:`run`); see the module."""
+    """Replays a trace step by step (:meth:`step`), or all of it (:meth:`run`); see the module.
+
+    ``metadata_backend``: the :class:`~workbench.backends.MetadataBackend` subclass the runner prepares each
+    step with (default: the device family's). ``zero_on_alloc``: zero a slot's state when a request is
+    admitted to it, as an allocator that zeroes on (re)allocation does; by default a new tenant finds its
+    slot as the previous one left it (vLLM 0.33.0's block pool does not zero mamba blocks), so a read of a
+    slot before the tenant's first write shows.
+    """
 
     def __init__(
         self,
@@ -165,9 +178,11 @@ class TraceReplayer:
         seed: int = 0,
         max_divergences: int = 20,
         metadata_backend: type[MetadataBackend] | None = None,
+        zero_on_alloc: bool = False,
     ) -> None:
         h = trace.header
         self.trace, self.seed, self.max_divergences = trace, seed, max_divergences
+        self.zero_on_alloc = zero_on_alloc
         self.result = TraceResult(h)
         layer = make_layer(h.layer)
         spec = "target_verify" in h.buckets
@@ -190,6 +205,7 @@ class TraceReplayer:
         self.ref = float64_reference(layer)
         self.shadow = self.runner.state.to(torch.float64)  # advanced by the reference only
         self.live: dict[int, int] = {}  # request id -> request-pool row
+        self.tenants: dict[int, list[int]] = {}  # slot -> request ids that held it, in order
         self.accepted: dict[int, int] = {}  # vLLM: request id -> tokens accepted at its last verify
         self.profile = h.profile
         self.timings: list[tuple[float, float, float]] = []  # per step run: replay, reference, check seconds
@@ -237,9 +253,25 @@ class TraceReplayer:
                         f"request places it at row {got} slot {int(self.pool.mapping[got, 0])}"
                     )
             self.live[rid] = row.req_pool_index
+            slots = self.pool.slots_of(row.req_pool_index)
+            for slot in slots:
+                self.tenants.setdefault(slot, []).append(rid)
+            if self.zero_on_alloc:  # the allocator's fix of vLLM PR 56524: a new tenant finds zeros
+                for pool in (*self.runner.state.tensors().values(), *self.shadow.tensors().values()):
+                    pool[slots] = 0
         for row in step.rows:
             if self.live.get(row.id) != row.req_pool_index:
                 raise TraceInputError(f"rows: request {row.id} is not live at row {row.req_pool_index}")
+
+    def owner(self, slot: int) -> int | None:
+        """The live request that owns ``slot`` now (None: no live request does)."""
+        return next((rid for rid, row in self.live.items() if slot in self.pool.slots_of(row)), None)
+
+    def previous_tenant(self, slot: int, request: int) -> int | None:
+        """The request that held ``slot`` before ``request`` was admitted to it (None: it was the first)."""
+        held = self.tenants.get(slot, [])
+        at = held.index(request) if request in held else len(held)
+        return held[at - 1] if at > 0 else None
 
     def _finish(self, step: TraceStep) -> None:
         done = [self.live.pop(rid) for rid in step.finish if rid in self.live]
@@ -421,7 +453,14 @@ class TraceReplayer:
         for what, tensor, where, error in report.problems()[:3]:
             slot = _int_in(where) if where.startswith("slot") else None
             row = rows.get(slot) if slot is not None else None
-            detail = f"{what} ({where})" + (" a slot no live request owns" if kinds.get(what) == "foreign" else "")
+            detail = what if slot is not None else f"{what} ({where})"
+            if kinds.get(what) == "foreign" and slot is not None:
+                held_by = self.owner(slot)
+                detail += (
+                    f": the slot of request {held_by}, which is not in this step"
+                    if held_by is not None
+                    else ": a slot no live request owns"
+                )
             out_list.append(
                 TraceDivergence(
                     step.step, kinds.get(what, what), tensor, detail,
@@ -451,12 +490,16 @@ def replay_trace(
     stop_at_first: bool = True,
     progress: Callable[[int, int], None] | None = None,
     metadata_backend: type[MetadataBackend] | None = None,
+    zero_on_alloc: bool = False,
 ) -> TraceResult:
     """Replay ``trace`` through the graph runner with the float64 shadow; see the module.
 
     ``metadata_backend``: a :class:`~workbench.backends.MetadataBackend` subclass to run the steps with
-    (yours, or an engine's through :func:`workbench.engines.subject.engine_backend`)."""
-    replayer = TraceReplayer(trace, backend=backend, seed=seed, metadata_backend=metadata_backend)
+    (yours, or an engine's through :func:`workbench.engines.subject.engine_backend`); ``zero_on_alloc``: see
+    :class:`TraceReplayer`."""
+    replayer = TraceReplayer(
+        trace, backend=backend, seed=seed, metadata_backend=metadata_backend, zero_on_alloc=zero_on_alloc
+    )
     return replayer.run(progress, stop_at_first)
 
 

@@ -7,7 +7,7 @@ along x, the pool's state slots along y; each cell is coloured by its owner at t
 - free: light grey; the dummy slot (capture and padding rows write it, no request owns it): dark grey;
 - a live request: one of six categorical colours, cycling by request id (the hover names the id), so a
   slot that changes colour over time was freed and handed to a later request (slot reuse);
-- written by a foreign row (the replay saw a slot change that no live request owns): vermillion.
+- written by a foreign row (the replay saw a slot change that no row of the step owns): vermillion.
 
 The selected step is outlined (:func:`selected_shape`, which a widget swaps in place as its slider moves);
 the first divergence is a black cross on its cell, named in the legend.

@@ -8,7 +8,7 @@ one step at a time, recording after each:
 
 - ``owners[i][s]``: the request id that held slot ``s`` during step ``i`` (the requests live before it, those it
   admitted, those it finished), or None (free; the dummy slot is never owned);
-- ``foreign``: ``(step, slot)`` pairs the replay found written although no live request owns them
+- ``foreign``: ``(step, slot)`` pairs the replay found written although no row of the step owns them
   (divergences of kind ``"foreign"``);
 - ``padding[i]``: the bucket the step ran in (from the runner's metadata of that step), its live rows and
   its padded rows, or that it ran eagerly.

@@ -1,7 +1,9 @@
 """The bug zoo: real production bugs of linear-attention serving, switched on, watched, and fixed.
 
 Each case reproduces one public bug's mechanism with the workbench's own pieces (metadata backends, the
-graph runner, the kernels, the CPU recorder, the integrity check) and runs it unfixed and fixed::
+graph runner, the kernels, the CPU recorder, the integrity check; for the bugs that need several steps, a
+scripted serving trace replayed against the float64 shadow of every request) and runs it unfixed and
+fixed::
 
     from workbench import zoo
     for broken, fixed in zoo.run_all():
@@ -35,6 +37,7 @@ from workbench.zoo.result import (
     RecorderError,
     RowsDiffer,
     Survived,
+    TraceEvidence,
     ZooError,
     ZooResult,
 )
@@ -52,6 +55,9 @@ MODULES = (
     "tail_slice",
     "rebuilt_tensors",
     "fill_count",
+    "slot_reuse",
+    "dp_dummy_rows",
+    "chunk_initial_state",
 )
 
 
@@ -91,6 +97,7 @@ __all__ = [
     "RecorderError",
     "RowsDiffer",
     "Survived",
+    "TraceEvidence",
     "ZooError",
     "ZooResult",
     "cases",

@@ -3,7 +3,7 @@ step into evidence (an integrity report against the float64 reference, a caught 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -18,6 +18,8 @@ from workbench.measure.integrity import check, snapshot
 from workbench.metadata import build_metadata
 from workbench.pool import StatePool
 from workbench.runner import GraphRunner
+from workbench.traces.model import Trace
+from workbench.traces.replay import TraceDivergence, TraceReplayer
 from workbench.zoo.result import (
     AddressMismatch,
     Evidence,
@@ -25,6 +27,7 @@ from workbench.zoo.result import (
     RaisedError,
     RowsDiffer,
     Survived,
+    TraceEvidence,
     ZooError,
 )
 
@@ -233,3 +236,31 @@ def address_evidence(backend: MetadataBackend, bucket: int) -> list[AddressMisma
     ]
     field_name = "state_indices"
     return moved or [AddressMismatch(field_name, recorded[field_name], written[field_name])]
+
+
+def replay_trace(
+    trace: Trace,
+    cls: type[MetadataBackend] | None,
+    backend: str,
+    *,
+    what: str,
+    reading: Callable[[TraceReplayer, TraceDivergence], tuple[bool, str]],
+    zero_on_alloc: bool = False,
+    boot_zeroed: bool = False,
+) -> TraceEvidence:
+    """Replay ``trace`` with ``cls`` as the runner's metadata backend, to its first divergence, as evidence.
+
+    ``reading(replayer, divergence)``: whether the divergence is the case's mechanism, and what the case
+    reads off it (who held the slot before, which chunk it was). ``boot_zeroed``: the pool starts zeroed,
+    as an engine allocates its cache (vLLM 0.33.0's ``allocate_kv_cache`` takes ``torch.zeros``), not
+    seeded; ``zero_on_alloc``: see :class:`~workbench.traces.replay.TraceReplayer`.
+    """
+    name, _ = resolve_backend(backend)
+    rep = TraceReplayer(trace, backend=name, metadata_backend=cls, zero_on_alloc=zero_on_alloc)
+    if boot_zeroed:
+        for t in (*rep.runner.state.tensors().values(), *rep.shadow.tensors().values()):
+            t.zero_()
+    res = rep.run(stop_at_first=True)
+    d = res.first
+    matches, facts = reading(rep, d) if d is not None else (False, "")
+    return TraceEvidence(what, res.steps, len(trace), d, matches, facts)

@@ -17,6 +17,7 @@ from typing import Any
 from workbench import html
 from workbench.errors import WorkbenchError
 from workbench.measure.integrity import IntegrityReport, error_text, worst
+from workbench.traces.replay import TraceDivergence
 
 
 class ZooError(WorkbenchError, ValueError):
@@ -253,6 +254,50 @@ class Interrupted:
         return cls(type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "", where)
 
 
+@dataclass(frozen=True)
+class TraceEvidence:
+    """A serving trace replayed step by step against the float64 shadow of every request
+    (:mod:`workbench.traces`): steps run of ``total``, the first divergence, and the case's reading of it.
+
+    ``matches``: the case found its own mechanism in the divergence (a new tenant at its first chunk on a
+    reused slot, a padded row naming the slot that changed, ...); a divergence it does not match is a
+    failure, but not this bug. ``facts``: what the case read off it (the slot's previous tenant, the chunk).
+    """
+
+    what: str
+    steps: int
+    total: int
+    divergence: TraceDivergence | None = None
+    matches: bool = False
+    facts: str = ""
+
+    @property
+    def broken(self) -> bool:
+        return self.divergence is not None or self.steps == 0
+
+    @property
+    def shows_mechanism(self) -> bool:
+        return self.divergence is not None and self.matches
+
+    def summary(self) -> str:
+        if self.steps == 0:
+            return f"{self.what}: no step ran"
+        if self.divergence is None:
+            return f"{self.what}: {self.steps} steps, every request on its float64 recurrence"
+        return f"{self.what}: {self.divergence}" + (f"; {self.facts}" if self.facts else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.divergence
+        return {
+            "what": self.what,
+            "steps": self.steps,
+            "total": self.total,
+            "divergence": d.to_dict() if d is not None else None,
+            "matches": self.matches,
+            "facts": self.facts,
+        }
+
+
 Evidence = (
     RaisedError
     | RecorderError
@@ -262,11 +307,12 @@ Evidence = (
     | Propagation
     | Survived
     | Interrupted
+    | TraceEvidence
 )
 
 
 def _evidence_dict(e: Evidence) -> dict[str, Any]:
-    d = e.to_dict() if isinstance(e, IntegrityEvidence) else asdict(e)
+    d = e.to_dict() if isinstance(e, IntegrityEvidence | TraceEvidence) else asdict(e)
     return {"kind": type(e).__name__, "broken": e.broken, "summary": e.summary(), **d}
 
 
@@ -309,6 +355,8 @@ class ZooResult:
 
     def shows_bug(self, e: Evidence) -> bool:
         """Whether ``e`` is broken evidence of this case's own mechanism."""
+        if isinstance(e, TraceEvidence) and not e.shows_mechanism:
+            return False
         return e.broken and (not self.mechanism or type(e).__name__ in self.mechanism)
 
     @property
