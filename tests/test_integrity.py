@@ -90,3 +90,46 @@ def test_a_nan_is_said_as_nan_not_as_a_number():
     assert not rep.ok and "differs from the float64 reference by NaN" in str(rep) and "inf" not in str(rep)
     assert error_text(worst([0.5, float("nan")])) == error_text(worst([float("nan"), 0.5])) == "NaN"
     assert error_text(worst([0.5, 0.25])) == "0.5"
+
+
+def test_report_equals_the_row_by_row_comparison(monkeypatch):
+    """The check compares all rows at once and measures only the rows found off: its report is the one a
+    row-by-row comparison gives, rows in the order given (live slots unsorted, repeated), NaN and inf
+    included, in chunks of rows too."""
+    import workbench.measure.integrity as integrity
+
+    def row_by_row(got, ref, rows):
+        return [(i, err) for i in rows for bad, err in [integrity._max_err(got[i], ref[i], 2e-4, 2e-3)] if bad]
+
+    gen = torch.Generator().manual_seed(0)
+    for chunk in (1 << 22, 7):  # 7 values: chunks of a row or two
+        monkeypatch.setattr(integrity, "_CHUNK_VALUES", chunk)
+        before = {"ssm": torch.randn(9, 2, 3, generator=gen), "conv": torch.randn(9, 4, generator=gen)}
+        after = {k: v.clone() for k, v in before.items()}
+        ref = {k: v.double() for k, v in before.items()}
+        after["ssm"][3, 1, 2] += 1e-2
+        after["ssm"][7, 0, 0] = float("nan")
+        after["conv"][5, 3] = float("inf")
+        ref["conv"][6, 0] = float("inf")  # inf against inf: the difference is NaN, so off
+        after["conv"][6, 0] = float("inf")
+        out = torch.randn(6, 5, generator=gen)
+        ref_out = out.double().clone()
+        ref_out[[1, 4], [0, 2]] += torch.tensor([5e-3, -1.0], dtype=torch.float64)
+        got_inter, ref_inter = torch.randn(4, 3, generator=gen), torch.randn(1, 3, generator=gen).double()
+        live = [7, 3, 5, 1, 3, 6]
+        rep = check(
+            before, after, allowed_slots=live, live_slots=iter(live), reference_state=ref, live_outputs=out,
+            reference_outputs=ref_out, intermediates={"i": (got_inter, ref_inter.expand(4, 3))},
+        )  # fmt: skip
+        want_state = [(n, live[i], e) for n in ref for i, e in row_by_row(after[n][live], ref[n][live], range(6))]
+        got_state = [(m.tensor, m.slot, m.error) for m in rep.state_mismatches]
+        assert [w[:2] for w in want_state] == [g[:2] for g in got_state] == [
+            ("ssm", 7), ("ssm", 3), ("ssm", 3), ("conv", 5), ("conv", 6),
+        ]  # fmt: skip
+        assert str(rep).count("by NaN") == 2 and str(rep).count("by inf") == 1  # ssm[7], conv[6]; conv[5]
+        for (_, _, e1), (_, _, e2) in zip(want_state, got_state, strict=True):
+            assert e1 == e2 or (e1 != e1 and e2 != e2)
+        assert [(m.token, m.error) for m in rep.output_mismatches] == row_by_row(out, ref_out, range(6))
+        assert [m.token for m in rep.output_mismatches] == [1, 4]
+        want_inter = row_by_row(got_inter, ref_inter.expand(4, 3), range(4))
+        assert [(m.row, m.error) for m in rep.intermediate_mismatches] == want_inter and len(want_inter) == 4

@@ -9,6 +9,7 @@ torch: the command line runs these checks before torch is loaded.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from workbench.errors import MetadataError
@@ -36,10 +37,33 @@ def check_fits(name: str, values: list[int], dtype: str) -> None:
             raise MetadataError(f"{where} = {v}: does not fit {dtype} (range [{lo}, {hi}])")
 
 
+# host_memory_bytes() reuses a read this young: metadata is built (and checked) every step, and reading
+# /proc/meminfo each time cost more than the step's other checks. check_memory reads afresh near the limit.
+HOST_MEMORY_MAX_AGE_S = 1.0
+_host_memory_read: tuple[float, int] | None = None  # (time.monotonic() of the read, bytes)
+
+
 def host_memory_bytes() -> int:
     """Memory this machine can hand out now (``MemAvailable`` of ``/proc/meminfo``, else ``sysconf``'s
     available pages); 0 when unknown. Not the total: on a shared machine an allocation that fits the total
-    but not what is free gets the process killed, not a clear error."""
+    but not what is free gets the process killed, not a clear error. A read younger than
+    ``HOST_MEMORY_MAX_AGE_S`` is reused (:func:`forget_host_memory` drops it)."""
+    global _host_memory_read
+    now = time.monotonic()
+    if _host_memory_read is not None and now - _host_memory_read[0] < HOST_MEMORY_MAX_AGE_S:
+        return _host_memory_read[1]
+    free = _read_host_memory()
+    _host_memory_read = (now, free)
+    return free
+
+
+def forget_host_memory() -> None:
+    """Make the next :func:`host_memory_bytes` read the machine again."""
+    global _host_memory_read
+    _host_memory_read = None
+
+
+def _read_host_memory() -> int:
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -99,5 +123,8 @@ def check_memory(name: str, nbytes: int, what: str, device: object = "cpu") -> N
     has 24 GiB free``. Above that the allocation fails, or, on the host, the kernel kills the process.
     """
     free, whose = device_memory_bytes(device)
+    if free and 2 * nbytes > free:  # within a factor 2 of the limit: decide on a fresh read, never a reused one
+        forget_host_memory()
+        free, whose = device_memory_bytes(device)
     if free and nbytes > free:
         raise MetadataError(f"{name} needs {gib(nbytes)} for {what}; {whose} {gib(free)} free")

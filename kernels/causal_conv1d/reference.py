@@ -1,8 +1,8 @@
 """Torch reference of the short causal convolution (decode, target-verify and varlen prefill).
 
-Readable first: one sequence or one step at a time, computed in float32, or in float64 when any input
-is float64 (the tests' ground truth). Works on any device but reads the indices and ``cu_seqlens`` on
-the host, so it synchronises on an accelerator; the Triton kernel does not.
+Readable first: one sequence at a time (prefill), every step of every row at once (decode, verify), in
+float32, or in float64 when any input is float64 (the tests' ground truth). Works on any device but reads
+the indices and ``cu_seqlens`` on the host, so it synchronises on an accelerator; the Triton kernel does not.
 
 Conventions (see ``kernels/causal_conv1d/__init__.py``): channels last, ``conv_state[slot]`` is
 ``[dim, W-1]`` with the oldest input in column 0, ``weight[c, W-1]`` multiplies the newest input.
@@ -33,7 +33,7 @@ def update_reference(
     disable_state_update: bool,
     pad_slot_id: int | None,
 ) -> None:
-    """Decode (``L == 1``) / verify (``L == D``) step of every row at once; writes ``out`` in place.
+    """Decode (``L == 1``) / verify (``L == D``) steps of every row at once; writes ``out`` in place.
 
     x [N, L, dim]; conv_state [num_slots, dim, W-1]; weight [dim, W]; bias [dim] or None;
     state_indices [N] int; intermediate_conv_windows [N, L, dim, W-1] or None; out [N, L, dim].
@@ -46,17 +46,19 @@ def update_reference(
     out.zero_()
     rows, slots = live_rows_and_slots(state_indices, pad_slot_id, conv_state.shape[0])
 
-    window = conv_state[slots].to(ct)  # [R, dim, W-1]: the W-1 previous inputs, oldest first
-    for t in range(x.shape[1]):
-        full = torch.cat([window, x[rows, t].to(ct).unsqueeze(-1)], dim=-1)  # [R, dim, W]
-        y = (full * w).sum(-1) + b
-        out[rows, t] = _activate(y, activation).to(out.dtype)
-        window = full[..., 1:]  # drop the oldest input
-        if intermediate_conv_windows is not None:
-            # Indexed by batch row, not by slot: the engine picks the accepted step afterwards.
-            intermediate_conv_windows[rows, t] = window.to(intermediate_conv_windows.dtype)
+    W = weight.shape[1]
+    # Every step at once, as `varlen_reference` does a sequence: W-1 older inputs, then the L new ones.
+    ext = torch.cat([conv_state[slots].to(ct), x[rows].to(ct).transpose(1, 2)], dim=-1)  # [R, dim, W-1+L]
+    # window t (ext[..., t : t+W]) times the channel's weights: a length-W dot product; [R, dim, L]
+    y = (ext.unfold(-1, W, 1) @ w.unsqueeze(-1)).squeeze(-1) + b.unsqueeze(-1)
+    out[rows] = _activate(y, activation).transpose(1, 2).to(out.dtype)
+    if intermediate_conv_windows is not None:
+        # the window after step t is ext[..., t+1 : t+W]; indexed by batch row, not by slot: the engine
+        # picks the accepted step afterwards
+        after = ext.unfold(-1, W - 1, 1)[:, :, 1:].transpose(1, 2)  # [R, L, dim, W-1]
+        intermediate_conv_windows[rows] = after.to(intermediate_conv_windows.dtype)
     if not disable_state_update:
-        conv_state[slots] = window.to(conv_state.dtype)
+        conv_state[slots] = ext[..., -(W - 1) :].to(conv_state.dtype)
 
 
 def varlen_reference(
@@ -96,7 +98,7 @@ def varlen_reference(
         # The sequence as the convolution sees it: W-1 older inputs, then this sequence's tokens.
         ext = torch.cat([initial, x[bos:eos].to(ct).T], dim=1)  # [dim, W-1+len]
         windows = ext.unfold(1, W, 1)  # [dim, len, W]: windows[:, t] ends at token t
-        y = (windows * w.unsqueeze(1)).sum(-1) + b.unsqueeze(-1)  # [dim, len]
+        y = (windows @ w.unsqueeze(-1)).squeeze(-1) + b.unsqueeze(-1)  # [dim, len]: dot products of length W
         out[bos:eos] = _activate(y, activation).T.to(out.dtype)
         # The last W-1 inputs; for len < W-1 some of them are older state inputs.
         conv_state[slot] = ext[:, -(W - 1) :].to(conv_state.dtype)

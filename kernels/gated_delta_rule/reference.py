@@ -136,9 +136,7 @@ def recurrent_reference(
     """Token-by-token recurrence; writes `out`, `state` (unless disabled) and `intermediate_states` in place.
 
     Skipped rows (padding rule of kernels/padding.py) touch no slot and get zero outputs; zero-length rows
-    write nothing. When every non-skipped, non-empty row has the same length (decode: 1, verify: D) the
-    rows advance together token step by token step (`_recurrent_rows_together`); otherwise one sequence
-    at a time (`_recurrent_one_sequence`, the plainest form of the recurrence).
+    write nothing. The other rows advance together, token step by token step (`_recurrent_rows_together`).
     """
     batch = _prepare(
         q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, pad_slot_id, scale, use_qk_l2norm
@@ -146,36 +144,13 @@ def recurrent_reference(
     _zero_unowned_tokens(out, batch.bounds, batch.skipped)
 
     work = [n for n in range(len(batch.slots)) if not batch.skipped[n] and batch.bounds[n + 1] > batch.bounds[n]]
-    lengths = {batch.bounds[n + 1] - batch.bounds[n] for n in work}
-    if len(lengths) == 1:
+    if work:
         _recurrent_rows_together(work, batch, state, out, intermediate_states, disable_state_update)
-        return
-    for n in work:
-        _recurrent_one_sequence(n, batch, state, out, intermediate_states, disable_state_update)
 
 
-def _recurrent_one_sequence(
-    n: int,
-    batch: _Batch,
-    state: torch.Tensor,
-    out: torch.Tensor,
-    intermediate_states: torch.Tensor | None,
-    disable_state_update: bool,
-) -> None:
-    """Sequence n, all value heads at once; S: [HV, K, V]."""
-    q, k, v, g, beta = batch.q, batch.k, batch.v, batch.g, batch.beta
-    bos, eos = batch.bounds[n], batch.bounds[n + 1]
-    slot = batch.slots[n]
-    S = _initial_state(state, slot, batch.has_init[n], q.dtype)
-    for t in range(bos, eos):
-        S = S * torch.exp(g[t])[:, None, None]
-        u = beta[t][:, None] * (v[t] - torch.einsum("hkv,hk->hv", S, k[t]))
-        S = S + k[t][:, :, None] * u[:, None, :]
-        out[t] = torch.einsum("hkv,hk->hv", S, q[t]).to(out.dtype)
-        if intermediate_states is not None:
-            intermediate_states[n, t - bos] = S.to(intermediate_states.dtype)
-    if not disable_state_update:
-        state[slot] = S.to(state.dtype)
+# States of at most this many bytes per slot (in the arithmetic dtype) are gathered into one tensor; larger
+# ones are updated where they live. See `_recurrent_rows_together`.
+GATHER_MAX_SLOT_BYTES = 64 * 1024
 
 
 def _recurrent_rows_together(
@@ -186,47 +161,100 @@ def _recurrent_rows_together(
     intermediate_states: torch.Tensor | None,
     disable_state_update: bool,
 ) -> None:
-    """Rows of one common length L (decode: 1, verify: D): token step t of every row at once.
+    """Token step t of every row at once (decode: 1 step, verify: D, extend: the longest row's length).
 
-    The state dwarfs everything else, so what costs is passes over it. Per step there are three: one read
-    (S^T k and S^T q together), one read-write (decay), one read-write (S += k u^T). Each row's state is
-    updated where it lives, on its slot (or on one private copy when the pool must not change, or the
-    arithmetic dtype differs): a batched gather into a fresh [R, HV, K, V] tensor and a scatter back would
-    add two more passes plus page faults on the fresh memory, about twice the time on a CPU. The
-    small per-token math (u, outputs) is vectorised over the rows.
+    Rows are taken longest first, so the rows still running at step t are a prefix, `rows[:running[t]]`.
+    Every (row, value head) pair is an independent K x V recurrence; the inputs of all steps are gathered
+    once, step-major, so that step t's inputs are one slice of each (`_token_step` then costs a few torch
+    calls however many rows run: on small layers per-call overhead, not arithmetic, is the cost).
+
+    The states are gathered into one private [R*HV, K, V] tensor (scattered back at the end, unless the pool
+    must not change), so a step is one `_token_step` for all rows: when they are small (<= GATHER_MAX_SLOT_BYTES
+    per slot), and when a copy is needed anyway (verify, or an arithmetic dtype other than the pool's). Large
+    ones (an engine layer: MBs per slot) are otherwise updated where they live, row by row on their slot:
+    there the passes over the state are the cost, and a gather plus a scatter back would add two, plus page
+    faults on fresh memory (NOTES.md).
     """
     q, k, v, g, beta = batch.q, batch.k, batch.v, batch.g, batch.beta
-    slots = batch.slots
-    L = batch.bounds[rows[0] + 1] - batch.bounds[rows[0]]
-    first = torch.tensor([batch.bounds[n] for n in rows], device=q.device)
-    in_place = state.dtype == q.dtype and not disable_state_update
-    work = [state[slots[n]] if in_place else state[slots[n]].to(q.dtype, copy=True) for n in rows]
-    for S, n in zip(work, rows, strict=True):
-        if not batch.has_init[n]:
-            S.zero_()
-    R, HV, V = len(rows), state.shape[1], state.shape[3]
-    proj = torch.empty(R, HV, 2, V, dtype=q.dtype, device=q.device)
-    for t in range(L):
-        tok = first + t
-        qt, kt, vt = q.index_select(0, tok), k.index_select(0, tok), v.index_select(0, tok)  # [R, HV, K|V]
-        decay = torch.exp(g.index_select(0, tok))[..., None, None]  # [R, HV, 1, 1]
-        kq = torch.stack((kt, qt), dim=2)  # [R, HV, 2, K]
-        for r, S in enumerate(work):  # read pass: S^T k and S^T q of the undecayed state
-            torch.matmul(kq[r], S, out=proj[r])
-        proj.mul_(decay)  # ... are those of the decayed state
-        u = beta.index_select(0, tok)[..., None] * (vt - proj[:, :, 0])  # [R, HV, V]
-        for r, S in enumerate(work):
-            S.mul_(decay[r])
-            S.baddbmm_(kt[r, :, :, None], u[r, :, None, :])  # S += k u^T
-        # o = S_new^T q = (decayed S)^T q + u (k . q): no pass over the new state
-        o = proj[:, :, 1] + u * (kt * qt).sum(-1, keepdim=True)
-        out.index_copy_(0, tok, o.to(out.dtype))
+    dtype, device = q.dtype, q.device
+    HV, K, V = state.shape[1], state.shape[2], state.shape[3]
+    rows = sorted(rows, key=lambda n: batch.bounds[n] - batch.bounds[n + 1])  # longest first (stable sort)
+    lengths = [batch.bounds[n + 1] - batch.bounds[n] for n in rows]
+    running = [sum(1 for length in lengths if length > t) for t in range(lengths[0])]
+    pairs = [live * HV for live in running]  # (row, head) pairs of each step
+    # the token of row r at step t, step-major: step t holds rows[:running[t]]
+    tok = torch.tensor([batch.bounds[n] + t for t, live in enumerate(running) for n in rows[:live]], device=device)
+    kt, qt = k.index_select(0, tok), q.index_select(0, tok)  # [P, HV, K]
+    m = tok.numel() * HV  # (token, head) pairs
+    o = torch.empty(m, 1, V, dtype=dtype, device=device)
+    packed = (
+        torch.stack((kt, qt), dim=2).view(m, 2, K),  # S^T k and S^T q by one matmul
+        kt.view(m, K, 1),  # k as a column, for S += k u^T
+        v.index_select(0, tok).view(m, 1, V),
+        beta.index_select(0, tok).view(m, 1, 1),
+        torch.exp(g.index_select(0, tok)).view(m, 1, 1),  # the decay
+        (kt * qt).sum(-1).view(m, 1, 1),  # k . q
+        o,
+    )
+    # split_with_sizes, not split: the Python wrapper of split costs as much as the call here
+    steps = [packed] if len(pairs) == 1 else zip(*(x.split_with_sizes(pairs) for x in packed), strict=True)
+
+    gathered = state.dtype != dtype or disable_state_update or HV * K * V * dtype.itemsize <= GATHER_MAX_SLOT_BYTES
+    if gathered:
+        slots = torch.tensor([batch.slots[n] for n in rows], device=device)
+        S_rows = state.index_select(0, slots).to(dtype)  # [R, HV, K, V], a private copy
+        fresh = [r for r, n in enumerate(rows) if not batch.has_init[n]]
+        if fresh:
+            S_rows[fresh] = 0
+        S_all = S_rows.view(-1, K, V)
+        running_states = {n: S_all[:n] for n in set(pairs)}  # the running pairs' states: a prefix
         if intermediate_states is not None:
-            for n, S in zip(rows, work, strict=True):
-                intermediate_states[n, t] = S
-    if not in_place and not disable_state_update:
-        for n, S in zip(rows, work, strict=True):
-            state[slots[n]] = S
+            batch_rows = torch.tensor(rows, device=device)
+    else:
+        work = [state[batch.slots[n]] for n in rows]  # views on the pool: updated in place
+        for S, n in zip(work, rows, strict=True):
+            if not batch.has_init[n]:
+                S.zero_()
+
+    for t, step in enumerate(steps):
+        live = running[t]
+        if gathered:
+            _token_step(running_states[pairs[t]], *step)
+            if intermediate_states is not None:
+                # indexed by batch row, not slot: the engine picks the accepted step afterwards
+                inter = S_rows[:live].to(intermediate_states.dtype)
+                intermediate_states[:, t].index_copy_(0, batch_rows[:live], inter)
+            continue
+        for r, S in enumerate(work[:live]):
+            _token_step(S, *(x[r * HV : (r + 1) * HV] for x in step))
+            if intermediate_states is not None:
+                intermediate_states[rows[r], t] = S
+    out.index_copy_(0, tok, o.view(-1, HV, V).to(out.dtype))
+    if gathered and not disable_state_update:
+        state.index_copy_(0, slots, S_rows.to(state.dtype))
+
+
+def _token_step(
+    S: torch.Tensor,
+    kq: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    decay: torch.Tensor,
+    k_dot_q: torch.Tensor,
+    o: torch.Tensor,
+) -> None:
+    """One token of m independent (row, head) recurrences: S [m, K, V] is updated in place, o [m, 1, V] written.
+
+    kq [m, 2, K] (k and scaled q); k [m, K, 1]; v [m, 1, V]; beta, decay (exp g), k_dot_q [m, 1, 1].
+    Three passes over the state (what costs on a large layer): the decay, one read for S^T k and S^T q
+    together, the rank-1 update; the output needs no fourth: o = S_new^T q = (decayed S)^T q + u (k . q).
+    """
+    S.mul_(decay)  # S <- exp(g) S
+    Sk, Sq = torch.bmm(kq, S).split_with_sizes([1, 1], dim=1)  # S^T k, S^T q: [m, 1, V] each
+    u = (v - Sk).mul_(beta)  # u = beta (v - S^T k)
+    S.addcmul_(k, u)  # S <- S + k u^T (the outer product by broadcasting)
+    torch.addcmul(Sq, u, k_dot_q, out=o)
 
 
 def chunk_step(

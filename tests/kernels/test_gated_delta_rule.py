@@ -128,6 +128,34 @@ def test_reference_runs_in_float64():
     assert rel_err(out, exp_out) < 1e-13 and rel_err(state, exp_state) < 1e-13
 
 
+@pytest.mark.parametrize("states", ["gathered", "in place"])
+@pytest.mark.parametrize("verify", [False, True], ids=["extend", "verify"])
+def test_reference_both_state_paths_equal_the_naive_recurrence(monkeypatch, states, verify):
+    """Rows of different lengths (and a zero-length, a padded and a fresh row) in float64: the reference's
+    rows-together recurrence equals the naive one, its small-state path (all rows' states gathered into one
+    tensor) as its large-state path (each row's state updated on its slot), outputs, pool and intermediates."""
+    import kernels.gated_delta_rule.reference as ref
+
+    monkeypatch.setattr(ref, "GATHER_MAX_SLOT_BYTES", 2**40 if states == "gathered" else 0)
+    lens, slots = [3, 1, 0, 4, 2, 4], [5, 2, 3, -1, 1, 6]
+    x = packed(lens, slots, H=1, HV=2, K=5, V=3, num_slots=8, seed=7, l2norm=True)
+    x = {k: t.double() if t.is_floating_point() else t for k, t in x.items()}
+    x.update(has_initial_state=torch.tensor([True, True, True, True, False, True]), scale=0.4, use_qk_l2norm=True)
+    depth = max(lens)
+    exp_out, exp_state, exp_inter = naive(**x, depth=depth)
+    if verify:  # the pool stays as it was; the intermediates hold every step
+        exp_state = x["state"]
+    state = x.pop("state").clone()
+    inter = torch.full((len(lens), depth, 2, 5, 3), float("nan"), dtype=torch.float64)
+    out = gdn.recurrent(
+        **x, state=state, intermediate_states=inter, disable_state_update=verify, impl="reference"
+    )  # fmt: skip
+    assert rel_err(out, exp_out) < 1e-12
+    assert torch.equal(state, exp_state) if verify else rel_err(state, exp_state) < 1e-12
+    written = ~exp_inter.isnan()  # rows' steps past their length stay untouched (NaN), in both
+    assert torch.equal(written, ~inter.isnan()) and rel_err(inter[written], exp_inter[written]) < 1e-12
+
+
 def test_chunked_reference_in_float64_for_any_chunk():
     """float64 end to end: chunks longer than every row (64), the default, and a short one (5) all equal the
     naive recurrence."""
