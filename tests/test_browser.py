@@ -686,3 +686,35 @@ def test_serving_timeline_draws_and_its_step_slider_moves_the_selection(notebook
     view.scroll_into_view_if_needed()
     page.screenshot(path=str(SHOTS / "06_serving_timeline.png"))
     _clean_console(nb)
+
+
+@_uses("07_prefix_caching.ipynb")
+def test_prefix_cache_timelines_draw_checkpoints_and_copies(notebooks):
+    """Notebook 07's timelines draw: the hand-written trace's checkpoint cells in green with the cache's copies
+    as arrows, the over-reuse case's checkpoint in vermillion; its step line names the cache's work; no label
+    over another."""
+    name = "07_prefix_caching.ipynb"
+    nb = notebooks.ran(name)
+    page = nb.page
+    views = page.locator(".widget-vbox", has=page.locator(".widget-html-content b", has_text="Serving timeline"))
+    views.nth(2).wait_for(timeout=120_000)  # the trace by hand, the workload, the zoo case
+    for i in range(3):
+        views.nth(i).locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+    _settled(page, ".jupyter-widgets")
+    _check_labels(page, f"{name} (timelines)")
+    figures = (
+        "() => [...document.querySelectorAll('.widget-vbox .js-plotly-plot')]"
+        ".filter(e => (((e.layout || {}).title || {}).text || '').startsWith('Slot timeline'))"
+        ".map(e => ({arrows: (e.layout.annotations || []).length, z: e.data[0].z}))"
+    )
+    drawn = page.evaluate(figures)
+    assert len(drawn) == 3, drawn
+    green, vermillion = 3, 2  # CHECKPOINT and FOREIGN codes of workbench.viz.timeline
+    by_hand, _, over_reuse = drawn
+    assert by_hand["arrows"] == 2 and any(green in line for line in by_hand["z"])
+    assert any(vermillion in line for line in over_reuse["z"])
+    line = views.first.locator(".wb-timeline-step").first
+    assert "prefix cache: copies 1 -> 5 after, publishes request 0's first 8 tokens in slot 5" in line.inner_text()
+    views.first.scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / "07_prefix_timeline.png"))
+    _clean_console(nb)

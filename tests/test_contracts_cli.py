@@ -229,3 +229,11 @@ def test_workbench_bases_are_a_fallback_only(tmp_path: Path) -> None:
     (finding,) = report.findings
     assert (finding.cls, finding.method) == ("Sub", "step") and "'flag'" in finding.message
     assert report.base == "every base class in the trees"
+
+
+def test_a_control_character_in_the_base_stays_on_one_escaped_line(capsys: pytest.CaptureFixture) -> None:
+    """Found by the CLI fuzz: the hint repeated the value unescaped, and a carriage return split the line."""
+    for base in ("\r0", "x:\r0", "a\nb"):
+        assert main(["--base", base]) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and ("\\r" in err or "\\n" in err), err

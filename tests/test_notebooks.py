@@ -38,6 +38,14 @@ EXPECTED = {
     ],
     "05_timings.ipynb": ["records: 8", "loaded 14 records of gdn quarter"],
     "06_serving_traces.ipynb": ["OK: sglang gdn: 60 steps"],
+    "07_prefix_caching.ipynb": [
+        "after the same 6 tokens twice: identical True",
+        "prefix cache: 1 hit(s), 2 checkpoint(s) published, 2 verified against the float64 state",
+        "OK: sglang gdn: 100 steps",
+        "every unfixed prefix case broke: True",
+        "every fixed prefix case clean: True",
+        "off the float64 state after exactly its first 8 tokens",
+    ],
     "03_bug_zoo.ipynb": [
         "every unfixed run broke: True",
         "every fixed run clean: True",

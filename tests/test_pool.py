@@ -35,3 +35,36 @@ def test_alloc_at_places_a_request_where_a_trace_put_it_and_refuses_what_is_take
             pool.alloc_at(row, slots)
     assert torch.equal(pool.mapping, before[0]) and pool.num_free == before[1]
     assert pool.alloc(1).tolist() == [4] and pool.slots_of(4) == [4]  # lowest-first around the placed ones
+
+
+def test_a_prefix_cache_holds_slots_without_rows_and_a_finishing_request_donates_its_own() -> None:
+    """Held slots are neither free nor a request's: alloc goes around them, alloc_at refuses them naming the
+    cache, release gives them back, donate frees a row but keeps its slot held; refusals change nothing."""
+    from workbench.errors import MetadataError
+
+    pool = StatePool(8, "sglang")
+    assert pool.hold() == 1 and pool.hold(5) == 5 and pool.held_slots == {1, 5}
+    rows = pool.alloc(2).tolist()
+    assert [pool.slots_of(r)[0] for r in rows] == [2, 3]  # around the held slot 1
+    free_before = pool.free_slots()
+    for call, message in [
+        (lambda: pool.hold(5), "slot=5: not free"),
+        (lambda: pool.hold(2), "slot=2: not free"),
+        (lambda: pool.hold(0), "slot=0: not free"),
+        (lambda: pool.alloc_at(4, [5]), "slots[0]=5: held by a prefix cache (a checkpoint)"),
+        (lambda: pool.release(2), "release: slot 2 is not held by a prefix cache"),
+    ]:
+        with pytest.raises(MetadataError, match=re.escape(message)):
+            call()
+    assert pool.free_slots() == free_before and pool.held_slots == {1, 5}
+    assert pool.donate(rows[0]) == 2 and pool.held_slots == {1, 2, 5}
+    assert not pool.is_allocated(rows[0]) and int(pool.mapping[rows[0], 0]) == pool.profile.dummy_slot
+    pool.release(1)
+    assert pool.alloc(1).tolist() == [rows[0]] and pool.slots_of(rows[0]) == [1]  # the row and slot reused
+    with pytest.raises(MetadataError, match="one can be donated"):
+        spec = StatePool(9, "vllm", slots_per_request=2)
+        spec.donate(int(spec.alloc(1)[0]))
+    full = StatePool(3, "sglang")
+    full.hold(), full.hold()
+    with pytest.raises(MetadataError, match="no free slot to hold"):
+        full.hold()

@@ -126,3 +126,63 @@ def test_the_view_slider_moves_the_selection():
     view.steps.value = 12
     view.build_button.click()
     assert m.built and view.notes["steps"].value == "" and view.slider.max == 11
+
+
+def test_a_given_trace_shows_its_checkpoints_green_or_vermillion_and_its_copies():
+    from workbench.viz.timeline import CHECKPOINT, FOREIGN, timeline_codes
+    from workbench.zoo import prefix_over_reuse, unwritten_track_slot
+
+    m = TimelineModel()
+    assert m.show(unwritten_track_slot.scenario_trace(True)) and m.result is not None and m.result.ok
+    assert m.checkpoints and all(cp.ok and cp.tokens == 8 for cp in m.checkpoints.values())
+    assert {(c.step, c.src, c.dst, c.before) for c in m.copies} == {(0, 1, 5, False), (2, 5, 2, True)}
+    data = m.figure_data()
+    codes = timeline_codes(
+        data["owners"], data["slots"], dummy=data["dummy"], steps=data["steps"], checkpoints=data["checkpoints"]
+    )
+    assert codes[5] == [CHECKPOINT] * 4  # slot 5 holds the verified checkpoint from step 0 on
+    assert m.show(prefix_over_reuse.scenario_trace(False))
+    bad = [k for k, cp in m.checkpoints.items() if not cp.ok]
+    assert bad and bad[0] == (2, 1)  # published off its prefix at step 2, and stays so
+    data = m.figure_data()
+    codes = timeline_codes(
+        data["owners"], data["slots"], dummy=data["dummy"], steps=data["steps"], checkpoints=data["checkpoints"]
+    )
+    assert codes[1][2:] == [FOREIGN] * 3
+    assert not m.show("nope") and "expected a workbench.traces.Trace" in (m.error or "")
+
+
+def test_the_figure_draws_copies_as_arrows_and_names_checkpoints_in_the_hover():
+    pytest.importorskip("plotly")
+    from workbench.viz.timeline import slot_timeline
+    from workbench.zoo import unwritten_track_slot
+
+    m = TimelineModel()
+    m.show(unwritten_track_slot.scenario_trace(True))
+    fig = slot_timeline(**m.figure_data())
+    arrows = [(a.x, a.y, a.ay) for a in fig.layout.annotations]
+    assert arrows == [(0.3, 5, 1), (1.7, 2, 5)]  # after step 0's forward 1 -> 5; before step 2's 5 -> 2
+    hover = fig.data[0].customdata
+    assert "checkpoint of request 0's first 8 tokens (verified against its float64 state)" in hover[5][0]
+
+
+def test_a_prefix_cache_trace_builds_and_says_its_work_per_step():
+    m = TimelineModel(steps=60, prefix_cache="no_buffer")
+    assert m.build() and m.result is not None and m.result.ok, m.summary()
+    assert m.result.checkpoints > 0 and m.result.verified == m.result.checkpoints
+    assert "prefix cache:" in m.summary() and m.checkpoints and m.copies
+    said = [m.step_text(i) for i in range(len(m.step_numbers))]
+    assert any("publishes request" in line for line in said) and any(" -> " in line for line in said)
+    assert not m.build(prefix_cache="lru") and m.error_control == "prefix_cache" and "'lru'" in (m.error or "")
+
+
+def test_the_view_shows_a_given_trace_and_offers_the_prefix_cache():
+    pytest.importorskip("ipywidgets")
+    from workbench.widgets import ServingTimeline
+    from workbench.zoo import unwritten_track_slot
+
+    view = ServingTimeline(trace=unwritten_track_slot.scenario_trace(False))
+    assert view.model.built and "FAIL" in view.summary.value and view.slider.max == 3
+    assert (view.profile.value, view.steps.value) == ("sglang", 4)  # the controls say what is shown
+    assert "publishes request 0&#x27;s first 8 tokens in slot 5" in view.step_line.value
+    assert view.prefix_cache.options == ("none", "no_buffer")

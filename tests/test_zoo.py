@@ -41,6 +41,11 @@ NAMES = [
     "slot_reuse",
     "dp_dummy_rows",
     "chunk_initial_state",
+    "prefix_over_reuse",
+    "publish_before_write",
+    "unwritten_track_slot",
+    "stale_track_mask",
+    "backward_post_copy",
 ]
 
 

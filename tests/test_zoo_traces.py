@@ -136,3 +136,70 @@ def test_chunk_reading_needs_a_continuing_chunk():
     assert chunk_initial_state.reading(Rep(), first) == (False, "request 0's first chunk (no initial state to lose)")
     decode = TraceDivergence(3, "state", "ssm", "x", request=0, row=0, slot=1)
     assert chunk_initial_state.reading(Rep(), decode) == (False, "")
+
+
+# -- prefix caching: the cache's bookkeeping, checked against the float64 state of exactly each prefix ---------
+PREFIX_CASES = {
+    "prefix_over_reuse": (
+        2,
+        "checkpoint",
+        "off the float64 state after exactly its first 8 tokens",
+        "holds request 0's 10 tokens",
+    ),
+    "publish_before_write": (
+        1,
+        "checkpoint",
+        "published before it is written: the request's state holds 4 tokens",
+        "step 1 did not run it",
+    ),
+    "unwritten_track_slot": (
+        0,
+        "checkpoint",
+        "off the float64 state after exactly its first 8 tokens",
+        "no copy of step 0 wrote slot 5",
+    ),
+    "stale_track_mask": (
+        1,
+        "copy",
+        "overwrites the live checkpoint in slot 5 (request 0, 8 tokens)",
+        "repeats the track copy of step 0",
+    ),
+    "backward_post_copy": (
+        2,
+        "copy",
+        "writes the running slot of request 0",
+        "slot 4's 8-token state over the 10 tokens",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(PREFIX_CASES))
+def test_prefix_cache_cases_name_the_checkpoint_or_copy(name):
+    step, field, detail, facts = PREFIX_CASES[name]
+    case = zoo.get(name)
+    assert case.subject is None and "workbench trace check" in case.why_not
+    broken, fixed = case.run(False), case.run(True)
+    (e,) = traces(broken)
+    d = e.divergence
+    assert (d.step, d.kind, d.field) == (step, "prefix", field), d
+    assert detail in d.detail and e.matches and facts in e.facts, e.summary()
+    (f,) = traces(fixed)
+    assert not f.broken and f.steps == f.total
+    assert broken.reproduced and not fixed.broken
+
+
+def test_prefix_cases_each_break_in_their_own_way():
+    """No two prefix cases are the same bug: each one's reading refuses the others' first divergences."""
+    from importlib import import_module
+
+    from workbench.traces.replay import TraceReplayer
+
+    firsts = {}
+    for name in PREFIX_CASES:
+        mod = import_module(f"workbench.zoo.{name}")
+        rep = TraceReplayer(mod.scenario_trace(False))
+        firsts[name] = (rep, rep.run().first)
+    for name in PREFIX_CASES:
+        mod = import_module(f"workbench.zoo.{name}")
+        for other, (rep, d) in firsts.items():
+            assert mod.reading(rep, d)[0] is (other == name), (name, other)

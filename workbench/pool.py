@@ -125,6 +125,7 @@ class StatePool:
         self._free_slots = LowestFirst(self.num_slots, self.profile.dummy_slot)
         self._free_rows = LowestFirst(num_rows, self.profile.reserved_request_row)
         self._slots_of: dict[int, list[int]] = {}
+        self._held: set[int] = set()  # slots a prefix cache keeps (a checkpoint's state), no request row
 
     # -- queries --------------------------------------------------------------------------------------
     @property
@@ -156,6 +157,45 @@ class StatePool:
 
     def free_slots(self) -> list[int]:
         return self._free_slots.sorted()
+
+    @property
+    def held_slots(self) -> set[int]:
+        """Slots a prefix cache holds (:meth:`hold`): a checkpoint's state, owned by no request row."""
+        return set(self._held)
+
+    # -- slots held by a prefix cache -----------------------------------------------------------------
+    def hold(self, slot: int | None = None) -> int:
+        """Take one slot for a prefix cache, without a request row: the lowest free one, or ``slot`` (as a
+        recorded trace placed it); refused (naming the value) when it is not free. Returns the slot."""
+        if slot is None:
+            if len(self._free_slots) == 0:
+                raise MetadataError(f"pool exhausted: no free slot to hold ({self.num_slots} slots)")
+            (taken,) = self._free_slots.take(1)
+        else:
+            taken = _as_int("slot", slot, 0)
+            if taken == self.profile.dummy_slot or not self._free_slots.take_member(taken):
+                raise MetadataError(f"slot={slot}: not free (owned by a request, held, reserved or past the pool)")
+        self._held.add(taken)
+        return taken
+
+    def release(self, slot: int) -> None:
+        """Give back a slot :meth:`hold` took (an evicted checkpoint)."""
+        if slot not in self._held:
+            raise MetadataError(f"release: slot {slot} is not held by a prefix cache")
+        self._held.discard(slot)
+        self._free_slots.give([slot])
+
+    def donate(self, row: int) -> int:
+        """Free request-pool row ``row`` but keep its (one) slot held by a prefix cache, as a finishing request
+        gives its state to the tree without a copy; returns the slot."""
+        if self.slots_per_request != 1:
+            raise MetadataError(f"donate: a request owns {self.slots_per_request} slots here; one can be donated")
+        (slot,) = self.slots_of(row)
+        self._slots_of.pop(row)
+        self._free_rows.give([row])
+        self.mapping[row] = self.profile.dummy_slot
+        self._held.add(slot)
+        return slot
 
     # -- alloc / free ---------------------------------------------------------------------------------
     def alloc(self, n: int) -> torch.Tensor:
@@ -194,7 +234,8 @@ class StatePool:
             if not self._free_slots.take_member(int(slot)):
                 self._free_slots.give(taken)
                 self._free_rows.give([row])
-                raise MetadataError(f"slots[{i}]={slot}: owned by another request")
+                whose = "held by a prefix cache (a checkpoint)" if slot in self._held else "owned by another request"
+                raise MetadataError(f"slots[{i}]={slot}: {whose}")
             taken.append(int(slot))
         self._slots_of[row] = taken
         self.mapping[row] = torch.tensor(taken, dtype=torch.int32, device=self.device)

@@ -295,6 +295,27 @@ def body_with(index: int, path: str, value: Any) -> list[dict[str, Any]]:
 
 STEP_REFUSALS = [
     # line numbers: the header is line 1, steps()[i] is line i + 2
+    ((0, "rows.0.tokens", [1, 2]), "line 2: rows[0].tokens: expected 5 token ids (new_tokens), got 2"),
+    ((0, "rows.0.tokens", [1, 2, -3, 4, 5]), "line 2: rows[0].tokens[2]: expected a token id (an int >= 0), got -3"),
+    ((0, "rows.0.tokens", 7), "line 2: rows[0].tokens: expected a list of token ids, got 7"),
+    (
+        (0, "metadata", {"copies_before": [[1]]}),
+        "line 2: metadata.copies_before[0]: expected a [src, dst] pair of slots, got [1]",
+    ),
+    ((0, "metadata", {"copies_after": [[1, -2]]}), "line 2: metadata.copies_after[0][1]: expected an int >= 0, got -2"),
+    ((0, "metadata", {"evict": [True]}), "line 2: metadata.evict[0]: expected an int >= 0, got true"),
+    (
+        (0, "metadata", {"hits": [{"request": 1, "tokens": 4}]}),
+        "line 2: metadata.hits[0].slot: expected an int >= 0, got nothing",
+    ),
+    (
+        (0, "metadata", {"checkpoints": [{"request": 1, "tokens": 0, "slot": 2}]}),
+        "line 2: metadata.checkpoints[0].tokens: expected an int >= 1, got 0",
+    ),
+    (
+        (0, "metadata", {"checkpoints": [{"request": 1, "tokens": 3, "slot": 2, "at": 1}]}),
+        "line 2: metadata.checkpoints[0].at: unknown checkpoint field (known: request, tokens, slot)",
+    ),
     ((5, "rows.0.seq_len", -3), "line 7: rows[0].seq_len: expected an int >= 1, got -3"),
     ((5, "rows.1.seq_len", 0), "line 7: rows[1].seq_len: expected an int >= 1, got 0"),
     ((5, "rows.1.seq_len", True), "line 7: rows[1].seq_len: expected an int >= 1, got true"),
@@ -327,7 +348,7 @@ STEP_REFUSALS = [
     (
         (0, "rows.0.prefix", 1),
         "line 2: rows[0].prefix: unknown row field (known: id, slot, req_pool_index, seq_len, new_tokens, "
-        "cached_tokens, accepted)",
+        "cached_tokens, accepted, tokens)",
     ),
     ((0, "rows.0.id", -1), "line 2: rows[0].id: expected an int >= 0, got -1"),
     (
@@ -544,6 +565,10 @@ SCHEMA_REFUSES = [
     (2, "metadata.query_start_loc", [1, 3, 6]),
     (2, "metadata.state_indices", [1, True]),
     (0, "extra", 1),
+    (0, "rows.0.tokens", [1, -2, 3, 4, 5]),
+    (0, "metadata", {"copies_before": [[1]]}),
+    (0, "metadata", {"hits": [{"request": 1, "tokens": 4}]}),
+    (0, "metadata", {"checkpoints": [{"request": 1, "tokens": 3, "slot": 2, "at": 1}]}),
 ]
 
 
@@ -704,3 +729,27 @@ def test_garbage_files_raise_only_trace_error(tmp_path_factory, raw):
         read_trace(path)
     except TraceError as e:
         assert len(str(e).splitlines()) == 1
+
+
+def test_tokens_and_prefix_cache_keys_round_trip(tmp_path):
+    body = steps()
+    body[0]["rows"][0]["tokens"] = [5, 9, 2, 7, 1]
+    cache = {
+        "evict": [4],
+        "hits": [{"request": 1, "tokens": 2, "slot": 4}],
+        "copies_before": [[4, 2]],
+        "copies_after": [[1, 5]],
+        "checkpoints": [{"request": 0, "tokens": 5, "slot": 5}],
+    }
+    body[0]["metadata"] = cache
+    trace = read_trace(lines(body=body))
+    assert trace.steps[0].rows[0].tokens == (5, 9, 2, 7, 1) and trace.steps[0].rows[1].tokens is None
+    assert trace.steps[0].metadata == cache
+    path = tmp_path / "t.jsonl"
+    write_trace(trace, path)
+    written = path.read_text().splitlines()
+    assert '"tokens":[5,9,2,7,1]' in written[1] and written[1].count('"tokens":[') == 1  # absent where not given
+    assert read_trace(path).steps == trace.steps
+    line_v, _, step_v = validators()
+    for obj in (json.loads(x) for x in written[1:]):
+        step_v.validate(obj)

@@ -163,3 +163,9 @@ def test_bench_trace_splits_the_cost_per_step_by_phase(capsys: pytest.CaptureFix
     assert res.meta["ok"] and res.meta["steps"] == 30 and "steps/s; goal 10,000 in 60 s" in out
     assert [r.mode for r in res] == ["simulate", *PHASES] and all(r.median_us > 0 for r in res)
     assert (tmp_path / "trace.json").is_file()
+    cache = res.meta["prefix_cache"]  # a prefix-cache trace's checkpoint cost beside its checks
+    assert cache["ok"] and cache["steps"] == 100 and cache["verified"] == cache["checkpoints"] > 0
+    assert cache["check_ratio"] == pytest.approx(
+        (cache["check_seconds"] + cache["prefix_seconds"]) / cache["check_seconds"], rel=0.01
+    )
+    assert "checkpoints verified" in out and "the check time (goal: at most 2x)" in out

@@ -137,3 +137,32 @@ def test_replayer_knows_tenants_owners_and_zeroes_on_alloc():
     zeroing._admit(t.steps[2])  # ... which an allocator that zeroes removes at admission, in both pools
     assert left.abs().sum() > 0 and zeroing.runner.state.ssm[slot].abs().sum() == 0
     assert zeroing.shadow.ssm[slot].abs().sum() == 0
+
+
+def test_token_ids_hits_and_the_cache_work_are_scripted_and_the_pool_follows_them():
+    from workbench.traces.script import generated_token
+
+    steps = [
+        {"mode": "extend", "rows": {0: 4}, "tokens": {0: [9, 8, 7, 6]},
+         "metadata": {"copies_after": [[1, 4]], "checkpoints": [{"request": 0, "tokens": 4, "slot": 4}]}},
+        {"mode": "extend", "rows": {1: 2}, "cached": {1: 4},
+         "metadata": {"hits": [{"request": 1, "tokens": 4, "slot": 4}], "copies_before": [[4, 2]]}},
+        {"mode": "decode", "rows": [0, 1], "finish": [0],
+         "metadata": {"checkpoints": [{"request": 0, "tokens": 5, "slot": 1}]}},
+        {"mode": "extend", "rows": {2: 3}, "metadata": {"evict": [4]}},
+    ]  # fmt: skip
+    t = scripted("sglang", "gdn", steps, num_slots=5, buckets=BUCKETS, tokens=True)
+    first, hit, decode, after = t.steps
+    assert first.rows[0].tokens == (9, 8, 7, 6) and hit.rows[0].cached_tokens == 4
+    assert hit.rows[0].tokens == (generated_token(1, 4), generated_token(1, 5))  # positions after the hit
+    assert decode.rows[0].tokens == (generated_token(0, 4),)
+    # slot 4 is held from step 0 (request 1 got slot 2, not 4); request 0 donated slot 1 at step 2; the
+    # eviction at step 3 frees slot 4 again, which is where request 2 lands (slot 1 is still held)
+    assert hit.rows[0].slot == 2 and after.rows[0].slot == 3
+    res = replay_trace(t)
+    assert res.ok and (res.hits, res.checkpoints, res.verified) == (1, 2, 2), res
+    with pytest.raises(SimulationError, match=r"tokens\[0\] has 2 ids, the row feeds 4"):
+        short = [{"mode": "extend", "rows": {0: 4}, "tokens": {0: [1, 2]}}]
+        scripted("sglang", "gdn", short, num_slots=3, buckets=BUCKETS, tokens=True)
+    with pytest.raises(SimulationError, match="metadata = 3: must be a mapping"):
+        scripted("sglang", "gdn", [{"mode": "idle", "metadata": 3}], num_slots=3, buckets=BUCKETS)

@@ -6,6 +6,8 @@ and checked against the float64 shadow of every request. The table gives the med
 each phase (simulate, replay, reference, check), the total, steps per second, and the median of the last
 half of the steps against the first (the cost per step must stay flat in the number of steps: no check
 that grows with history). The goal: 10,000 steps checked in under 60 s on the 2-core development machine.
+Then a prefix-cache trace (sglang ``no_buffer``, a fifth of the steps): hits, checkpoints verified, and its
+checkpoint checks and copies against its check phase (the goal: at most twice the check time).
 """
 
 from __future__ import annotations
@@ -27,6 +29,28 @@ def _iqr(values: list[float]) -> float:
         return 0.0
     q = statistics.quantiles(values, n=4)
     return q[2] - q[0]
+
+
+def _prefix_cache_cost(steps: int, device: str) -> dict[str, float | int | bool]:
+    """A prefix-cache trace (sglang ``no_buffer``): the cost of its checkpoint checks and copies against the
+    trace's own check phase (the goal: verifying checkpoints at most doubles the check time)."""
+    trace = simulate("sglang", "gdn", steps=steps, seed=0, prefix_cache="no_buffer")
+    replayer = TraceReplayer(trace, backend="cpu" if device == "auto" else device)
+    t0 = time.perf_counter()
+    result = replayer.run(stop_at_first=False)
+    seconds = time.perf_counter() - t0
+    check, prefix = result.seconds["check"], result.seconds["prefix"]
+    ratio = (check + prefix) / check if check else float("inf")
+    print(
+        f"prefix cache (no_buffer), {steps:,} steps: {result.hits} hits, {result.verified}/{result.checkpoints} "
+        f"checkpoints verified, {steps / seconds:,.0f} steps/s; checks {check:.2f} s + checkpoints {prefix:.2f} s "
+        f"= {ratio:.2f}x the check time (goal: at most 2x); {'OK' if result.ok else 'FAIL'}"
+    )
+    return {
+        "steps": steps, "ok": result.ok, "hits": result.hits, "checkpoints": result.checkpoints,
+        "verified": result.verified, "seconds": round(seconds, 2), "check_seconds": round(check, 3),
+        "prefix_seconds": round(prefix, 3), "check_ratio": round(ratio, 3),
+    }  # fmt: skip
 
 
 def run(
@@ -67,6 +91,7 @@ def run(
     total = simulate_s + run_s
     print(f"total {total:.1f} s (+ capture {capture_s:.1f} s): {steps / total:,.0f} steps/s; goal 10,000 in 60 s")
     res.meta.update({"seconds": round(total, 2), "capture_seconds": round(capture_s, 2), "steps_per_s": steps / total})
+    res.meta["prefix_cache"] = _prefix_cache_cost(max(steps // 5, 100), device)
     if json_path:
         print(f"wrote {res.save(json_path)}")
     return res

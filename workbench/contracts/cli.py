@@ -129,6 +129,8 @@ def github_annotations(report: Report, drift: bool = False) -> str:
 
 
 def _error(message: str, fmt: str) -> int:
+    # a value from the command line may hold a line break or a control character: escaped, one line
+    message = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in message)
     if fmt == "json":
         print(json.dumps({"ok": False, "error": message}))
     elif fmt == "github":

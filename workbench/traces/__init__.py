@@ -6,6 +6,15 @@ chunked prefill, decode, speculation, finishing, slot reuse), :mod:`~workbench.t
 through the graph runner against the float64 reference; the first divergence).
 """
 
-from workbench.traces.model import FORMAT, STEP_MODES, VERSION, Trace, TraceHeader, TraceRow, TraceStep
+from workbench.traces.model import (
+    FORMAT,
+    PREFIX_KEYS,
+    STEP_MODES,
+    VERSION,
+    Trace,
+    TraceHeader,
+    TraceRow,
+    TraceStep,
+)
 
-__all__ = ["FORMAT", "STEP_MODES", "VERSION", "Trace", "TraceHeader", "TraceRow", "TraceStep"]
+__all__ = ["FORMAT", "PREFIX_KEYS", "STEP_MODES", "VERSION", "Trace", "TraceHeader", "TraceRow", "TraceStep"]

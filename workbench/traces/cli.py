@@ -1,6 +1,7 @@
 """``workbench trace run|check``: simulate, replay and check a serving trace; or check a recorded one.
 
     workbench trace run --profile sglang --steps 2000 --spec 2 --mixed --out trace.jsonl
+    workbench trace run --profile sglang --steps 2000 --prefix-cache no_buffer
     workbench trace check trace.jsonl
 
 Exit codes: 0 every step clean; 1 a divergence (one line each, the first first) or a trace that replays
@@ -18,6 +19,7 @@ from typing import Any
 SUMMARY = "simulate a scheduler's steps (or read a recorded trace) and check every step across steps"
 EXAMPLE = "workbench trace run --profile vllm --steps 2000 --spec 2 --mixed"
 PROFILES = ("sglang", "sglang-ascend", "vllm")
+PREFIX_CACHES = ("no_buffer",)  # workbench.traces.simulate.PREFIX_CACHES, without importing torch
 
 
 def _count(text: str) -> int:
@@ -52,6 +54,13 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     run.add_argument("--spec", type=_draft, default=0, metavar="D", help="speculate D draft tokens (0: none)")
     run.add_argument("--mixed", action="store_true", help="mixed steps: extend and decode rows together")
     run.add_argument("--dp-dummies", action="store_true", help="idle steps of a data-parallel rank with no work")
+    run.add_argument(
+        "--prefix-cache",
+        choices=PREFIX_CACHES,
+        default=None,
+        help="a prefix cache of recurrent states: sglang's mamba radix cache, no_buffer (sglang profiles, gdn); "
+        "rows carry their token ids, steps the cache's hits, copies, checkpoints and evictions",
+    )
     run.add_argument("--out", default=None, metavar="FILE", help="write the trace (JSON Lines) here")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
     check = sub.add_parser("check", help="replay a recorded trace and check it against the profile and the reference")
@@ -91,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
             spec=args.spec,
             mixed=args.mixed,
             dp_dummies=args.dp_dummies,
+            prefix_cache=args.prefix_cache,
         )
         if args.out:
             write_trace(trace, args.out)

@@ -21,7 +21,8 @@ step / freed after it), ``metadata`` (what the engine used, by its field names, 
 Row fields (:class:`~workbench.traces.model.TraceRow`): ``id``, ``slot`` (< num_slots), ``req_pool_index``,
 ``seq_len`` (>= 1), ``new_tokens`` (>= 1: decode 1, verify D, extend/mixed the chunk), ``cached_tokens``
 (>= 0; extend and mixed rows: ``seq_len == cached_tokens + new_tokens``), ``accepted`` (verify only:
-null or 0..D). Ids, slots and request-pool rows are each unique within a step.
+null or 0..D), ``tokens`` (optional: ``new_tokens`` token ids). Ids, slots and request-pool rows are each
+unique within a step. The prefix-cache keys of ``metadata`` (``PREFIX_KEYS``) are checked for shape.
 
 Every refusal is a :class:`TraceError` of one line naming the file's line, the field and what was expected:
 ``line 7: rows[2].seq_len: expected an int >= 1, got -3``. Nothing here imports torch.
@@ -46,7 +47,7 @@ GRAPH_MODES = ("decode", "target_verify")
 """The modes with graphs: ``workbench.metadata.GRAPH_MODES`` (repeated here: that module imports torch)."""
 HEADER_FIELDS = ("format", "version", "profile", "layer", "num_slots", "buckets", "draft_tokens", "seed")
 STEP_FIELDS = ("step", "mode", "rows", "admit", "finish", "metadata")
-ROW_FIELDS = ("id", "slot", "req_pool_index", "seq_len", "new_tokens", "cached_tokens", "accepted")
+ROW_FIELDS = ("id", "slot", "req_pool_index", "seq_len", "new_tokens", "cached_tokens", "accepted", "tokens")
 INT32_MIN = -(2**31)
 _SHOW_CHARS = 60
 TraceSource = str | os.PathLike[str] | Iterable[str] | Iterable[bytes]
@@ -303,7 +304,15 @@ def _row(value: Any, line: int, path: str, mode: str, header: TraceHeader) -> Tr
             raise _fail(line, f"{path}.accepted", f"null in {_a(mode)} step (only verify rows accept)", accepted)
         d = header.draft_tokens
         accepted = _int(accepted, line, f"{path}.accepted", 0, d, f"null or an int in 0..{d} (draft_tokens)")
-    return TraceRow(rid, req_pool_index, slot, seq_len, new_tokens, cached_tokens, accepted)
+    tokens = obj.get("tokens")
+    if tokens is not None:
+        items = _list(tokens, line, f"{path}.tokens", "token ids")
+        if len(items) != new_tokens:
+            raise _fail(line, f"{path}.tokens", f"{new_tokens} token ids (new_tokens)", items, f"{len(items)}")
+        tokens = tuple(
+            _int(t, line, f"{path}.tokens[{i}]", 0, INT32_MAX, "a token id (an int >= 0)") for i, t in enumerate(items)
+        )
+    return TraceRow(rid, req_pool_index, slot, seq_len, new_tokens, cached_tokens, accepted, tokens)
 
 
 def _rows(value: Any, line: int, mode: str, header: TraceHeader) -> tuple[TraceRow, ...]:
@@ -366,7 +375,26 @@ def _metadata(value: Any, line: int, n_rows: int) -> dict[str, Any] | None:
         _state_indices(value["state_indices"], line, _lengths(bucket, n_rows, 0))
     if "query_start_loc" in value:
         _query_start_loc(value["query_start_loc"], line, _lengths(bucket, n_rows, 1))
+    _prefix_cache(value, line)
     return value
+
+
+def _prefix_cache(value: dict[str, Any], line: int) -> None:
+    """The prefix-cache keys (``PREFIX_KEYS``): their shapes; what they mean is checked by the replay."""
+    if "evict" in value:
+        _int_list(value["evict"], line, "metadata.evict", 0)
+    for key in ("copies_before", "copies_after"):
+        for i, pair in enumerate(_list(value.get(key, []), line, f"metadata.{key}", "[src, dst] pairs")):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise _fail(line, f"metadata.{key}[{i}]", "a [src, dst] pair of slots", pair)
+            _int_list(pair, line, f"metadata.{key}[{i}]", 0)
+    for key in ("hits", "checkpoints"):
+        for i, item in enumerate(_list(value.get(key, []), line, f"metadata.{key}", "objects")):
+            path = f"metadata.{key}[{i}]"
+            obj = _object(item, line, path, ("request", "tokens", "slot"), key[:-1])
+            _int(obj.get("request", _MISSING), line, f"{path}.request", 0, INT64_MAX)
+            _int(obj.get("tokens", _MISSING), line, f"{path}.tokens", 1, INT64_MAX)
+            _int(obj.get("slot", _MISSING), line, f"{path}.slot", 0, INT32_MAX)
 
 
 def _state_indices(value: Any, line: int, lengths: tuple[int, ...]) -> None:
@@ -532,7 +560,11 @@ def header_dict(header: TraceHeader) -> dict[str, Any]:
 
 
 def row_dict(row: TraceRow) -> dict[str, Any]:
-    return {name: getattr(row, name) for name in ROW_FIELDS}
+    """A row's object; ``tokens`` only when the row has them (files without stay as they were)."""
+    out = {name: getattr(row, name) for name in ROW_FIELDS if name != "tokens"}
+    if row.tokens is not None:
+        out["tokens"] = list(row.tokens)
+    return out
 
 
 def step_dict(step: TraceStep) -> dict[str, Any]:

@@ -15,6 +15,9 @@ from typing import Any
 FORMAT = "linattn-trace"
 VERSION = 1
 STEP_MODES = ("decode", "target_verify", "extend", "mixed", "idle")
+PREFIX_KEYS = ("evict", "hits", "copies_before", "copies_after", "checkpoints")
+"""The ``metadata`` keys of a prefix cache, in the order the replay runs them: checkpoint slots dropped,
+admissions that start from a checkpoint, copies before the forward, copies after it, checkpoints published."""
 """``mixed``: extend rows and one-token decode rows in one step (run as an extend batch, each profile's
 row order: sglang extend rows first, decodes last; vLLM decodes first)."""
 
@@ -46,7 +49,10 @@ class TraceRow:
     state slot it owns (vLLM verify: the first of its D slots); ``seq_len``: its tokens after the step;
     ``new_tokens``: tokens this step feeds (decode 1, verify D, an extend chunk its length);
     ``cached_tokens``: tokens already in the state before the step (0: no initial state);
-    ``accepted``: draft tokens accepted at this verify (None elsewhere).
+    ``accepted``: draft tokens accepted at this verify (None elsewhere); ``tokens``: the token ids the row
+    feeds (``new_tokens`` of them; verify: the last sampled token, then the drafts), or None: then the replay
+    draws random inputs. Prefix-cache checks need them (a checkpoint is compared with the state recomputed
+    over the ids).
     """
 
     id: int
@@ -56,6 +62,7 @@ class TraceRow:
     new_tokens: int
     cached_tokens: int
     accepted: int | None = None
+    tokens: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,8 @@ class TraceStep:
     """One scheduler step. ``admit``: request ids that got a pool row at this step (before it runs);
     ``finish``: request ids whose rows (and slots) were freed after it; ``metadata``: the engine's own
     metadata for the step, by the engine's field names (``bucket``, ``state_indices``,
-    ``query_start_loc``, ...), or None: then the workbench builds it."""
+    ``query_start_loc``, ...), or None: then the workbench builds it. A prefix cache's work at the step is in
+    ``metadata`` too (:data:`PREFIX_KEYS`; ``docs/traces.md``, "Prefix caching")."""
 
     step: int
     mode: str

@@ -32,6 +32,7 @@ from workbench.measure.integrity import check as integrity_check
 from workbench.metadata import Metadata, build_metadata, validate
 from workbench.pool import StatePool
 from workbench.runner import GraphRunner
+from workbench.traces.checkpoints import CheckpointBook, embed_tokens
 from workbench.traces.model import Trace, TraceHeader, TraceStep
 
 RECORDED_FIELDS = ("state_indices", "query_start_loc", "seq_lens", "req_pool_indices", "has_initial_state")
@@ -50,7 +51,8 @@ class TraceDivergence:
     ``"invariant"`` (the recorded metadata breaks the profile's rules), ``"state"`` (a live request's state
     is off its float64 recurrence), ``"output"``, ``"foreign"`` (a slot changed that no row of the step
     owns: a live request's that sat the step out, or one no live request owns), ``"padded"`` (a padded
-    output row is not zero), or ``"error"`` (the step raised).
+    output row is not zero), ``"prefix"`` (a prefix cache's eviction, hit, copy or checkpoint is wrong:
+    ``field`` says which; :mod:`workbench.traces.checkpoints`), or ``"error"`` (the step raised).
     """
 
     step: int
@@ -87,7 +89,8 @@ class TraceDivergence:
 
 @dataclass
 class TraceResult:
-    """A replayed trace: steps run (graph, eager, idle), divergences, seconds per phase."""
+    """A replayed trace: steps run (graph, eager, idle), divergences, prefix-cache counts (hits, checkpoints
+    published and verified), seconds per phase (``prefix``: the prefix cache's checks and copies)."""
 
     header: TraceHeader
     steps: int = 0
@@ -95,8 +98,11 @@ class TraceResult:
     eager_steps: int = 0
     idle_steps: int = 0
     divergences: list[TraceDivergence] = field(default_factory=list)
+    hits: int = 0
+    checkpoints: int = 0
+    verified: int = 0
     seconds: dict[str, float] = field(
-        default_factory=lambda: dict.fromkeys(("metadata", "replay", "reference", "check"), 0.0)
+        default_factory=lambda: dict.fromkeys(("metadata", "replay", "reference", "check", "prefix"), 0.0)
     )
 
     @property
@@ -114,6 +120,11 @@ class TraceResult:
         head = f"{h.profile} {h.layer}: {what} in {sum(self.seconds.values()):.1f} s"
         if self.steps == 0:
             return f"FAIL: {head}: the trace replays nothing"
+        if self.checkpoints or self.hits:
+            head += (
+                f"; prefix cache: {self.hits} hit(s), {self.checkpoints} checkpoint(s) published, {self.verified} "
+                "verified against the float64 state of exactly their prefix"
+            )
         if self.ok:
             return f"OK: {head}, every request on its float64 recurrence, nothing foreign written"
         return f"FAIL: {head}; first divergence: {self.divergences[0]}"
@@ -130,6 +141,9 @@ class TraceResult:
             "graph_steps": self.graph_steps,
             "eager_steps": self.eager_steps,
             "idle_steps": self.idle_steps,
+            "hits": self.hits,
+            "checkpoints": self.checkpoints,
+            "verified": self.verified,
             "divergences": [d.to_dict() for d in self.divergences],
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
         }
@@ -209,29 +223,43 @@ class TraceReplayer:
         self.accepted: dict[int, int] = {}  # vLLM: request id -> tokens accepted at its last verify
         self.profile = h.profile
         self.timings: list[tuple[float, float, float]] = []  # per step run: replay, reference, check seconds
+        self.book = CheckpointBook(self)  # prefix-cache work: checkpoints, hits, copies
 
     # -- one step ----------------------------------------------------------------------------------------
     def step(self, step: TraceStep) -> list[TraceDivergence]:
         """Run one step and return its divergences (also kept in ``result``)."""
         from workbench.traces.simulate import to_batch
 
-        found: list[TraceDivergence] = []
+        t_prefix = time.perf_counter()
+        found: list[TraceDivergence] = self.book.evict(step)  # first: admissions may take the freed slots
+        prefix_s = time.perf_counter() - t_prefix
         try:
             self._admit(step)
             batch = self._with_accepted(to_batch(step, self.profile, self.trace.header.draft_tokens))
         except (WorkbenchError, ValueError) as e:
             raise TraceInputError(f"step {step.step}: {e}") from e
         t0 = time.perf_counter()
-        if step.metadata is not None:
+        if step.metadata is not None and any(k in step.metadata for k in ("bucket", *RECORDED_FIELDS)):
             found += self._check_recorded(step, batch)
         t1 = time.perf_counter()
+        found += self.book.before(step)  # hits, copies before the forward
+        prefix_s += time.perf_counter() - t1
         self.result.seconds["metadata"] += t1 - t0
         try:
             found += self._run(step, batch)
         except (WorkbenchError, RuntimeError, ValueError, TypeError) as e:
             found.append(TraceDivergence(step.step, "error", step.mode, f"{type(e).__name__}: {e}"))
+        t2 = time.perf_counter()
+        self.book.remember(step)
+        found += self.book.after(step)  # copies after the forward, checkpoints published and verified
         self._finish(step)
+        self.result.seconds["prefix"] += prefix_s + time.perf_counter() - t2
         self.result.steps += 1
+        self.result.hits, self.result.checkpoints, self.result.verified = (
+            self.book.hits,
+            self.book.published,
+            self.book.verified,
+        )
         self.result.divergences += found[: max(0, self.max_divergences - len(self.result.divergences))]
         return found
 
@@ -274,11 +302,10 @@ class TraceReplayer:
         return held[at - 1] if at > 0 else None
 
     def _finish(self, step: TraceStep) -> None:
-        done = [self.live.pop(rid) for rid in step.finish if rid in self.live]
         for rid in step.finish:
             self.accepted.pop(rid, None)
-        if done:
-            self.pool.free(done)
+            if rid in self.live:
+                self.book.finish(rid, self.live.pop(rid))  # a published own slot is donated, else freed
 
     def _with_accepted(self, batch: Batch) -> Batch:
         """vLLM's verify reads the slot of the last accepted draft: carry each request's count."""
@@ -344,6 +371,11 @@ class TraceReplayer:
         n = _tokens(batch)
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + step.step)
         x = torch.randn(n, r.layer.config.hidden_size, generator=g).to(r.layer.dtype)
+        at = 0
+        for row in step.rows:  # rows with token ids feed their embedding: a shared prefix, the same inputs
+            if row.tokens is not None:
+                x[at : at + row.new_tokens] = embed_tokens(self.book.table, list(row.tokens))
+            at += row.new_tokens
         before = r.state.clone()
         if batch.mode in GRAPH_STEP_MODES and ("decode" if batch.mode == "idle" else batch.mode) in r.modes:
             res = r.replay(batch, x)
@@ -455,12 +487,13 @@ class TraceReplayer:
             row = rows.get(slot) if slot is not None else None
             detail = what if slot is not None else f"{what} ({where})"
             if kinds.get(what) == "foreign" and slot is not None:
-                held_by = self.owner(slot)
-                detail += (
-                    f": the slot of request {held_by}, which is not in this step"
-                    if held_by is not None
-                    else ": a slot no live request owns"
-                )
+                held_by, cp = self.owner(slot), self.book.is_live(slot)
+                if held_by is not None:
+                    detail += f": the slot of request {held_by}, which is not in this step"
+                elif cp is not None:
+                    detail += f": the checkpoint of request {cp.request}'s first {len(cp.tokens)} tokens"
+                else:
+                    detail += ": a slot no live request owns"
             out_list.append(
                 TraceDivergence(
                     step.step, kinds.get(what, what), tensor, detail,

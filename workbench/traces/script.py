@@ -26,7 +26,14 @@ from workbench.errors import MetadataError
 from workbench.traces.model import STEP_MODES, Trace, TraceHeader, TraceRow, TraceStep
 from workbench.traces.simulate import LAYERS, SimulationError, new_pool
 
-STEP_KEYS = ("mode", "rows", "finish")
+STEP_KEYS = ("mode", "rows", "finish", "tokens", "cached", "metadata")
+TOKEN_IDS = 512
+"""Generated token ids are in ``range(TOKEN_IDS)``, a fixed function of (request, position)."""
+
+
+def generated_token(request: int, position: int) -> int:
+    """The token id a scripted request feeds at ``position`` when the step does not give one."""
+    return (request * 7_919 + position * 104_729 + 13) % TOKEN_IDS
 
 
 def _ints(where: str, name: str, value: object) -> list[int]:
@@ -68,11 +75,19 @@ def scripted(
     num_slots: int,
     buckets: Mapping[str, Sequence[int]],
     draft_tokens: int = 2,
+    tokens: bool = False,
 ) -> Trace:
     """The trace of ``steps`` (see the module) on a pool of ``num_slots`` with ``buckets`` per graph mode.
 
     Each step: ``mode`` (one of ``STEP_MODES``); ``rows``: decode ``[ids]``, extend and mixed
     ``{id: new_tokens}``, target_verify ``{id: accepted}``, idle none; ``finish``: ids freed after the step.
+    A prefix cache's work goes in ``metadata`` (``docs/traces.md``, "Prefix caching"), and the pool follows
+    it: a checkpoint on a free slot holds it, a finishing request whose slot was published donates it,
+    ``evict`` releases; ``cached``: ``{id: L}`` for a request admitted at this step from a prefix hit of ``L``
+    tokens (its first row continues from ``L``).
+
+    ``tokens``: give every row its token ids: ``{id: [ids]}`` from the step's ``tokens`` where given, else
+    :func:`generated_token` of (request, position).
     Raises :class:`~workbench.traces.simulate.SimulationError` naming the step and the field.
     """
     if layer not in LAYERS:
@@ -93,6 +108,17 @@ def scripted(
         if unknown or mode not in STEP_MODES:
             bad = f"unknown key {unknown[0]!r}" if unknown else f"mode = {mode!r}"
             raise SimulationError(f"{where}: {bad}; a step has {STEP_KEYS}, mode one of {STEP_MODES}")
+        metadata = spec.get("metadata")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise SimulationError(f"{where}: metadata = {metadata!r}: must be a mapping (or left out)")
+        md = dict(metadata or {})
+        given = spec.get("tokens") or {}
+        hits = spec.get("cached") or {}
+        if not isinstance(given, Mapping) or not isinstance(hits, Mapping):
+            raise SimulationError(f"{where}: tokens and cached must be mappings of request id -> value")
+        for slot in md.get("evict", []):
+            if slot in pool.held_slots:
+                pool.release(slot)
         rows, admit = [], []
         for rid, new, accepted in _rows_of(where, mode, spec.get("rows"), draft_tokens):
             if rid in done:
@@ -102,20 +128,33 @@ def scripted(
                     raise SimulationError(f"{where}: request {rid}: the pool of {num_slots} slots is full")
                 row = int(pool.alloc(1)[0])
                 placed[rid] = (row, int(pool.mapping[row, 0]))
-                cached[rid] = 0
+                cached[rid] = int(hits.get(rid, 0))
                 admit.append(rid)
             row, slot = placed[rid]
             before = cached[rid]
-            rows.append(TraceRow(rid, row, slot, before + new, new, before, accepted))
+            ids = None
+            if tokens:
+                ids = tuple(given[rid]) if rid in given else tuple(generated_token(rid, before + k) for k in range(new))
+                if len(ids) != new:
+                    raise SimulationError(f"{where}: tokens[{rid}] has {len(ids)} ids, the row feeds {new}")
+            rows.append(TraceRow(rid, row, slot, before + new, new, before, accepted, ids))
             cached[rid] = before + (accepted if accepted is not None else new)
+        owned = {slot for row, slot in placed.values() if pool.is_allocated(row)}
+        published = {c["slot"] for c in md.get("checkpoints", [])}
+        for slot in published - owned - pool.held_slots:
+            pool.hold(slot)
         finish = _ints(where, "finish", spec.get("finish", []))
         for rid in finish:
             if rid not in placed or rid in done:
                 raise SimulationError(f"{where}: finish: request {rid} is not live")
-            pool.free([placed[rid][0]])
+            row, slot = placed[rid]
+            if slot in published:
+                pool.donate(row)  # its slot stays, held by the cache
+            else:
+                pool.free([row])
             done.add(rid)
-        out.append(TraceStep(t, mode, tuple(rows), tuple(admit), tuple(finish)))
+        out.append(TraceStep(t, mode, tuple(rows), tuple(admit), tuple(finish), md or None))
     return Trace(header, out)
 
 
-__all__ = ["STEP_KEYS", "scripted"]
+__all__ = ["STEP_KEYS", "TOKEN_IDS", "generated_token", "scripted"]

@@ -51,6 +51,33 @@ The modelling choices, each as the engines make it or as the workbench can repla
   default (``prefill=None``) its trace models a disaggregated decode instance, where a request arrives
   with its prompt prefilled elsewhere (``cached_tokens = prompt_len``, first token sampled) and decodes
   from its first step. ``spec`` and ``mixed`` are refused for it, naming the field.
+* **Prefix caching** (``prefix_cache="no_buffer"``: sglang's mamba radix cache, strategy ``no_buffer``,
+  ``docs/traces.md`` "Prefix caching"; profiles sglang and sglang-ascend, layer gdn). Every row carries its
+  ``tokens``. ``shared_prefixes`` system prompts (lengths uniform in ``prefix_len``, ids below ``vocab``)
+  are drawn once per trace; a request's prompt is the first ``prompt_len`` tokens of one of them, then its
+  own random ids up to ``prompt_len`` (so prompts share prefixes, and a short one ends inside one). With
+  probability ``followup_rate`` a request is instead the next turn of a finished one: its whole
+  conversation (prompt, every generated token) then new ids, up to ``prompt_lens``' high end. Generated
+  tokens and drafts are random ids; a verify row feeds the last sampled token then D - 1 drafts and keeps
+  the first ``accepted``. The tree (:class:`~workbench.traces.radix.RadixCache`) holds checkpoints in
+  pool slots (``StatePool.hold``), at most ``max_cached`` of them:
+
+  - *admission*: the prompt is matched (``limit = prompt_len - 1``: a hit leaves a token to compute); a
+    hit of ``L`` tokens in tree slot ``s`` gives the request its own slot all the same, ``copies_before
+    [[s, own]]`` (copy-on-write), ``hits``, and ``cached_tokens = L`` on its first row; the node is
+    touched (LRU) and locked for the step.
+  - *after the last prefill chunk*, a request that runs on (not finishing at this step) copies its state
+    into a newly held slot (``copies_after``, ``checkpoints`` with ``tokens = prompt_len``) unless the
+    tree holds a state at exactly its prompt already.
+  - *at finish*, a request whose exact state (prompt and every generated token fed: ``cached_tokens`` after
+    its last step) is not in the tree *donates* its own slot (``StatePool.donate``, ``checkpoints``, no
+    copy); otherwise it frees it. A request finishing at its last prefill chunk donates (no copy).
+  - *eviction* (LRU, ``evict``, before the step): when an admission finds no free slot (the tree holds
+    them), and when a new checkpoint would pass ``max_cached`` or finds no free slot. A checkpoint used
+    or published at the step is locked and never evicted at it; a checkpoint that cannot get room is
+    skipped.
+
+  ``metadata`` then holds only the prefix keys (``PREFIX_KEYS``) non-empty at the step, or None.
 """
 
 from __future__ import annotations
@@ -59,7 +86,8 @@ import math
 import random
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -67,11 +95,12 @@ from workbench.batch import Batch
 from workbench.buckets import check_buckets
 from workbench.errors import WorkbenchError
 from workbench.layers import GatedDeltaNetLayer, Mamba2Layer
-from workbench.limits import check_int
+from workbench.limits import INT32_MAX, check_int
 from workbench.metadata.record import GRAPH_MODES
 from workbench.pool import StatePool
 from workbench.profiles import Profile, get_profile
-from workbench.traces.model import Trace, TraceHeader, TraceRow, TraceStep
+from workbench.traces.model import PREFIX_KEYS, Trace, TraceHeader, TraceRow, TraceStep
+from workbench.traces.radix import RadixCache
 
 LAYERS: dict[str, type] = {"gdn": GatedDeltaNetLayer, "mamba2": Mamba2Layer}
 """Layer names of a trace header and the workbench layer each replays on."""
@@ -84,6 +113,17 @@ DEFAULT_MAX_BS = 24
 
 DECODES_FIRST = {"sglang": False, "sglang-ascend": False, "vllm": True}
 """Row order of a mixed step: vLLM lays one-token (decode) rows first, sglang last."""
+
+
+PREFIX_CACHES = ("no_buffer",)
+"""Prefix-cache strategies the simulator models: sglang's mamba radix cache without extra buffers."""
+
+PREFIX_CACHES_NOT_BUILT = ("extra_buffer", "extra_buffer_lazy", "align")
+"""Strategies the engines have and the simulator does not (yet): sglang's ping-pong track buffers, vLLM's
+block-aligned cache."""
+
+PREFIX_PROFILES = ("sglang", "sglang-ascend")
+"""Profiles whose engine has ``no_buffer`` (vLLM's mamba prefix cache is ``align``)."""
 
 
 class SimulationError(WorkbenchError):
@@ -114,6 +154,9 @@ class _Request:
     sampled: int = 0  # output tokens sampled so far
     row: int = -1
     slot: int = -1
+    prompt: tuple[int, ...] = ()  # its prompt's token ids (with a prefix cache; else empty)
+    fed: list[int] = field(default_factory=list)  # with a prefix cache: the ids in its state (``cached``)
+    pending: int = -1  # with a prefix cache: the last sampled id, fed by its next decode or verify
 
     @property
     def prefilling(self) -> bool:
@@ -135,6 +178,35 @@ def _check_lens(name: str, value: object, minimum: int) -> tuple[int, int]:
     ):
         raise SimulationError(f"{name} = {value!r}: must be (low, high) ints with {minimum} <= low <= high")
     return int(pair[0]), int(pair[1])
+
+
+def _int_arg(name: str, value: object, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise SimulationError(f"{name} = {value!r}: must be an int in [{lo}, {hi:,}]")
+    return value
+
+
+def _check_prefix_cache(value: object, profile: str, layer: str, prefill: bool) -> str | None:
+    """The prefix-cache strategy, or None; refused (naming the field and value) where it is not modelled."""
+    if value is None:
+        return None
+    if value in PREFIX_CACHES_NOT_BUILT:
+        raise SimulationError(f"prefix_cache = {value!r}: not built yet; the simulator models {PREFIX_CACHES}")
+    if value not in PREFIX_CACHES:
+        raise SimulationError(f"prefix_cache = {value!r}: choose one of {PREFIX_CACHES}, or None")
+    if profile not in PREFIX_PROFILES:
+        raise SimulationError(
+            f"profile = {profile!r}: prefix_cache = {value!r} is sglang's mamba radix cache "
+            f"(profiles {PREFIX_PROFILES}); vLLM's mamba prefix cache is 'align', not built yet"
+        )
+    if layer != "gdn":
+        raise SimulationError(
+            f"layer = {layer!r}: prefix_cache = {value!r} checkpoints prefilled prompts, and only 'gdn' has "
+            "extend steps here"
+        )
+    if not prefill:
+        raise SimulationError(f"prefill = False: prefix_cache = {value!r} checkpoints prefilled prompts")
+    return str(value)
 
 
 def _header_buckets(
@@ -180,6 +252,12 @@ def simulate(
     accept_rate: float = 0.7,
     dp_dummy_rate: float = 0.1,
     prefill: bool | None = None,
+    prefix_cache: str | None = None,
+    shared_prefixes: int = 4,
+    prefix_len: tuple[int, int] = (16, 64),
+    vocab: int = 512,
+    followup_rate: float = 0.2,
+    max_cached: int | None = None,
 ) -> Trace:
     """Simulate ``steps`` scheduler steps of one layer under one engine profile (see the module docstring).
 
@@ -209,6 +287,15 @@ def simulate(
         dp_dummy_rate: with ``dp_dummies``, the chance that a step with live requests is a dummy step.
         prefill: run extend steps; default: whether the layer supports extend (Mamba2 does not: its
             requests arrive prefilled, a disaggregated decode instance).
+        prefix_cache: None (no prefix cache, rows without ``tokens``) or ``"no_buffer"``: sglang's mamba
+            radix cache (module docstring, "Prefix caching"); sglang profiles and layer gdn only.
+        shared_prefixes: with a prefix cache, how many shared system prompts the prompts start from.
+        prefix_len: (low, high) of a shared prompt's length, uniform, low >= 1.
+        vocab: token ids are drawn below it.
+        followup_rate: the chance that an arrival is the next turn of a finished request (its whole
+            conversation, then new tokens), when one short enough finished.
+        max_cached: most checkpoints the tree holds (pool slots no request owns); default half the
+            slots (``(num_slots - 1) // 2``), so admissions keep flowing.
 
     Returns:
         a :class:`Trace` whose header names the profile, layer, ``num_slots``, buckets (the graph modes the
@@ -259,6 +346,12 @@ def simulate(
     p_lo, p_hi = _check_lens("prompt_lens", prompt_lens, 2)
     o_lo, o_hi = _check_lens("output_lens", output_lens, 1)
 
+    strategy = _check_prefix_cache(prefix_cache, prof.name, layer, prefill)
+    shared_prefixes = _int_arg("shared_prefixes", shared_prefixes, 1, 1 << 16)
+    f_lo, f_hi = _check_lens("prefix_len", prefix_len, 1)
+    vocab = _int_arg("vocab", vocab, 1, INT32_MAX + 1)
+    followup_rate = _check_range("followup_rate", followup_rate, 0.0, 1.0)
+
     graph_modes = [m for m in GRAPH_MODES if m in modes]
     header_buckets = _header_buckets(prof, graph_modes, buckets, spec)
     d = spec or DEFAULT_DRAFT_TOKENS
@@ -274,10 +367,26 @@ def simulate(
     max_waiting = check_int("max_waiting", 2 * max_running if max_waiting is None else max_waiting, 0)
     pool = StatePool(num_slots, prof, slots_per_request=spr)
     header = TraceHeader(prof.name, layer, pool.num_slots, header_buckets, draft_tokens=d, seed=seed)
+    rng = random.Random(seed)
+    cache = None
+    if strategy is not None:
+        cached_max = (pool.num_slots - 1) // 2 if max_cached is None else max_cached
+        cache = _NoBuffer(
+            pool,
+            rng,
+            max_cached=_int_arg("max_cached", cached_max, 0, pool.num_slots - 1),
+            prefixes=[[rng.randrange(vocab) for _ in range(rng.randint(f_lo, f_hi))] for _ in range(shared_prefixes)],
+            vocab=vocab,
+            followup_rate=followup_rate,
+            longest_prompt=p_hi,
+        )
+    elif max_cached is not None:
+        raise SimulationError(f"max_cached = {max_cached!r}: needs a prefix cache (prefix_cache='no_buffer')")
 
     sched = _Scheduler(
         pool,
-        random.Random(seed),
+        rng,
+        cache,
         spec=spec,
         mixed=mixed,
         prefill=prefill,
@@ -287,12 +396,16 @@ def simulate(
         max_running=max_running,
         accept_rate=accept_rate,
     )
-    rng, next_id = sched.rng, 0
+    next_id = 0
     out: list[TraceStep] = []
     for t in range(steps):
         for _ in range(_poisson(rng, arrival_rate)):
             if len(sched.waiting) < max_waiting:
-                sched.waiting.append(_Request(next_id, rng.randint(p_lo, p_hi), rng.randint(o_lo, o_hi)))
+                req = _Request(next_id, rng.randint(p_lo, p_hi), rng.randint(o_lo, o_hi))
+                if cache is not None:
+                    req.prompt = cache.prompt(req.prompt_len)
+                    req.prompt_len = len(req.prompt)
+                sched.waiting.append(req)
             next_id += 1
         if dp_dummies and sched.running and rng.random() < dp_dummy_rate:
             out.append(TraceStep(t, "idle"))  # the DP group's step carries none of this rank's rows
@@ -302,6 +415,131 @@ def simulate(
     return Trace(header, out)
 
 
+class _NoBuffer:
+    """sglang's ``no_buffer`` mamba radix cache over a pool (module docstring, "Prefix caching"): the tree,
+    the slots it holds, the prompts' token ids, and what it did at the current step (the metadata)."""
+
+    def __init__(
+        self,
+        pool: StatePool,
+        rng: random.Random,
+        *,
+        max_cached: int,
+        prefixes: list[list[int]],
+        vocab: int,
+        followup_rate: float,
+        longest_prompt: int,
+    ) -> None:
+        self.pool, self.rng, self.max_cached, self.prefixes = pool, rng, max_cached, prefixes
+        self.vocab, self.followup_rate, self.longest_prompt = vocab, followup_rate, longest_prompt
+        self.tree = RadixCache()
+        self.history: deque[tuple[int, ...]] = deque(maxlen=64)  # finished conversations a next turn extends
+        self.meta: dict[str, list[Any]] = {}
+        self.locked: list[int] = []  # tree slots used or published at this step
+
+    # -- tokens ---------------------------------------------------------------------------------------
+    def token(self) -> int:
+        return self.rng.randrange(self.vocab)
+
+    def prompt(self, prompt_len: int) -> tuple[int, ...]:
+        """A new request's prompt: the next turn of a finished conversation (``followup_rate``), or the first
+        ``prompt_len`` ids of a shared system prompt followed by its own."""
+        if self.history and self.rng.random() < self.followup_rate:
+            base = self.history[self.rng.randrange(len(self.history))]
+            n = self.rng.randint(len(base) + 1, self.longest_prompt)
+            return base + tuple(self.token() for _ in range(n - len(base)))
+        head = self.prefixes[self.rng.randrange(len(self.prefixes))][:prompt_len]
+        return (*head, *(self.token() for _ in range(prompt_len - len(head))))
+
+    # -- one step -------------------------------------------------------------------------------------
+    def _record(self, key: str, value: Any) -> None:
+        self.meta.setdefault(key, []).append(value)
+
+    def _evict(self) -> bool:
+        """Evict the LRU unlocked checkpoint and give its slot back (listed under ``evict``, before the
+        step); False when every checkpoint is locked or there is none."""
+        slot = self.tree.evict_one()
+        if slot is None:
+            return False
+        self.pool.release(slot)
+        self._record("evict", slot)
+        return True
+
+    def _publish(self, req: _Request, slot: int) -> None:
+        """``slot`` holds ``req``'s state now (a copy or its own slot): a checkpoint of exactly its ids."""
+        length = len(req.fed)
+        took = self.tree.insert(req.fed, slot)  # the caller checked state_at: the node had no state
+        assert took and length == req.cached
+        self.tree.lock(slot)  # published at this step: not evicted at it (the replay sees it after)
+        self.locked.append(slot)
+        self._record("checkpoints", {"request": req.id, "tokens": length, "slot": slot})
+
+    def can_place(self) -> bool:
+        """Whether an admission can get a slot: a free one, or an unlocked checkpoint to evict."""
+        return self.pool.num_free > 0 or self.tree.evictable() > 0
+
+    def admit(self, req: _Request) -> bool:
+        """Give ``req`` a row and its own slot (evicting a checkpoint if the tree holds the last free ones)
+        and start it from the deepest checkpoint of its prompt (copy-on-write); False: no slot to be had."""
+        hit = self.tree.match(req.prompt, req.prompt_len - 1)
+        if hit is not None:
+            self.tree.lock(hit[1])  # first, so that making room for its own slot cannot evict it
+        if self.pool.num_free == 0 and not self._evict():
+            if hit is None:
+                return False
+            self.tree.unlock(hit[1])  # the only checkpoint left to evict is its own source: start cold
+            hit = None
+            if not self._evict():
+                return False
+        req.row = int(self.pool.alloc(1)[0])
+        req.slot = self.pool.slots_of(req.row)[0]
+        if hit is not None:
+            length, src = hit
+            self.tree.touch(src)
+            self.locked.append(src)
+            req.cached, req.fed = length, list(req.prompt[:length])
+            self._record("hits", {"request": req.id, "tokens": length, "slot": src})
+            self._record("copies_before", [src, req.slot])
+        return True
+
+    def _room(self, *, need_slot: bool) -> bool:
+        """Room for one more checkpoint: under ``max_cached`` (and a free slot, for a copy), evicting LRU
+        checkpoints for it."""
+        if len(self.tree) >= self.max_cached and not self._evict():
+            return False
+        return not need_slot or self.pool.num_free > 0 or self._evict()
+
+    def prefilled(self, req: _Request) -> None:
+        """``req``'s last prefill chunk ran and it runs on: copy its state into a held slot, unless the tree
+        has that prompt's state already (or no room for it)."""
+        if self.tree.state_at(req.prompt) is not None or not self._room(need_slot=True):
+            return
+        slot = self.pool.hold()
+        self._record("copies_after", [req.slot, slot])
+        self._publish(req, slot)
+
+    def finish(self, req: _Request) -> None:
+        """``req`` finished: donate its slot to the tree when its exact state is new there, else free it."""
+        conversation = (*req.fed, req.pending)  # the last sampled id was never fed, but is the reply's
+        if len(conversation) < self.longest_prompt:  # a next turn (one more id at least) fits the longest prompt
+            self.history.append(conversation)
+        if self.tree.state_at(req.fed) is None and self._room(need_slot=False):
+            self.pool.donate(req.row)
+            self._publish(req, req.slot)
+        else:
+            self.pool.free([req.row])
+
+    def end_step(self) -> dict[str, Any] | None:
+        """The step's prefix-cache metadata (only the keys with entries, in ``PREFIX_KEYS`` order), or None;
+        unlocks what the step locked."""
+        for slot in self.locked:
+            self.tree.unlock(slot)
+        self.locked = []
+        meta = {k: self.meta[k] for k in PREFIX_KEYS if self.meta.get(k)}
+        self.meta = {}
+        return meta or None
+
+
 class _Scheduler:
     """The running and waiting requests, and one step's choice (see the module docstring)."""
 
@@ -309,6 +547,7 @@ class _Scheduler:
         self,
         pool: StatePool,
         rng: random.Random,
+        cache: _NoBuffer | None,
         *,
         spec: int,
         mixed: bool,
@@ -320,6 +559,7 @@ class _Scheduler:
         accept_rate: float,
     ) -> None:
         self.pool, self.rng, self.spec, self.mixed, self.prefill = pool, rng, spec, mixed, prefill
+        self.cache = cache
         self.decodes_first, self.chunk_size, self.token_budget = decodes_first, chunk_size, token_budget
         self.max_running, self.tokens_per_decode, self.accept_rate = max_running, spec or 1, accept_rate
         self.waiting: deque[_Request] = deque()
@@ -327,12 +567,19 @@ class _Scheduler:
         self.last_mode = "idle"
 
     def can_admit(self) -> bool:
-        return bool(self.waiting) and len(self.running) < self.max_running and self.pool.num_free > 0
+        if not self.waiting or len(self.running) >= self.max_running:
+            return False
+        return self.pool.num_free > 0 if self.cache is None else self.cache.can_place()
 
-    def admit(self) -> _Request:
-        req = self.waiting.popleft()
-        req.row = int(self.pool.alloc(1)[0])
-        req.slot = self.pool.slots_of(req.row)[0]
+    def admit(self) -> _Request | None:
+        req = self.waiting[0]
+        if self.cache is not None:
+            if not self.cache.admit(req):
+                return None
+        else:
+            req.row = int(self.pool.alloc(1)[0])
+            req.slot = self.pool.slots_of(req.row)[0]
+        self.waiting.popleft()
         self.running.append(req)
         return req
 
@@ -352,17 +599,27 @@ class _Scheduler:
             left = self._take_decoders(decode_phase, decoders, left)
             while not self.prefill and left >= self.tokens_per_decode and self.can_admit():
                 req = self.admit()  # prefilled elsewhere: its first token is sampled
+                assert req is not None  # no prefix cache without prefill: the pool had a free slot
                 req.cached, req.sampled = req.prompt_len, 1
                 admitted.append(req.id)
                 decoders.append(req)
                 left -= self.tokens_per_decode
         if not chunks and not decoders:
             self.last_mode = "idle"
-            return TraceStep(t, "idle")
+            # nothing was admitted (an admission always brings a chunk), so the cache did nothing either
+            return TraceStep(t, "idle", metadata=None if self.cache is None else self.cache.end_step())
 
-        spec = self.spec
+        spec, cache = self.spec, self.cache
         accepted = [self._draw_accepted() for _ in decoders] if spec else [1] * len(decoders)
-        rows_ext = [TraceRow(r.id, r.row, r.slot, r.cached + n, n, r.cached) for r, n in chunks]
+        fed_ext: list[tuple[int, ...] | None] = [None] * len(chunks)
+        fed_dec: list[tuple[int, ...] | None] = [None] * len(decoders)
+        if cache is not None:  # the ids each row feeds: prompt pieces; the last sampled id (then drafts)
+            fed_ext = [r.prompt[r.cached : r.cached + n] for r, n in chunks]
+            fed_dec = [(r.pending, *(cache.token() for _ in range(self.tokens_per_decode - 1))) for r in decoders]
+        rows_ext = [
+            TraceRow(r.id, r.row, r.slot, r.cached + n, n, r.cached, tokens=ids)
+            for (r, n), ids in zip(chunks, fed_ext, strict=True)
+        ]
         rows_dec = [
             TraceRow(
                 r.id,
@@ -372,8 +629,9 @@ class _Scheduler:
                 self.tokens_per_decode,
                 r.cached,
                 a if spec else None,
+                ids,
             )
-            for r, a in zip(decoders, accepted, strict=True)
+            for r, a, ids in zip(decoders, accepted, fed_dec, strict=True)
         ]
         if chunks and decoders:
             mode = "mixed"
@@ -389,20 +647,36 @@ class _Scheduler:
         else:
             rows = rows_ext + rows_dec
 
-        for r, n in chunks:
+        for (r, n), ids in zip(chunks, fed_ext, strict=True):
             r.cached += n
+            if cache is not None:
+                r.fed.extend(ids or ())
             if not r.prefilling:
                 r.sampled += 1  # the last chunk samples the first output token
-        for r, a in zip(decoders, accepted, strict=True):
+                if cache is not None:
+                    r.pending = cache.token()
+        for r, a, ids in zip(decoders, accepted, fed_dec, strict=True):
             r.cached += a
             r.sampled += a
+            if cache is not None:  # the first `a` fed ids are kept; the step samples the next (the bonus)
+                r.fed.extend((ids or ())[:a])
+                r.pending = cache.token()
         done = [r for r in self.running if not r.prefilling and r.sampled >= r.output_len]
-        if done:
+        gone = {r.id for r in done}
+        metadata = None
+        if cache is not None:
+            for r, _ in chunks:  # a request finishing now donates instead (no copy for a finished request)
+                if not r.prefilling and r.id not in gone:
+                    cache.prefilled(r)
+            for r in done:
+                cache.finish(r)
+            metadata = cache.end_step()
+        elif done:
             self.pool.free([r.row for r in done])
-            gone = {r.id for r in done}
+        if done:
             self.running = [r for r in self.running if r.id not in gone]
         self.last_mode = mode
-        return TraceStep(t, mode, tuple(rows), tuple(admitted), tuple(r.id for r in done))
+        return TraceStep(t, mode, tuple(rows), tuple(admitted), tuple(r.id for r in done), metadata)
 
     def _draw_accepted(self) -> int:
         a = 1
@@ -426,8 +700,10 @@ class _Scheduler:
             left -= n
         while left >= 2 and self.can_admit():
             req = self.admit()
+            if req is None:
+                break
             admitted.append(req.id)
-            n = min(req.prompt_len, self.chunk_size, left)
+            n = min(req.prompt_len - req.cached, self.chunk_size, left)  # a hit starts past its cached tokens
             chunks.append((req, n))
             left -= n
         return left
@@ -514,6 +790,9 @@ def iter_batches(trace: Trace, *, device: str | torch.device | None = None) -> I
 __all__ = [
     "DECODES_FIRST",
     "LAYERS",
+    "PREFIX_CACHES",
+    "PREFIX_CACHES_NOT_BUILT",
+    "PREFIX_PROFILES",
     "SimulationError",
     "iter_batches",
     "new_pool",

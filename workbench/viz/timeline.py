@@ -7,7 +7,11 @@ along x, the pool's state slots along y; each cell is coloured by its owner at t
 - free: light grey; the dummy slot (capture and padding rows write it, no request owns it): dark grey;
 - a live request: one of six categorical colours, cycling by request id (the hover names the id), so a
   slot that changes colour over time was freed and handed to a later request (slot reuse);
-- written by a foreign row (the replay saw a slot change that no row of the step owns): vermillion.
+- written by a foreign row (the replay saw a slot change that no row of the step owns): vermillion;
+- a checkpoint held by a prefix cache (the state after exactly some prefix): bluish green when it was
+  verified against the float64 state of that prefix, vermillion when it was off (the hover names the
+  request and the prefix length); copies between slots (a hit's copy-on-write, an insert) are arrows
+  from source to destination at their step.
 
 The selected step is outlined (:func:`selected_shape`, which a widget swaps in place as its slider moves);
 the first divergence is a black cross on its cell, named in the legend.
@@ -15,7 +19,8 @@ the first divergence is a black cross on its cell, named in the legend.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from workbench.extras import require
@@ -25,14 +30,16 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 DARK_GREY = "#4D4D4D"
-FREE, DUMMY, FOREIGN = 0, 1, 2
-LIVE_COLOURS = (BLUE, ORANGE, GREEN, PURPLE, SKY, YELLOW)
-"""A live request's colour is ``LIVE_COLOURS[id % 6]`` (vermillion and the greys mean something else)."""
-COLOURS = (LIGHT_GREY, DARK_GREY, VERMILLION, *LIVE_COLOURS)
+FREE, DUMMY, FOREIGN, CHECKPOINT = 0, 1, 2, 3
+LIVE_COLOURS = (BLUE, ORANGE, PURPLE, SKY, YELLOW)
+"""A live request's colour is ``LIVE_COLOURS[id % 5]`` (green, vermillion and the greys mean something else)."""
+COLOURS = (LIGHT_GREY, DARK_GREY, VERMILLION, GREEN, *LIVE_COLOURS)
+LIVE = len(COLOURS) - len(LIVE_COLOURS)  # the first live request's code
 LEGEND = {
     "free": LIGHT_GREY,
     "dummy slot (capture and padding write it)": DARK_GREY,
-    "written by a foreign row": VERMILLION,
+    "written by a foreign row, or a checkpoint off its prefix": VERMILLION,
+    "checkpoint, verified against its prefix": GREEN,
     "live request (a colour per id, cycling)": BLUE,
 }
 SELECTED = "selected step"
@@ -45,27 +52,53 @@ def timeline_codes(
     dummy: int,
     foreign: Collection[tuple[int, int]] | None = None,
     steps: Sequence[int] | None = None,
+    checkpoints: Mapping[tuple[int, int], Checkpointed] | None = None,
 ) -> list[list[int]]:
-    """Colour codes ``[slot][step]`` (the heatmap's ``z``): ``FREE``, ``DUMMY``, ``FOREIGN`` or
-    ``3 + id % 6`` for a live request. ``owners[i][j]``: the request owning ``slots[j]`` at step ``i``;
-    ``foreign``: ``(step, slot)`` pairs a foreign row wrote (``steps`` names step ``i``; default ``i``)."""
+    """Colour codes ``[slot][step]`` (the heatmap's ``z``): ``FREE``, ``DUMMY``, ``FOREIGN``, ``CHECKPOINT``
+    or ``LIVE + id % 5`` for a live request. ``owners[i][j]``: the request owning ``slots[j]`` at step ``i``;
+    ``foreign``: ``(step, slot)`` pairs a foreign row wrote (``steps`` names step ``i``; default ``i``);
+    ``checkpoints``: ``(step, slot)`` -> the checkpoint the slot holds after that step (a bad one is
+    ``FOREIGN``)."""
     names = list(steps) if steps is not None else list(range(len(owners)))
     bad = set(foreign or ())
+    held = checkpoints or {}
     out = []
     for j, s in enumerate(slots):
         line = []
         for i, row in enumerate(owners):
-            who = row[j]
-            if (names[i], s) in bad:
+            who, cp = row[j], held.get((names[i], s))
+            if (names[i], s) in bad or (cp is not None and not cp.ok):
                 line.append(FOREIGN)
             elif s == dummy:
                 line.append(DUMMY)
+            elif who is None and cp is not None:
+                line.append(CHECKPOINT)
             elif who is None:
                 line.append(FREE)
             else:
-                line.append(3 + who % len(LIVE_COLOURS))
+                line.append(LIVE + who % len(LIVE_COLOURS))
         out.append(line)
     return out
+
+
+@dataclass(frozen=True)
+class Checkpointed:
+    """What a prefix cache's slot holds after a step: ``request``'s first ``tokens`` tokens; ``ok``: the
+    replay verified it against the float64 state of that prefix."""
+
+    request: int
+    tokens: int
+    ok: bool = True
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A whole-slot copy at ``step``, ``before`` or after its forward (a hit's copy-on-write, an insert)."""
+
+    step: int
+    src: int
+    dst: int
+    before: bool
 
 
 def selected_shape(selected: int, slots: Sequence[int]) -> dict[str, Any]:
@@ -84,8 +117,11 @@ def selected_shape(selected: int, slots: Sequence[int]) -> dict[str, Any]:
     )
 
 
-def _words(who: int | None, step: int, slot: int, code: int) -> str:
+def _words(who: int | None, step: int, slot: int, code: int, cp: Checkpointed | None = None) -> str:
     where = f"step {step}, slot {slot}"
+    if cp is not None and who is None:
+        verdict = "verified against" if cp.ok else "OFF"
+        return f"{where}: checkpoint of request {cp.request}'s first {cp.tokens} tokens ({verdict} its float64 state)"
     if code == FOREIGN:
         owner = f" (owner: request {who})" if who is not None else " (no live request owns it)"
         return f"{where}: written by a foreign row{owner}"
@@ -94,6 +130,17 @@ def _words(who: int | None, step: int, slot: int, code: int) -> str:
     if who is None:
         return f"{where}: free"
     return f"{where}: request {who}"
+
+
+def _arrow(c: Copy) -> dict[str, Any]:
+    """A copy as an annotation arrow from its source slot to its destination, beside its step's column."""
+    x = c.step + (-0.3 if c.before else 0.3)
+    when = "before" if c.before else "after"
+    return dict(
+        x=x, y=c.dst, ax=x, ay=c.src, xref="x", yref="y", axref="x", ayref="y", text="", showarrow=True,
+        arrowhead=2, arrowsize=1, arrowwidth=1.5, arrowcolor=BLACK,
+        hovertext=f"step {c.step}: copy slot {c.src} -> {c.dst} ({when} the forward)",
+    )  # fmt: skip
 
 
 def slot_timeline(
@@ -105,6 +152,8 @@ def slot_timeline(
     foreign: Collection[tuple[int, int]] | None = None,
     selected: int | None = None,
     divergence: tuple[int, int | None, str] | None = None,
+    checkpoints: Mapping[tuple[int, int], Checkpointed] | None = None,
+    copies: Sequence[Copy] = (),
 ) -> go.Figure:
     """Steps x slots, coloured by owner (see the module).
 
@@ -114,12 +163,19 @@ def slot_timeline(
         dummy: the profile's dummy slot. foreign: ``(step, slot)`` pairs written by a foreign row.
         selected: the step to outline. divergence: ``(step, slot or None, what)`` of the first divergence
             (None slot: the cross sits mid-column).
+        checkpoints: ``(step, slot)`` -> the checkpoint a prefix cache holds there after the step.
+        copies: slot-to-slot copies, drawn as arrows (left of the step's column before its forward, right
+            after it).
     """
     go = require("plotly.graph_objects", None, "workbench.viz figures")
 
     steps, slots = list(steps), list(slots)
-    codes = timeline_codes(owners, slots, dummy=dummy, foreign=foreign, steps=steps)
-    words = [[_words(owners[i][j], steps[i], s, codes[j][i]) for i in range(len(steps))] for j, s in enumerate(slots)]
+    held = checkpoints or {}
+    codes = timeline_codes(owners, slots, dummy=dummy, foreign=foreign, steps=steps, checkpoints=held)
+    words = [
+        [_words(owners[i][j], steps[i], s, codes[j][i], held.get((steps[i], s))) for i in range(len(steps))]
+        for j, s in enumerate(slots)
+    ]
     n = len(COLOURS)
     scale: list[list[Any]] = []
     for k, c in enumerate(COLOURS):  # a discrete colour scale over codes 0..n-1
@@ -165,7 +221,9 @@ def slot_timeline(
             visible=True if divergence is not None else "legendonly",
         )
     )
+    arrows = [_arrow(c) for c in copies]
     fig.update_layout(
+        annotations=arrows,
         title_text="Slot timeline: the owner of every state slot, step by step",
         height=max(320, 230 + 16 * len(slots)),
         margin=dict(l=70, r=20, t=60, b=10),

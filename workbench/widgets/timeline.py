@@ -14,9 +14,17 @@ import plotly.graph_objects as go
 
 from workbench import html as wb_html
 from workbench.profiles import PROFILES
+from workbench.traces.model import Trace
 from workbench.viz.timeline import selected_shape, slot_timeline
 from workbench.widgets.html import error_html, records_html
-from workbench.widgets.timeline_model import CONTROLS, LAYERS, MAX_STEPS, ROW_COLUMNS, TimelineModel
+from workbench.widgets.timeline_model import (
+    CONTROLS,
+    LAYERS,
+    MAX_STEPS,
+    PREFIX_CACHES,
+    ROW_COLUMNS,
+    TimelineModel,
+)
 
 _PLACEHOLDER: dict[str, Any] = dict(owners=[[None]], steps=[0], slots=[0], dummy=0)
 
@@ -40,7 +48,8 @@ def summary_html(text: str) -> str:
 class ServingTimeline(W.VBox):
     """A simulated serving trace replayed step by step: which request owns every state slot at every step.
 
-    Controls: profile, layer, steps (1..400), seed, spec (D; 0: plain decode), mixed, dp dummies, Build;
+    Controls: profile, layer, steps (1..400), seed, spec (D; 0: plain decode), mixed, dp dummies, prefix
+    cache (none | no_buffer), Build (or ``trace=``: a given trace, replayed as it is);
     then a step slider with a Play button. Shows the slot timeline (the selected step outlined, the first
     divergence crossed), the selected step's line (admissions, finishes, bucket and padding), its rows and
     the replay's summary. A refused value is one line under its control.
@@ -51,7 +60,7 @@ class ServingTimeline(W.VBox):
     (HTML), ``figure`` (FigureWidget).
     """
 
-    def __init__(self, **params: Any) -> None:
+    def __init__(self, trace: Trace | None = None, **params: Any) -> None:
         self.model = m = TimelineModel(**params)
         style = {"description_width": "80px"}
         names = tuple(PROFILES)
@@ -62,6 +71,9 @@ class ServingTimeline(W.VBox):
         self.spec = W.IntText(value=m.spec, description="spec (D)", style=style)
         self.mixed = W.Checkbox(value=bool(m.mixed), description="mixed", indent=False)
         self.dp_dummies = W.Checkbox(value=bool(m.dp_dummies), description="dp dummies", indent=False)
+        self.prefix_cache = W.Dropdown(
+            options=PREFIX_CACHES, value=_pick(PREFIX_CACHES, m.prefix_cache), description="prefix cache", style=style
+        )
         self.build_button = W.Button(description="Build", button_style="primary", icon="play")
         self.slider = W.IntSlider(value=0, min=0, max=0, description="step", style=style, continuous_update=True)
         self.play = W.Play(value=0, min=0, max=0, interval=400, description="play")
@@ -77,6 +89,7 @@ class ServingTimeline(W.VBox):
             "spec": self.spec,
             "mixed": self.mixed,
             "dp_dummies": self.dp_dummies,
+            "prefix_cache": self.prefix_cache,
         }
         self.build_button.on_click(lambda _: self.do_build())
         self.slider.observe(lambda change: self.do_select(change["new"]), names="value")
@@ -86,6 +99,7 @@ class ServingTimeline(W.VBox):
                 W.HTML("<b>Serving timeline</b>"),
                 W.HBox([cell("profile", self.profile), cell("layer", self.layer), cell("steps", self.steps)]),
                 W.HBox([cell("seed", self.seed), cell("spec", self.spec), self.mixed, self.dp_dummies]),
+                W.HBox([cell("prefix_cache", self.prefix_cache)]),
                 W.HBox([self.build_button, W.HTML(f"<small>at most {MAX_STEPS} steps</small>")]),
                 self.error,
                 self.summary,
@@ -95,7 +109,10 @@ class ServingTimeline(W.VBox):
                 self.table,
             ]
         )
-        self.do_build()
+        if trace is None:
+            self.do_build()
+        else:
+            self.do_show(trace)
 
     def _with_note(self, name: str, control: W.Widget) -> W.VBox:
         return W.VBox([control, self.notes[name]])
@@ -104,6 +121,15 @@ class ServingTimeline(W.VBox):
     def do_build(self) -> bool:
         values = {n: c.value for n, c in self.inputs.items() if c.value is not None}
         ok = self.model.build(**values)
+        self._render_all()
+        return ok
+
+    def do_show(self, trace: Trace) -> bool:
+        """Replay a given trace (a file, a ``scripted`` one, a zoo case's) instead of a simulated one."""
+        ok = self.model.show(trace)
+        if ok:  # the controls say what is shown (Build simulates a trace from them instead)
+            h = trace.header
+            self.profile.value, self.layer.value, self.steps.value = h.profile, h.layer, len(trace.steps)
         self._render_all()
         return ok
 

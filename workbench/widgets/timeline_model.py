@@ -10,6 +10,9 @@ one step at a time, recording after each:
   admitted, those it finished), or None (free; the dummy slot is never owned);
 - ``foreign``: ``(step, slot)`` pairs the replay found written although no row of the step owns them
   (divergences of kind ``"foreign"``);
+- ``checkpoints``: ``(step, slot)`` -> the prefix-cache checkpoint the slot holds after that step (request,
+  prefix length, verified or off), and ``copies``: the step's slot-to-slot copies (a hit's copy-on-write, an
+  insert), when the trace has a prefix cache;
 - ``padding[i]``: the bucket the step ran in (from the runner's metadata of that step), its live rows and
   its padded rows, or that it ran eagerly.
 
@@ -30,17 +33,30 @@ from workbench.profiles import PROFILES
 from workbench.traces.model import Trace, TraceStep
 from workbench.traces.replay import GRAPH_STEP_MODES, TraceReplayer, TraceResult
 from workbench.traces.simulate import simulate
+from workbench.viz.timeline import Checkpointed, Copy
 
 MAX_STEPS = 400
 """Most steps a build replays (each is a real replay on the CPU, with a float64 shadow beside it)."""
 BUCKETS = [1, 2, 4, 8]
 MAX_RUNNING = 10
 LAYERS = ("gdn", "mamba2")
-INPUTS = ("profile", "layer", "steps", "seed", "spec", "mixed", "dp_dummies")
+INPUTS = ("profile", "layer", "steps", "seed", "spec", "mixed", "dp_dummies", "prefix_cache")
+PREFIX_CACHES = ("none", "no_buffer")
+"""The prefix-cache choices of a simulated trace ("no_buffer": sglang's mamba radix cache, GDN)."""
 CONTROLS = (*INPUTS, "step", "general")
 ROW_COLUMNS = ("id", "req_pool_index", "slot", "seq_len", "new_tokens", "cached_tokens", "accepted")
 
-__all__ = ["BUCKETS", "CONTROLS", "INPUTS", "LAYERS", "MAX_STEPS", "ROW_COLUMNS", "Padding", "TimelineModel"]
+__all__ = [
+    "BUCKETS",
+    "CONTROLS",
+    "INPUTS",
+    "LAYERS",
+    "MAX_STEPS",
+    "PREFIX_CACHES",
+    "ROW_COLUMNS",
+    "Padding",
+    "TimelineModel",
+]
 
 
 @dataclass(frozen=True)
@@ -66,7 +82,9 @@ class TimelineModel:
 
     Args: ``profile`` (a name of ``workbench.profiles.PROFILES``), ``layer`` ("gdn" or "mamba2"), ``steps``
     (1..``MAX_STEPS``), ``seed``, ``spec`` (D of speculative verify steps; 0: plain decode), ``mixed``
-    (prefill chunks and decode rows in one step), ``dp_dummies`` (some steps are a DP rank's idle steps).
+    (prefill chunks and decode rows in one step), ``dp_dummies`` (some steps are a DP rank's idle steps),
+    ``prefix_cache`` (one of ``PREFIX_CACHES``; "no_buffer": requests share system prompts and a prefix
+    cache keeps checkpoints, each verified against the float64 state of its prefix).
     """
 
     def __init__(
@@ -78,9 +96,11 @@ class TimelineModel:
         spec: int = 0,
         mixed: bool = False,
         dp_dummies: bool = False,
+        prefix_cache: str = "none",
     ) -> None:
         self.profile, self.layer, self.steps, self.seed = profile, layer, steps, seed
         self.spec, self.mixed, self.dp_dummies = spec, mixed, dp_dummies
+        self.prefix_cache = prefix_cache
         self.error: str | None = None
         self.error_control = "general"
         self.selected = 0
@@ -99,6 +119,8 @@ class TimelineModel:
         self.owners: list[list[int | None]] = []
         self.foreign: set[tuple[int, int]] = set()
         self.padding: list[Padding] = []
+        self.checkpoints: dict[tuple[int, int], Checkpointed] = {}
+        self.copies: list[Copy] = []
         self.selected = 0
 
     def check(self) -> bool:
@@ -126,6 +148,9 @@ class TimelineModel:
             if not isinstance(getattr(self, name), bool):
                 self._fail(name, f"{name} = {getattr(self, name)!r}: must be True or False")
                 return False
+        if self.prefix_cache not in PREFIX_CACHES:
+            self._fail("prefix_cache", f"prefix_cache = {self.prefix_cache!r}: choose one of {PREFIX_CACHES}")
+            return False
         return True
 
     # -- build -----------------------------------------------------------------------------------------
@@ -153,7 +178,28 @@ class TimelineModel:
                 dp_dummies=self.dp_dummies,
                 buckets=BUCKETS,
                 max_running=MAX_RUNNING,
+                prefix_cache=None if self.prefix_cache == "none" else self.prefix_cache,
             )
+        except (WorkbenchError, ValueError) as e:
+            self._fail(_control_of(str(e)), str(e))
+            return False
+        return self._replay(trace)
+
+    def show(self, trace: Trace) -> bool:
+        """Replay a given trace (a file read with ``read_trace``, a ``scripted`` one, a zoo case's) instead of
+        a simulated one, recording the same; False (``error`` set) when it cannot be replayed."""
+        self._clear()
+        self.error = None
+        if not isinstance(trace, Trace):
+            self._fail("general", f"trace: expected a workbench.traces.Trace, got {type(trace).__name__}")
+            return False
+        if len(trace.steps) > MAX_STEPS:
+            self._fail("general", f"trace: {len(trace.steps)} steps; the timeline replays at most {MAX_STEPS}")
+            return False
+        return self._replay(trace)
+
+    def _replay(self, trace: Trace) -> bool:
+        try:
             replayer = TraceReplayer(trace)
         except (WorkbenchError, ValueError) as e:
             self._fail(_control_of(str(e)), str(e))
@@ -163,6 +209,9 @@ class TimelineModel:
         owners: list[list[int | None]] = []
         padding: list[Padding] = []
         foreign: set[tuple[int, int]] = set()
+        bad: set[tuple[int | None, int]] = set()  # (slot, step that published it off its prefix)
+        checkpoints: dict[tuple[int, int], Checkpointed] = {}
+        copies: list[Copy] = []
         for step in trace.steps:
             held = {rid: tuple(pool.slots_of(row)) for rid, row in replayer.live.items()}
             graphs_before = replayer.result.graph_steps + replayer.result.idle_steps
@@ -181,6 +230,12 @@ class TimelineModel:
                     line[s] = rid
             owners.append(line)
             foreign |= {(step.step, d.slot) for d in found if d.kind == "foreign" and d.slot is not None}
+            bad |= {(d.slot, step.step) for d in found if d.kind == "prefix" and d.field == "checkpoint"}
+            for slot, cp in replayer.book.live.items():  # bad from the step that published it off its prefix
+                checkpoints[(step.step, slot)] = Checkpointed(cp.request, len(cp.tokens), (slot, cp.step) not in bad)
+            md = step.metadata or {}
+            for key, before in (("copies_before", True), ("copies_after", False)):
+                copies += [Copy(step.step, int(p[0]), int(p[1]), before) for p in md.get(key, [])]
             # the runner's metadata of a step it replayed (its graph buffers: overwritten by the next replay)
             replayed = replayer.result.graph_steps + replayer.result.idle_steps > graphs_before
             padding.append(_padding(step, replayer.runner.last_metadata if replayed else None, trace))
@@ -188,6 +243,7 @@ class TimelineModel:
         self.slots, self.dummy = slots, pool.profile.dummy_slot
         self.step_numbers = [s.step for s in trace.steps]
         self.owners, self.foreign, self.padding = owners, foreign, padding
+        self.checkpoints, self.copies = checkpoints, copies
         return True
 
     @property
@@ -233,7 +289,7 @@ class TimelineModel:
         st, pad = self.trace_step(i), self.padding[self._index(i)]
         admit = f", admits {list(st.admit)}" if st.admit else ""
         finish = f", finishes {list(st.finish)}" if st.finish else ""
-        return f"step {st.step}{admit}{finish}: {pad}"
+        return f"step {st.step}{admit}{finish}: {pad}{_prefix_words(st)}"
 
     def reused_slots(self) -> dict[int, list[int]]:
         """Slot -> the request ids that held it over the trace, in order, for slots held by two or more."""
@@ -263,7 +319,23 @@ class TimelineModel:
             foreign=self.foreign,
             selected=self.step_numbers[self.selected] if self.step_numbers else None,
             divergence=divergence,
+            checkpoints=self.checkpoints,
+            copies=self.copies,
         )
+
+
+def _prefix_words(step: TraceStep) -> str:
+    """The step's prefix-cache work in words (empty without any)."""
+    md = step.metadata or {}
+    said = [f"evicts slots {md['evict']}"] if md.get("evict") else []
+    said += [f"request {h['request']} hits {h['tokens']} tokens in slot {h['slot']}" for h in md.get("hits", [])]
+    said += [f"copies {a} -> {b} before" for a, b, *_ in md.get("copies_before", [])]
+    said += [f"copies {a} -> {b} after" for a, b, *_ in md.get("copies_after", [])]
+    said += [
+        f"publishes request {c['request']}'s first {c['tokens']} tokens in slot {c['slot']}"
+        for c in md.get("checkpoints", [])
+    ]
+    return f"; prefix cache: {', '.join(said)}" if said else ""
 
 
 def _control_of(message: str) -> str:

@@ -264,3 +264,15 @@ def replay_trace(
     d = res.first
     matches, facts = reading(rep, d) if d is not None else (False, "")
     return TraceEvidence(what, res.steps, len(trace), d, matches, facts)
+
+
+def tokens_in_state(trace: Trace, request: int, step: int) -> int:
+    """Tokens in ``request``'s state after ``step``: its rows' ``cached_tokens`` plus what each step kept
+    (a verify keeps ``accepted``), read off the trace."""
+    held = 0
+    for s in trace.steps[: step + 1]:
+        for r in s.rows:
+            if r.id == request:
+                kept = r.accepted if (s.mode == "target_verify" and r.accepted is not None) else r.new_tokens
+                held = r.cached_tokens + kept
+    return held

@@ -1,0 +1,147 @@
+"""Prefix-cache checks of the replay (``workbench.traces.checkpoints``): a correct no_buffer trace verifies
+every checkpoint and hit against the float64 state of exactly its prefix; each way of getting it wrong is
+caught at its step, naming the request and the slot."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from workbench.traces.checkpoints import EMBED_VOCAB, embed_tokens, embedding_table
+from workbench.traces.model import Trace, TraceHeader, TraceRow, TraceStep
+from workbench.traces.replay import TraceReplayer, replay_trace
+
+PROMPT = (5, 9, 2, 7, 7, 1)
+HEADER = TraceHeader("sglang", "gdn", 6, {"decode": [1, 2, 4]}, 2, None)
+
+
+def row(rid, rpi, slot, cached, tokens, accepted=None):
+    return TraceRow(rid, rpi, slot, cached + len(tokens), len(tokens), cached, accepted, tuple(tokens))
+
+
+def steps() -> list[TraceStep]:
+    """Request 0 prefills PROMPT, the cache copies its state into slot 2; request 1 shares the prompt, hits
+    it and copies it into its own slot 3; both decode; request 0 finishes and donates its slot 1."""
+    return [
+        TraceStep(
+            0, "extend", (row(0, 1, 1, 0, PROMPT),), (0,), (),
+            {"copies_after": [[1, 2]], "checkpoints": [{"request": 0, "tokens": 6, "slot": 2}]},
+        ),
+        TraceStep(
+            1, "extend", (row(1, 2, 3, 6, (4, 4, 8)),), (1,), (),
+            {"hits": [{"request": 1, "tokens": 6, "slot": 2}], "copies_before": [[2, 3]]},
+        ),
+        TraceStep(
+            2, "decode", (row(0, 1, 1, 6, (3,)), row(1, 2, 3, 9, (3,))), (), (0,),
+            {"checkpoints": [{"request": 0, "tokens": 7, "slot": 1}]},
+        ),
+        TraceStep(3, "decode", (row(1, 2, 3, 10, (6,)),), (), (1,), None),
+    ]  # fmt: skip
+
+
+def with_metadata(body: list[TraceStep], i: int, **changes) -> list[TraceStep]:
+    md = dict(body[i].metadata or {})
+    for key, value in changes.items():
+        if value is None:
+            md.pop(key, None)
+        else:
+            md[key] = value
+    body[i] = replace(body[i], metadata=md or None)
+    return body
+
+
+def first(body: list[TraceStep]):
+    res = replay_trace(Trace(HEADER, body))
+    assert not res.ok and res.first is not None, res
+    return res.first
+
+
+def test_a_correct_trace_verifies_every_checkpoint_and_hit():
+    res = replay_trace(Trace(HEADER, steps()), stop_at_first=False)
+    assert res.ok, res
+    assert (res.hits, res.checkpoints, res.verified) == (1, 2, 2)
+    assert "prefix cache: 1 hit(s), 2 checkpoint(s) published, 2 verified" in res.summary()
+    assert res.to_dict()["verified"] == 2
+
+
+def test_a_hit_continues_from_the_same_state_as_the_request_it_shares_with():
+    rep = TraceReplayer(Trace(HEADER, steps()))
+    for s in steps()[:2]:
+        assert rep.step(s) == []
+    conv, ssm = rep.book.prefix_state(PROMPT)
+    assert torch.allclose(rep.runner.state.ssm[2].double(), ssm, atol=1e-5)  # the checkpoint
+    assert 2 in rep.pool.held_slots and 2 in rep.book.live
+    assert rep.book.history[1] == [*PROMPT, 4, 4, 8]  # the hit gave request 1 its prefix
+
+
+def test_the_donated_slot_stays_held_after_its_request_finishes():
+    rep = TraceReplayer(Trace(HEADER, steps()))
+    for s in steps()[:3]:
+        rep.step(s)
+    assert 1 in rep.pool.held_slots and rep.owner(1) is None
+    assert rep.book.live[1].tokens == (*PROMPT, 3)
+
+
+def test_a_hit_without_its_copy_reads_the_previous_tenant():
+    d = first(with_metadata(steps(), 1, copies_before=None))
+    assert (d.step, d.kind, d.request, d.slot) == (1, "state", 1, 3)
+
+
+def test_a_checkpoint_of_fewer_tokens_than_its_slot_holds_is_caught():
+    body = with_metadata(steps(), 0, checkpoints=[{"request": 0, "tokens": 5, "slot": 2}])
+    body = with_metadata(body, 1, hits=[{"request": 1, "tokens": 5, "slot": 2}])
+    d = first(body)
+    assert (d.step, d.kind, d.field, d.request, d.slot) == (0, "prefix", "checkpoint", 0, 2)
+    assert "off the float64 state after exactly its first 5 tokens" in d.detail and d.got > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("step", "changes", "where", "says"),
+    [
+        (0, {"checkpoints": [{"request": 0, "tokens": 7, "slot": 2}]}, "checkpoint", "published before it is written"),
+        (0, {"checkpoints": [{"request": 0, "tokens": 6, "slot": 1}]}, "checkpoint", "running slot of request 0,"),
+        (0, {"checkpoints": [{"request": 0, "tokens": 6, "slot": 0}]}, "checkpoint", "the dummy slot"),
+        (0, {"copies_after": [[1, 1]]}, "copy", "the copy overlaps itself"),
+        (0, {"copies_after": [[1, 0]]}, "copy", "dummy (null) slot"),
+        (0, {"copies_after": [[4, 2]]}, "copy", "holds neither a live request's state nor a checkpoint"),
+        (1, {"hits": [{"request": 1, "tokens": 6, "slot": 4}]}, "hit", "no live checkpoint there"),
+        (1, {"hits": [{"request": 1, "tokens": 5, "slot": 2}]}, "hit", "the checkpoint holds 6 tokens, the hit"),
+        (1, {"copies_before": [[2, 1]]}, "copy", "writes request 0's slot"),
+        (1, {"evict": [2]}, "hit", "no live checkpoint there"),
+        (1, {"evict": [4]}, "evict", "slot 4 holds no live checkpoint"),
+        (2, {"copies_before": [[1, 2]]}, "copy", "overwrites the live checkpoint in slot 2 (request 0, 6 tokens)"),
+    ],
+    ids=["early", "running-slot", "dummy", "overlap", "null-copy", "freed-source", "no-checkpoint", "wrong-length",
+         "cow-into-other", "evicted-then-hit", "evict-nothing", "overwrite-checkpoint"],
+)  # fmt: skip
+def test_each_wrong_move_is_named_at_its_step(step, changes, where, says):
+    d = first(with_metadata(steps(), step, **changes))
+    assert (d.step, d.kind, d.field) == (step, "prefix", where), d
+    assert says in d.detail, d.detail
+
+
+def test_checkpoints_need_token_ids():
+    body = steps()
+    body[0] = replace(body[0], rows=(replace(body[0].rows[0], tokens=None),))
+    d = first(body)
+    assert d.field == "checkpoint" and "token ids are not all in the trace" in d.detail
+
+
+def test_a_forward_that_writes_a_checkpoint_slot_is_foreign():
+    """A stale row pointing at a checkpoint's slot changes it: the replay says whose prefix it was."""
+    from workbench.zoo.dp_dummy_rows import PersistentBatchRows
+
+    body = [*steps()[:3], TraceStep(3, "idle")]
+    rep = TraceReplayer(Trace(HEADER, body), metadata_backend=PersistentBatchRows)
+    for s in body[:3]:
+        assert rep.step(s) == []
+    rep.runner.meta_backend.__dict__["_rows"][0] = 2  # a stale row left pointing at the checkpoint's slot
+    found = rep.step(body[3])
+    assert found and found[0].kind == "foreign" and found[0].slot == 2
+    assert "the checkpoint of request 0's first 6 tokens" in found[0].detail
+
+
+def test_embedding_is_fixed_and_never_zero():
+    a, b = embedding_table(8, torch.float32), embedding_table(8, torch.float32)
+    assert torch.equal(a, b) and a.shape == (EMBED_VOCAB, 8) and (a != 0).all()
+    assert torch.equal(embed_tokens(a, [1, EMBED_VOCAB + 1]), a[[1, 1]])

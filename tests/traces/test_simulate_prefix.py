@@ -1,0 +1,346 @@
+"""The simulator with sglang's ``no_buffer`` mamba radix cache: shared prompts that really hit, checkpoints
+that hold exactly the tokens of the state they copy or donate, evictions of held slots only, copies that
+never touch the dummy slot or another request's, a pool that replays the same, and refusals that name the
+field. Every trace is audited from its rows and metadata alone, with the real pool's rules."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from workbench import cli
+from workbench.pool import StatePool
+from workbench.traces import simulate as sim_module
+from workbench.traces.format import read_trace, write_trace
+from workbench.traces.model import PREFIX_KEYS, Trace
+from workbench.traces.simulate import SimulationError, simulate
+
+STEPS = 400
+CONFIGS = [
+    dict(),
+    dict(profile="sglang", spec=3),
+    dict(profile="sglang-ascend", mixed=True),
+    dict(profile="sglang", dp_dummies=True, followup_rate=1.0),
+    dict(profile="sglang", num_slots=9, max_cached=4, arrival_rate=1.0),  # tight: admissions evict
+    dict(profile="sglang", shared_prefixes=1, prefix_len=(40, 40), chunk_size=8),
+    dict(profile="sglang", output_lens=(1, 3), spec=2),  # some finish at their last prefill chunk
+    dict(profile="sglang", max_cached=0),
+]
+IDS = ["-".join(f"{k}={v}" for k, v in c.items()) or "default" for c in CONFIGS]
+
+
+def run(seed: int = 0, steps: int = STEPS, **kw: Any) -> Trace:
+    return simulate(kw.pop("profile", "sglang"), steps=steps, seed=seed, prefix_cache="no_buffer", **kw)
+
+
+def recorded_prompts(monkeypatch: pytest.MonkeyPatch) -> dict[int, tuple[int, ...]]:
+    """Request id -> its prompt, as the simulator admits it (the trace has only the ids each row feeds)."""
+    prompts: dict[int, tuple[int, ...]] = {}
+    admit = sim_module._NoBuffer.admit
+
+    def spy(self: Any, req: Any) -> bool:
+        prompts[req.id] = tuple(req.prompt)
+        return admit(self, req)
+
+    monkeypatch.setattr(sim_module._NoBuffer, "admit", spy)
+    return prompts
+
+
+def audit(trace: Trace, prompts: dict[int, tuple[int, ...]] | None = None) -> Counter[str]:
+    """Walk the trace as a replay would, with a real pool; assert every prefix-cache rule; count events.
+
+    Tracks each live request's state as the token ids in it, and each held slot's checkpoint as the ids it
+    holds the state of (what a copy or a donation put there)."""
+    h = trace.header
+    dummy = 0
+    pool = StatePool(h.num_slots, h.profile)
+    state: dict[int, list[int]] = {}  # live request -> the ids in its state
+    slot_of: dict[int, int] = {}  # live request -> its slot
+    held: dict[int, tuple[int, ...]] = {}  # held slot -> the ids its checkpoint holds the state of
+    own: dict[int, int] = {}  # live request's slot -> request
+    used: dict[int, int] = {}  # held slot -> when its checkpoint was last published or hit (LRU)
+    clock = 0
+    n: Counter[str] = Counter()
+    for step in trace.steps:
+        meta = step.metadata or {}
+        now = {h["slot"] for h in meta.get("hits", [])}  # in use at this step: never evicted at it
+        assert set(meta) <= set(PREFIX_KEYS), f"step {step.step}: {sorted(meta)}"
+        assert all(meta[k] for k in meta), f"step {step.step}: an empty key is left out"
+        assert list(meta) == [k for k in PREFIX_KEYS if k in meta]
+        rows = {r.id: r for r in step.rows}
+        for slot in meta.get("evict", []):  # before the step: live checkpoints only, free afterwards
+            assert slot in held and slot in pool.held_slots, f"step {step.step}: evict {slot} is not held"
+            assert slot not in now, f"step {step.step}: evicts {slot}, a hit source of the same step"
+            lru = min((t, s) for s, t in used.items() if s not in now)[1]
+            assert slot == lru, f"step {step.step}: evicts {slot}, the least recently used is {lru}"
+            del held[slot], used[slot]
+            pool.release(slot)
+            n["evict"] += 1
+        for rid in step.admit:
+            r = rows[rid]
+            assert r.slot != dummy and r.slot not in held and r.slot not in own
+            pool.alloc_at(r.req_pool_index, [r.slot])  # the pool refuses a held or owned slot too
+            state[rid], slot_of[rid], own[r.slot] = [], r.slot, rid
+        hit_of: dict[int, int] = {}
+        for hit in meta.get("hits", []):
+            rid, length, src = hit["request"], hit["tokens"], hit["slot"]
+            assert rid in step.admit, f"step {step.step}: a hit for request {rid}, not admitted here"
+            assert src in held, f"step {step.step}: hit source {src} is not a live checkpoint"
+            assert len(held[src]) == length and rows[rid].cached_tokens == length
+            if prompts is not None:
+                assert held[src] == prompts[rid][:length]
+            state[rid] = list(held[src])
+            hit_of[rid] = src
+            used[src], clock = clock, clock + 1
+            n["hits"] += 1
+        assert [(hit_of[own[d]], d) for _, d in meta.get("copies_before", [])] == [
+            tuple(c) for c in meta.get("copies_before", [])
+        ], "copy-on-write: each hit's checkpoint into the admitted request's own slot"
+        assert len(meta.get("copies_before", [])) == len(hit_of)
+        for rid in step.admit:
+            if rid not in hit_of:
+                assert rows[rid].cached_tokens == 0
+        for r in step.rows:
+            assert r.tokens is not None and len(r.tokens) == r.new_tokens
+            assert r.cached_tokens == len(state[r.id]), f"step {step.step}: request {r.id}'s state"
+            if prompts is not None and r.cached_tokens < len(prompts[r.id]):  # a prompt piece
+                assert r.tokens == prompts[r.id][r.cached_tokens : r.seq_len]
+            kept = r.accepted if step.mode == "target_verify" else r.new_tokens
+            state[r.id].extend(r.tokens[:kept])
+        copied: dict[int, tuple[int, tuple[int, ...]]] = {}  # destination -> (request, the ids copied)
+        for src, dst in meta.get("copies_after", []):  # a running request's state into a new tree slot
+            assert src != dst and dst != dummy and src in own and own[src] in rows
+            assert own[src] not in step.finish, "a copy only for a request that runs on (a finishing one donates)"
+            assert dst not in own and dst not in held and dst not in copied
+            pool.hold(dst)
+            copied[dst] = (own[src], tuple(state[own[src]]))
+            n["copies_after"] += 1
+        donated: set[int] = set()
+        for c in meta.get("checkpoints", []):
+            rid, length, slot = c["request"], c["tokens"], c["slot"]
+            assert length == len(state[rid]), "a checkpoint holds exactly the publishing request's state"
+            if slot in copied:
+                assert copied.pop(slot) == (rid, tuple(state[rid])), "the copy of the publishing request's state"
+                if prompts is not None:
+                    assert length == len(prompts[rid])  # copied after the last prefill chunk: the prompt
+                n["copied checkpoints"] += 1
+            else:
+                assert slot == slot_of[rid] and rid in step.finish, "no copy: only a finishing request donates"
+                donated.add(rid)
+                n["donated"] += 1
+            assert slot not in held
+            held[slot] = tuple(state[rid])
+            used[slot], clock = clock, clock + 1
+        assert not copied, "every copy after the step publishes a checkpoint"
+        for rid in step.finish:
+            if rid in donated:
+                pool.donate(pool_row(pool, slot_of[rid]))
+            else:
+                pool.free([pool_row(pool, slot_of[rid])])
+            del own[slot_of[rid]], slot_of[rid], state[rid]
+        assert set(held) == pool.held_slots and not set(held) & set(own)
+        n["steps"] += 1
+    n["admitted"] = sum(len(s.admit) for s in trace.steps)
+    return n
+
+
+def pool_row(pool: StatePool, slot: int) -> int:
+    return next(row for row in pool.live_rows if pool.slots_of(row) == [slot])
+
+
+# -- the trace, audited ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("kw", CONFIGS, ids=IDS)
+def test_every_hit_copy_checkpoint_and_eviction_follows_the_rules(kw, monkeypatch):
+    prompts = recorded_prompts(monkeypatch)
+    trace = run(**dict(kw))
+    n = audit(trace, prompts)
+    assert n["steps"] == STEPS and n["admitted"] > 20
+    if kw.get("max_cached") == 0:
+        assert n["hits"] == n["copies_after"] == n["donated"] == 0
+    else:
+        assert n["hits"] > 0 and n["copies_after"] > 0 and n["donated"] > 0
+
+
+def test_requests_share_prefixes_and_hit_checkpoints_published_earlier(monkeypatch):
+    prompts = recorded_prompts(monkeypatch)
+    trace = run(steps=600, followup_rate=0.0)
+    assert audit(trace, prompts)["hits"] >= 10
+    published: list[tuple[int, int, int]] = []  # (step, request, tokens)
+    hits = 0
+    for step in trace.steps:
+        meta = step.metadata or {}
+        for hit in meta.get("hits", []):
+            rid, length = hit["request"], hit["tokens"]
+            assert length <= len(prompts[rid]) - 1, "a hit leaves a prompt token to compute"
+            sources = [
+                (s, src)
+                for s, src, tokens in published
+                if tokens == length and prompts[src][:length] == prompts[rid][:length]
+            ]
+            assert sources, f"step {step.step}: hit of {length} tokens for request {rid}: no earlier checkpoint"
+            hits += 1
+        for c in meta.get("checkpoints", []):
+            published.append((step.step, c["request"], c["tokens"]))
+    # without follow-ups, every hit is on a shared system prompt: distinct requests share a prefix
+    heads = Counter(p[:4] for p in prompts.values())
+    assert hits >= 10 and max(heads.values()) >= len(prompts) // 8
+
+
+def test_follow_ups_hit_the_state_a_finished_request_donated(monkeypatch):
+    prompts = recorded_prompts(monkeypatch)
+    trace = run(followup_rate=1.0)
+    audit(trace, prompts)
+    donated: dict[int, int] = {}  # slot -> its tokens, while held
+    on_donated = 0
+    for step in trace.steps:
+        meta = step.metadata or {}
+        for slot in meta.get("evict", []):
+            donated.pop(slot, None)
+        for hit in meta.get("hits", []):
+            on_donated += donated.get(hit["slot"]) == hit["tokens"]
+        own = {r.slot: r.id for r in step.rows}
+        for c in meta.get("checkpoints", []):
+            if own.get(c["slot"]) == c["request"]:
+                donated[c["slot"]] = c["tokens"]
+            else:
+                donated.pop(c["slot"], None)
+    assert on_donated > 0
+
+
+def test_a_full_pool_evicts_checkpoints_for_admissions():
+    trace = run(num_slots=7, max_cached=6, arrival_rate=2.0)
+    audit(trace)
+    for_admission = 0
+    for step in trace.steps:
+        evicted = set((step.metadata or {}).get("evict", []))
+        for r in step.rows:
+            for_admission += r.id in step.admit and r.slot in evicted
+        if step.metadata:
+            assert len(step.metadata.get("evict", [])) <= len(step.metadata.get("checkpoints", [])) + len(step.admit)
+    assert for_admission > 0
+
+
+def test_the_tree_never_holds_more_than_max_cached():
+    for max_cached in (1, 3):
+        trace = run(max_cached=max_cached)
+        held: set[int] = set()
+        for step in trace.steps:
+            meta = step.metadata or {}
+            held -= set(meta.get("evict", []))
+            held |= {c["slot"] for c in meta.get("checkpoints", [])}
+            assert len(held) <= max_cached
+
+
+# -- determinism, the file, speed -------------------------------------------------------------------------
+def test_same_seed_same_trace():
+    a, b, c = run(seed=5, spec=2), run(seed=5, spec=2), run(seed=6, spec=2)
+    assert a == b and a.steps != c.steps
+    assert all(r.tokens is not None for s in a.steps for r in s.rows)
+
+
+def test_without_a_prefix_cache_rows_carry_no_tokens_and_steps_no_cache_keys():
+    trace = simulate("sglang", steps=200, seed=0)
+    assert all(r.tokens is None for s in trace.steps for r in s.rows)
+    assert all(s.metadata is None for s in trace.steps)
+
+
+def test_round_trips_through_the_file(tmp_path):
+    trace = run(seed=2, spec=2, dp_dummies=True)
+    buf = io.StringIO()
+    write_trace(trace, buf)
+    assert read_trace(buf.getvalue().splitlines()) == trace
+    path = tmp_path / "t.jsonl"
+    write_trace(trace, path)
+    assert read_trace(path) == trace
+
+
+def test_two_thousand_steps_simulate_and_keep_the_cache_busy():
+    """A long run (its speed is measured by `workbench bench trace`, not asserted here: a shared machine)."""
+    trace = run(steps=2000)
+    kinds = {k for s in trace.steps for k in (s.metadata or {})}
+    assert len(trace) == 2000 and {"hits", "checkpoints", "copies_before", "copies_after", "evict"} <= kinds
+
+
+# -- refusals ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kw, field, value",
+    [
+        (dict(prefix_cache="extra_buffer"), "prefix_cache", "'extra_buffer': not built yet"),
+        (dict(prefix_cache="align"), "prefix_cache", "'align': not built yet"),
+        (dict(prefix_cache="lru"), "prefix_cache", "'lru'"),
+        (dict(prefix_cache=1), "prefix_cache", "1"),
+        (dict(prefix_cache="no_buffer", profile="vllm"), "profile", "'vllm'"),
+        (dict(prefix_cache="no_buffer", layer="mamba2"), "layer", "'mamba2'"),
+        (dict(prefix_cache="no_buffer", prefill=False), "prefill", "False"),
+        (dict(prefix_cache="no_buffer", shared_prefixes=0), "shared_prefixes", "0"),
+        (dict(prefix_cache="no_buffer", prefix_len=(0, 4)), "prefix_len", r"\(0, 4\)"),
+        (dict(prefix_cache="no_buffer", prefix_len=(9, 4)), "prefix_len", r"\(9, 4\)"),
+        (dict(prefix_cache="no_buffer", vocab=0), "vocab", "0"),
+        (dict(prefix_cache="no_buffer", vocab=True), "vocab", "True"),
+        (dict(prefix_cache="no_buffer", followup_rate=1.5), "followup_rate", "1.5"),
+        (dict(prefix_cache="no_buffer", max_cached=-1), "max_cached", "-1"),
+        (dict(prefix_cache="no_buffer", num_slots=5, max_cached=5), "max_cached", "5"),
+        (dict(max_cached=2), "max_cached", "2"),
+    ],
+)
+def test_refusals_name_the_field_and_value(kw, field, value):
+    kw = dict(kw)
+    with pytest.raises(SimulationError, match=f"{field} = {value}"):
+        simulate(kw.pop("profile", "sglang"), kw.pop("layer", "gdn"), steps=5, **kw)
+
+
+# -- the command line ----------------------------------------------------------------------------------------
+def test_cli_passes_the_prefix_cache_through(monkeypatch, capsys):
+    import workbench.traces.replay as replay_module
+
+    seen: dict[str, Any] = {}
+    real = sim_module.simulate
+
+    def spy(*args: Any, **kw: Any) -> Trace:
+        seen.update(kw)
+        return real(*args, **kw)
+
+    class Result:
+        ok = True
+
+        def __str__(self) -> str:
+            return "replayed"
+
+    monkeypatch.setattr(sim_module, "simulate", spy)
+    monkeypatch.setattr(replay_module, "replay_trace", lambda trace, progress=None: Result())
+    assert cli.main(["trace", "run", "--steps", "3", "--prefix-cache", "no_buffer"]) == 0
+    assert seen["prefix_cache"] == "no_buffer"
+    assert cli.main(["trace", "run", "--steps", "3"]) == 0
+    assert seen["prefix_cache"] is None
+
+
+def test_cli_refuses_a_bad_prefix_cache_in_one_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["trace", "run", "--prefix-cache", "extra_buffer"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--prefix-cache" in err and "extra_buffer" in err
+    assert cli.main(["trace", "run", "--profile", "vllm", "--prefix-cache", "no_buffer"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "profile = 'vllm'" in err[0]
+
+
+# -- the replay ----------------------------------------------------------------------------------------------
+def test_a_simulated_prefix_cache_trace_replays_clean():
+    """Smoke: the replay verifies every checkpoint against the float64 state of exactly its prefix. The pool
+    is roomy (no admission needs an evicted slot: the replay admits a step's requests before it runs its
+    ``evict``), the tree small (checkpoints evict each other)."""
+    from workbench.traces.replay import replay_trace
+
+    trace = run(steps=60, num_slots=48, max_cached=6, output_lens=(1, 8), arrival_rate=0.8)
+    n = audit(trace)
+    assert n["hits"] and n["donated"] and n["copied checkpoints"] and n["evict"]
+    for step in trace.steps:
+        evicted = set((step.metadata or {}).get("evict", []))
+        assert not any(r.id in step.admit and r.slot in evicted for r in step.rows)
+    result = replay_trace(trace)
+    assert result.ok, str(result)
+    assert result.hits == n["hits"] and result.verified == result.checkpoints == n["donated"] + n["copied checkpoints"]

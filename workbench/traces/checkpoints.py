@@ -1,0 +1,314 @@
+"""Prefix-cache checks of a trace replay: every checkpoint is the state after exactly its prefix.
+
+A recurrent state, unlike a KV cache, cannot be cut at any length: a prefix cache keeps whole states, each
+the state after exactly some prefix of a request's tokens (a *checkpoint*), in slots of the same pool. A
+trace says what the cache did at each step in its ``metadata`` (``workbench.traces.model.PREFIX_KEYS``;
+``docs/traces.md``, "Prefix caching"); :class:`CheckpointBook` runs and checks it beside the replay:
+
+* ``evict`` (first, before the step's admissions, which may take the freed slots): each slot is a live
+  checkpoint; it is dropped (its slot free again).
+* ``hits``: the slot holds a live checkpoint of exactly the hit's length, the request was admitted at this
+  step, and its first row continues from there (``cached_tokens`` equal to the length). The shadow of the
+  request's own slot becomes the float64 state of that prefix, recomputed: a hit whose copy-on-write is
+  missing (or wrong) leaves the runner on other bytes, and the step's state check shows it.
+* copies (``copies_before`` the forward, ``copies_after`` it): whole-slot copies of the conv window and the
+  recurrent state, made in the runner's pool and in the float64 shadow alike; never from or to the dummy
+  slot, never onto their own source, never from a slot that holds neither a live request's state nor a
+  live checkpoint (a freed or evicted one), never onto a slot another live request owns or a live
+  checkpoint.
+* ``checkpoints``: published after the step; the slot is compared, conv window and recurrent state, with the
+  float64 state recomputed from zeros over the request's first ``tokens`` token ids (cached per prefix), and
+  ``tokens`` may not exceed what the request's state holds after the step (nothing is published before the
+  step that writes it has run). A running request's own slot may be published only as it finishes (it is
+  then donated to the cache).
+
+Token ids come from the rows' ``tokens``: the replay's inputs are a fixed embedding of them
+(:func:`embed_tokens`), so requests sharing a prefix compute the same state over it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from workbench.batch import Batch
+from workbench.layers import LayerState
+from workbench.metadata import build_metadata
+from workbench.pool import StatePool
+from workbench.traces.model import PREFIX_KEYS, TraceStep
+
+if TYPE_CHECKING:
+    from workbench.traces.replay import TraceDivergence, TraceReplayer
+
+EMBED_VOCAB = 4096
+"""Rows of the fixed input embedding: a token id ``t`` feeds row ``t % EMBED_VOCAB``."""
+EMBED_SEED = 20_26
+ATOL, RTOL = 1e-4, 1e-3
+"""A float32 state against its float64 recomputation (the tolerances of the replay's accept check)."""
+PREFIX_CACHE_SIZE = 128
+
+
+def embed_tokens(table: torch.Tensor, ids: list[int]) -> torch.Tensor:
+    """The inputs ``[len(ids), hidden]`` of token ``ids``: rows of ``table`` (``[EMBED_VOCAB, hidden]``)."""
+    return table[torch.tensor(ids, dtype=torch.long) % table.shape[0]]
+
+
+def embedding_table(hidden: int, dtype: torch.dtype) -> torch.Tensor:
+    """The fixed, seeded input embedding the replay feeds token ids through (never zeros)."""
+    g = torch.Generator().manual_seed(EMBED_SEED)
+    return torch.randn(EMBED_VOCAB, hidden, generator=g).to(dtype)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A published checkpoint: ``slot`` holds ``request``'s state after exactly ``tokens`` (its first ids)."""
+
+    request: int
+    tokens: tuple[int, ...]
+    slot: int
+    step: int
+
+
+class CheckpointBook:
+    """The live checkpoints of a replay, and the checks of each step's prefix-cache work (see the module)."""
+
+    def __init__(self, replayer: TraceReplayer) -> None:
+        self.rep = replayer
+        self.live: dict[int, Checkpoint] = {}  # slot -> checkpoint
+        self.history: dict[int, list[int] | None] = {}  # request id -> token ids in its state (None: unknown)
+        # request id -> its shadow is the float64 recurrence from zeros over exactly ``history`` (admitted
+        # with no cached tokens, or from a hit's prefix state), so a checkpoint of all of it can be read there
+        self.from_zeros: dict[int, bool] = {}
+        self.hits = self.published = self.verified = 0
+        self._prefix: OrderedDict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+        layer = replayer.runner.layer
+        self.table = embedding_table(layer.config.hidden_size, layer.dtype)  # the runner's inputs
+        self._scratch_pool = StatePool(2, replayer.pool.profile)
+        self._scratch_row = int(self._scratch_pool.alloc(1)[0])
+
+    # -- the step's prefix-cache work -------------------------------------------------------------------
+    @staticmethod
+    def work(step: TraceStep) -> dict[str, Any]:
+        """The step's prefix-cache keys (empty when it has none)."""
+        md = step.metadata or {}
+        return {k: md[k] for k in PREFIX_KEYS if md.get(k)}
+
+    def evict(self, step: TraceStep) -> list[TraceDivergence]:
+        """The step's evictions, before anything else of it (its admissions may take the slots they free)."""
+        out: list[TraceDivergence] = []
+        for i, slot in enumerate(self.work(step).get("evict", [])):
+            if slot not in self.live:
+                out.append(self._div(step, "evict", f"evict[{i}]: slot {slot} holds no live checkpoint", slot=slot))
+                continue
+            self.live.pop(slot)
+            if slot in self.rep.pool.held_slots:
+                self.rep.pool.release(slot)
+        return out
+
+    def before(self, step: TraceStep) -> list[TraceDivergence]:
+        """Hits and copies before the forward (after the step's admissions); admitted requests start their
+        token history."""
+        work = self.work(step)
+        first = {r.id: r for r in step.rows}
+        for rid in step.admit:
+            self.history[rid] = []
+            self.from_zeros[rid] = rid in first and first[rid].cached_tokens == 0  # else: a hit, below
+        out: list[TraceDivergence] = []
+        for i, hit in enumerate(work.get("hits", [])):
+            rid, n, slot = hit["request"], hit["tokens"], hit["slot"]
+            cp, row = self.live.get(slot), first.get(rid)
+            problem, expected, got = None, None, None
+            if rid not in step.admit:
+                problem = "the request was not admitted at this step"
+            elif cp is None:
+                problem = "no live checkpoint there (freed, evicted or never published)"
+            elif len(cp.tokens) != n:
+                problem = f"the checkpoint holds {len(cp.tokens)} tokens, the hit claims {n}"
+                expected, got = len(cp.tokens), n
+            elif row is not None and row.cached_tokens != n:
+                problem = f"the request's row continues from {row.cached_tokens} tokens, not the hit's {n}"
+                expected, got = n, row.cached_tokens
+            if problem is not None:
+                detail = f"hits[{i}] ({n} tokens): {problem}"
+                out.append(self._div(step, "hit", detail, rid, slot, expected=expected, got=got))
+                continue
+            assert cp is not None
+            self.hits += 1
+            self.history[rid] = list(cp.tokens)
+            self.from_zeros[rid] = True  # from a prefix state computed from zeros
+            for own in self.rep.pool.slots_of(self.rep.live[rid]):  # the truth: the prefix's own state
+                self._set_shadow(own, cp.tokens)
+        out += self._copies(step, work.get("copies_before", []), "copies_before")
+        return out
+
+    def after(self, step: TraceStep) -> list[TraceDivergence]:
+        """Copies after the forward, then the checkpoints the step publishes, each verified."""
+        work = self.work(step)
+        out = self._copies(step, work.get("copies_after", []), "copies_after")
+        finishing = set(step.finish)
+        for i, c in enumerate(work.get("checkpoints", [])):
+            rid, n, slot = c["request"], c["tokens"], c["slot"]
+            have, owner = self.history.get(rid), self.rep.owner(slot)
+            problem, expected, got = None, None, None
+            if have is None:
+                problem = (
+                    "the request's token ids are not all in the trace (rows without tokens), so its prefix "
+                    "cannot be recomputed"
+                )
+            elif n > len(have):
+                problem = (
+                    f"published before it is written: the request's state holds {len(have)} tokens after this step"
+                )
+                expected, got = len(have), n
+            elif owner is not None and (owner != rid or rid not in finishing):
+                runs_on = ", which keeps running" if owner not in finishing else ""
+                problem = f"the slot is the running slot of request {owner}{runs_on}"
+            elif slot == self.rep.pool.profile.dummy_slot:
+                problem = "the dummy slot"
+            if problem is not None or have is None:
+                detail = f"checkpoints[{i}] ({n} tokens): {problem}"
+                out.append(self._div(step, "checkpoint", detail, rid, slot, expected=expected, got=got))
+                continue
+            self.published += 1
+            prefix = tuple(have[:n])
+            if n == len(have) and self.from_zeros.get(rid) and prefix not in self._prefix:
+                self._remember_shadow(rid, prefix)
+            bad = self._compare(slot, prefix)
+            if bad is not None:
+                name, err = bad
+                detail = (
+                    f"checkpoints[{i}] ({n} tokens): {name} off the float64 state after exactly its first {n} tokens"
+                )
+                out.append(self._div(step, "checkpoint", detail, rid, slot, got=err))
+            else:
+                self.verified += 1
+            if owner is None and slot not in self.rep.pool.held_slots:
+                self.rep.pool.hold(slot)
+            self.live[slot] = Checkpoint(rid, prefix, slot, step.step)
+            self._set_shadow(slot, prefix)
+        return out
+
+    def finish(self, rid: int, row: int) -> None:
+        """Free a finishing request's row: its slot stays held when it was published (donated), else freed."""
+        slots = self.rep.pool.slots_of(row)
+        if len(slots) == 1 and slots[0] in self.live:
+            self.rep.pool.donate(row)
+        else:
+            self.rep.pool.free([row])
+        self.history.pop(rid, None)
+        self.from_zeros.pop(rid, None)
+
+    def remember(self, step: TraceStep) -> None:
+        """Extend each row's token history by what the step put into its state (a verify keeps ``accepted``)."""
+        for r in step.rows:
+            have = self.history.get(r.id)
+            if have is None or r.tokens is None:
+                self.history[r.id] = None
+                continue
+            kept = r.accepted if (step.mode == "target_verify" and r.accepted is not None) else r.new_tokens
+            have.extend(r.tokens[:kept])
+
+    def is_live(self, slot: int) -> Checkpoint | None:
+        return self.live.get(slot)
+
+    # -- pieces -----------------------------------------------------------------------------------------
+    def _copies(self, step: TraceStep, pairs: list[list[int]], key: str) -> list[TraceDivergence]:
+        rep, out = self.rep, []
+        dummy = rep.pool.profile.dummy_slot
+        admitted_slots = {s for rid in step.admit for s in rep.pool.slots_of(rep.live[rid])}
+        for i, (src, dst) in enumerate(pairs):
+            where = f"{key}[{i}] {src} -> {dst}"
+            src_owner, dst_owner = rep.owner(src), rep.owner(dst)
+            problem = None
+            if src == dst:
+                problem = "source and destination are one slot (the copy overlaps itself)"
+            elif dummy in (src, dst) or min(src, dst) < 0 or max(src, dst) >= rep.pool.num_slots:
+                problem = "reads or writes the dummy (null) slot or a slot past the pool"
+            elif src_owner is None and src not in self.live:
+                problem = (
+                    f"reads slot {src}, which holds neither a live request's state nor a checkpoint (freed or evicted)"
+                )
+            elif dst in self.live:
+                cp = self.live[dst]
+                problem = (
+                    f"overwrites the live checkpoint in slot {dst} (request {cp.request}, {len(cp.tokens)} tokens)"
+                )
+            elif key == "copies_before" and dst not in admitted_slots:
+                whose = f"request {dst_owner}'s slot" if dst_owner is not None else "a slot no admitted request owns"
+                problem = f"writes {whose}: a copy before the forward goes into a request admitted at this step"
+            elif key == "copies_after" and dst_owner is not None:
+                problem = f"writes the running slot of request {dst_owner}, replacing the state its step computed"
+            if problem is not None:
+                out.append(self._div(step, "copy", f"{where}: {problem}", slot=dst))
+                continue
+            for pool in (rep.runner.state, rep.shadow):
+                for t in pool.tensors().values():
+                    t[dst] = t[src]
+        return out
+
+    def prefix_state(self, prefix: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The float64 conv window and recurrent state after exactly ``prefix`` from zeros (cached)."""
+        hit = self._prefix.get(prefix)
+        if hit is not None:
+            self._prefix.move_to_end(prefix)
+            return hit
+        ref: Any = self.rep.ref
+        state: LayerState = ref.new_state(2, dtype=torch.float64)  # zeros
+        pool = self._scratch_pool
+        batch = Batch.extend([self._scratch_row], [len(prefix)], [0])
+        meta = build_metadata(batch, pool, bucket=None)
+        ref.forward(embed_tokens(self.table, list(prefix)).double(), meta, state, None)
+        slot = int(pool.mapping[self._scratch_row, 0])
+        got = (state.conv[slot].clone(), state.ssm[slot].clone())
+        self._cache(prefix, got)
+        return got
+
+    def _remember_shadow(self, rid: int, prefix: tuple[int, ...]) -> None:
+        """The state after exactly ``prefix`` is ``rid``'s shadow now: keep it instead of recomputing it (the
+        shadow is the float64 recurrence over the same ids from zeros, chunk by chunk; a one-slot layout)."""
+        row = self.rep.live.get(rid)
+        if row is None or self.rep.pool.slots_per_request != 1:
+            return
+        (slot,) = self.rep.pool.slots_of(row)
+        self._cache(prefix, (self.rep.shadow.conv[slot].clone(), self.rep.shadow.ssm[slot].clone()))
+
+    def _cache(self, prefix: tuple[int, ...], value: tuple[torch.Tensor, torch.Tensor]) -> None:
+        self._prefix[prefix] = value
+        if len(self._prefix) > PREFIX_CACHE_SIZE:
+            self._prefix.popitem(last=False)
+
+    def _compare(self, slot: int, prefix: tuple[int, ...]) -> tuple[str, float] | None:
+        conv, ssm = self.prefix_state(prefix)
+        state = self.rep.runner.state
+        for name, got, want in (("conv window", state.conv[slot], conv), ("recurrent state", state.ssm[slot], ssm)):
+            got64 = got.double()
+            if not torch.allclose(got64, want, atol=ATOL, rtol=RTOL):
+                return name, float((got64 - want).abs().max()) if torch.isfinite(got64).all() else float("inf")
+        return None
+
+    def _set_shadow(self, slot: int, prefix: tuple[int, ...]) -> None:
+        conv, ssm = self.prefix_state(prefix)
+        self.rep.shadow.conv[slot] = conv
+        self.rep.shadow.ssm[slot] = ssm
+
+    def _div(
+        self,
+        step: TraceStep,
+        field: str,
+        detail: str,
+        request: int | None = None,
+        slot: int | None = None,
+        expected: Any = None,
+        got: Any = None,
+    ) -> TraceDivergence:
+        from workbench.traces.replay import TraceDivergence
+
+        return TraceDivergence(
+            step.step, "prefix", field, detail, request=request, slot=slot, expected=expected, got=got
+        )
+
+
+__all__ = ["ATOL", "EMBED_VOCAB", "RTOL", "Checkpoint", "CheckpointBook", "embed_tokens", "embedding_table"]

@@ -1,0 +1,85 @@
+"""stale_track_mask: a verify step reuses the track indices of the extend before it, and its tracking copy
+overwrites the checkpoint that extend published (sglang PR 19415)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workbench.traces.model import Trace
+from workbench.traces.replay import TraceDivergence, TraceReplayer
+from workbench.traces.script import scripted
+from workbench.zoo import _harness as h
+from workbench.zoo.case import ZooCase
+from workbench.zoo.result import Evidence, TraceEvidence
+
+EXPLANATION = (
+    "sglang tracks prefix states through per-step metadata: `mamba_track_mask` (which rows checkpoint), "
+    "`mamba_track_indices` (into which slot) and `mamba_track_seqlens`. An extend step sets them for the rows "
+    "that reach a tracked length; a target-verify step must rebuild them from its own requests, since it "
+    "tracks only where the accepted tokens cross a track interval. Before PR 19415 the verify step found the "
+    "extend-time mask still set and tracked with it: in the engine the prefill-sized indices addressed the "
+    "verify buffers out of range (an illegal memory access); where they stay in range, the verify's state is "
+    "copied into the slot the extend had committed. Here request 0 prefills 8 tokens and its state is copied "
+    "into slot 5 and published as their checkpoint; the next step verifies 2 draft tokens and, unfixed, "
+    "repeats that copy. The replay checks every copy before making it and names the one that would "
+    "overwrite a live checkpoint. The fix rebuilds the track metadata for verify from the requests and "
+    "clears the extend's mask."
+)
+
+PROMPT = [90, 14, 14, 2, 6, 33, 71, 5]
+TRACK = 5
+
+
+def plan(fixed: bool) -> list[dict[str, Any]]:
+    """Request 0's prompt tracked into slot 5; a verify that repeats the track copy (unfixed) or not; a decode."""
+    track = {"copies_after": [[1, TRACK]], "checkpoints": [{"request": 0, "tokens": len(PROMPT), "slot": TRACK}]}
+    verify: dict[str, Any] = {"mode": "target_verify", "rows": {0: 2}}
+    if not fixed:
+        verify["metadata"] = {"copies_after": [[1, TRACK]]}  # the extend's track indices, reused
+    return [
+        {"mode": "extend", "rows": {0: len(PROMPT)}, "tokens": {0: PROMPT}, "metadata": track},
+        verify,
+        {"mode": "decode", "rows": [0], "finish": [0]},
+    ]
+
+
+def scenario_trace(fixed: bool) -> Trace:
+    return scripted(
+        "sglang", "gdn", plan(fixed), num_slots=6, buckets={"decode": [1, 2, 4], "target_verify": [1, 2, 4]},
+        draft_tokens=2, tokens=True,
+    )  # fmt: skip
+
+
+def reading(rep: TraceReplayer, d: TraceDivergence) -> tuple[bool, str]:
+    """This bug: a copy of a verify step that overwrites a live checkpoint."""
+    step = rep.trace.steps[d.step]
+    if d.kind != "prefix" or d.field != "copy" or "overwrites the live checkpoint" not in d.detail:
+        return False, ""
+    if step.mode != "target_verify":
+        return False, f"the copy is in {step.mode} step {d.step}, not a verify"
+    made = [
+        s.step
+        for s in rep.trace.steps[: d.step]
+        if any(c["slot"] == d.slot for c in (s.metadata or {}).get("checkpoints", []))
+    ]
+    return True, f"verify step {d.step} repeats the track copy of step {made[-1] if made else '?'}"
+
+
+def run(fixed: bool, backend: str) -> list[Evidence]:
+    return [h.replay_trace(scenario_trace(fixed), None, backend, what="trace replay", reading=reading)]
+
+
+CASE = ZooCase(
+    name="stale_track_mask",
+    title="a verify step tracks with the extend's stale mask and overwrites its checkpoint",
+    issue="sglang PR 19415",
+    profile="sglang",
+    explanation=EXPLANATION,
+    run_fn=run,
+    mechanism=(TraceEvidence,),
+    why_not="the bug is in the prefix cache's bookkeeping, not in a metadata backend or a kernel: dump your "
+    "engine's trace with its checkpoints and hits and run `workbench trace check` on it",
+    steps="a scripted 3-step trace with token ids, GDN layer (small, seed 0), 6 slots, decode and verify "
+    "buckets 1, 2, 4, D=2: request 0 prefills 8 tokens, tracked into slot 5 and published; a verify of 2 "
+    "tokens repeats the track copy (unfixed); a decode; every copy checked before it is made",
+)
