@@ -160,9 +160,9 @@ PREFIX_CASES = {
     ),
     "stale_track_mask": (
         1,
-        "copy",
-        "overwrites the live checkpoint in slot 5 (request 0, 8 tokens)",
-        "repeats the track copy of step 0",
+        "track",
+        "mamba_track_seqlens[0] = 8, but the state holds 10 tokens",
+        "carries the track fields of extend step 0",
     ),
     "backward_post_copy": (
         2,

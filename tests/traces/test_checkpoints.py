@@ -145,3 +145,28 @@ def test_embedding_is_fixed_and_never_zero():
     a, b = embedding_table(8, torch.float32), embedding_table(8, torch.float32)
     assert torch.equal(a, b) and a.shape == (EMBED_VOCAB, 8) and (a != 0).all()
     assert torch.equal(embed_tokens(a, [1, EMBED_VOCAB + 1]), a[[1, 1]])
+
+
+def tracked(body: list[TraceStep], mask, slots, lengths) -> list[TraceStep]:
+    """Step 0 with sglang's track fields (request 0's prompt tracked into slot 2 by the copy 1 -> 2)."""
+    return with_metadata(body, 0, mamba_track_mask=mask, mamba_track_indices=slots, mamba_track_seqlens=lengths)
+
+
+def test_sglang_track_fields_that_agree_with_the_copies_pass():
+    res = replay_trace(Trace(HEADER, tracked(steps(), [True], [2], [6])), stop_at_first=False)
+    assert res.ok, res
+
+
+@pytest.mark.parametrize(
+    ("mask", "slots", "lengths", "says"),
+    [
+        ([True], [4], [6], "tracked into slot 4, but no copy 1 -> 4 after the step"),
+        ([True], [2], [5], "mamba_track_seqlens[0] = 5, but the state holds 6 tokens"),
+        ([False], [2], [6], "untracked, but mamba_track_seqlens[0] = 6 (want -1)"),
+        ([True, False], [2], [6], "must each be a list of one entry per row (1)"),
+    ],
+    ids=["no-copy", "wrong-length", "untracked-length", "shape"],
+)
+def test_sglang_track_fields_that_disagree_are_named(mask, slots, lengths, says):
+    d = first(tracked(steps(), mask, slots, lengths))
+    assert (d.step, d.kind, d.field) == (0, "prefix", "track") and says in d.detail, d

@@ -268,7 +268,7 @@ def test_two_thousand_steps_simulate_and_keep_the_cache_busy():
 @pytest.mark.parametrize(
     "kw, field, value",
     [
-        (dict(prefix_cache="extra_buffer"), "prefix_cache", "'extra_buffer': not built yet"),
+        (dict(prefix_cache="extra_buffer_lazy"), "prefix_cache", "'extra_buffer_lazy': not built yet"),
         (dict(prefix_cache="align"), "prefix_cache", "'align': not built yet"),
         (dict(prefix_cache="lru"), "prefix_cache", "'lru'"),
         (dict(prefix_cache=1), "prefix_cache", "1"),
@@ -319,10 +319,10 @@ def test_cli_passes_the_prefix_cache_through(monkeypatch, capsys):
 
 def test_cli_refuses_a_bad_prefix_cache_in_one_line(capsys):
     with pytest.raises(SystemExit) as info:
-        cli.main(["trace", "run", "--prefix-cache", "extra_buffer"])
+        cli.main(["trace", "run", "--prefix-cache", "align"])
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--prefix-cache" in err and "extra_buffer" in err
+    assert err.count("\n") == 1 and "--prefix-cache" in err and "align" in err
     assert cli.main(["trace", "run", "--profile", "vllm", "--prefix-cache", "no_buffer"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "profile = 'vllm'" in err[0]
@@ -344,3 +344,209 @@ def test_a_simulated_prefix_cache_trace_replays_clean():
     result = replay_trace(trace)
     assert result.ok, str(result)
     assert result.hits == n["hits"] and result.verified == result.checkpoints == n["donated"] + n["copied checkpoints"]
+
+
+# -- extra_buffer: ping-pong track buffers -------------------------------------------------------------------
+EB_STEPS = 300
+EB_CONFIGS = [
+    dict(),
+    dict(spec=2),
+    dict(profile="sglang-ascend", mixed=True),
+    dict(dp_dummies=True, followup_rate=1.0),
+    dict(num_slots=13, max_cached=3, arrival_rate=1.0),  # tight: admissions and donations evict
+    dict(cache_chunk=8, track_interval=16, chunk_size=24),
+]
+EB_IDS = ["-".join(f"{k}={v}" for k, v in c.items()) or "default" for c in EB_CONFIGS]
+
+
+def run_eb(seed: int = 0, steps: int = EB_STEPS, **kw: Any) -> Trace:
+    return simulate(kw.pop("profile", "sglang"), steps=steps, seed=seed, prefix_cache="extra_buffer", **kw)
+
+
+def audit_eb(
+    trace: Trace, cache_chunk: int = 16, track_interval: int = 32, prompts: dict[int, tuple[int, ...]] | None = None
+) -> Counter[str]:
+    """Walk an ``extra_buffer`` trace from its rows and metadata alone; assert the tracking, track-field,
+    ping-pong and donation rules; count events."""
+    state: dict[int, list[int]] = {}  # live request -> the ids in its state
+    slot_of: dict[int, int] = {}  # live request -> its running slot
+    pingpong: dict[int, set[int]] = {}  # live request -> its ping-pong slots seen (not donated)
+    dsts: dict[int, set[int]] = {}  # request -> every slot it tracked into
+    donations: Counter[int] = Counter()  # request -> slots it donated
+    last: dict[int, tuple[int, tuple[int, ...]]] = {}  # request -> (slot, ids) of its last tracked copy
+    pending: dict[int, int] = {}  # request -> the slot its next tracked copy writes (from mamba_track_indices)
+    held: set[int] = set()  # checkpoints' slots
+    n: Counter[str] = Counter()
+    for step in trace.steps:
+        meta = step.metadata or {}
+        keys = [*PREFIX_KEYS, *sim_module.TRACK_KEYS]
+        assert list(meta) == [k for k in keys if k in meta], f"step {step.step}: {list(meta)}"
+        held -= set(meta.get("evict", []))
+        for rid in step.admit:
+            state[rid], pingpong[rid], dsts[rid] = [], set(), set()
+        for hit in meta.get("hits", []):
+            assert hit["slot"] in held
+            state[hit["request"]] = [-1] * hit["tokens"]  # ids of the hit prefix: not needed here
+            n["hits"] += 1
+        expected_copies: list[list[int]] = []
+        mask: list[bool] = []
+        seqlens: list[int] = []
+        for r in step.rows:
+            assert r.tokens is not None
+            slot_of[r.id] = r.slot
+            assert r.cached_tokens == len(state[r.id])
+            kept = r.accepted if step.mode == "target_verify" else r.new_tokens
+            state[r.id].extend(r.tokens[:kept])
+            now = len(state[r.id])
+            if step.mode in ("decode", "target_verify"):
+                tracked = now % track_interval == 0
+                n["decode tracks"] += tracked
+            else:  # an extend row (or a mixed step's one-token decode tail: never tracked)
+                tracked = r.new_tokens >= cache_chunk and r.new_tokens % cache_chunk == 0
+                n["extend tracks"] += tracked
+            mask.append(tracked)
+            seqlens.append(now if tracked else -1)
+        rows_by_pos = list(step.rows)
+        if any(mask):
+            assert meta["mamba_track_mask"] == mask, f"step {step.step}: the mask follows the rule"
+            assert meta["mamba_track_seqlens"] == seqlens, f"step {step.step}: seqlens are the tokens in state"
+            indices = meta["mamba_track_indices"]
+            assert len(indices) == len(rows_by_pos)
+            for r, tracked, idx in zip(rows_by_pos, mask, indices, strict=True):
+                assert idx not in slot_of.values() and idx != 0 and idx not in held
+                if r.id in pending:
+                    assert pending[r.id] == idx, "the next track slot stays until the request tracks"
+                if tracked:
+                    expected_copies.append([r.slot, idx])
+                    dsts[r.id].add(idx)
+                    pingpong[r.id].add(idx)
+                    assert len(pingpong[r.id]) <= 2, f"request {r.id}: more than 2 live ping-pong slots"
+                    assert len(dsts[r.id]) <= 2 + donations[r.id]
+                    if r.id in last:
+                        assert last[r.id][0] != idx, "consecutive tracks alternate (ping-pong)"
+                    last[r.id] = (idx, tuple(state[r.id]))
+                    pending.pop(r.id, None)
+                else:
+                    pending[r.id] = idx
+        else:
+            assert not any(k in meta for k in sim_module.TRACK_KEYS)
+        assert meta.get("copies_after", []) == expected_copies, f"step {step.step}: a copy for each tracked row"
+        assert "copies_before" not in meta or len(meta["copies_before"]) == len(meta.get("hits", []))
+        copied_now = {d for _, d in expected_copies}
+        for c in meta.get("checkpoints", []):
+            rid, length, slot = c["request"], c["tokens"], c["slot"]
+            assert rid in last and last[rid][0] == slot, "a checkpoint is the request's last track slot"
+            assert length == len(last[rid][1]) <= len(state[rid]), "tokens: the tracked length"
+            assert slot != slot_of[rid] and slot not in held, "donated: a track slot, never the running slot"
+            if slot in copied_now:  # only the request's own tracking copy wrote it at this step
+                assert [slot_of[rid], slot] in expected_copies
+            if rid in step.finish:
+                n["donated at finish"] += 1
+            else:
+                n["donated after prefill"] += 1
+                if prompts is not None:
+                    row = next(r for r in step.rows if r.id == rid)
+                    assert row.seq_len == len(prompts[rid]), "inserted after the last prefill chunk"
+            pingpong[rid].discard(slot)
+            donations[rid] += 1
+            held.add(slot)
+            del last[rid]  # published: no second checkpoint of it
+        for rid in step.finish:
+            for table in (state, slot_of, pingpong, last, pending):
+                table.pop(rid, None)
+        n["steps"] += 1
+    n["checkpoints"] = sum(donations.values())
+    return n
+
+
+def test_extra_buffer_same_seed_same_trace():
+    a, b, c = run_eb(seed=3, spec=2), run_eb(seed=3, spec=2), run_eb(seed=4, spec=2)
+    assert a == b and a.steps != c.steps
+    assert any(k in (s.metadata or {}) for s in a.steps for k in sim_module.TRACK_KEYS)
+
+
+@pytest.mark.parametrize("kw", EB_CONFIGS, ids=EB_IDS)
+def test_extra_buffer_tracks_donates_and_records_by_the_rules(kw, monkeypatch):
+    prompts = recorded_prompts(monkeypatch)
+    kw = dict(kw)
+    trace = run_eb(**kw)
+    n = audit_eb(trace, kw.get("cache_chunk", 16), kw.get("track_interval", 32), prompts)
+    assert n["steps"] == EB_STEPS and n["hits"] > 0 and n["extend tracks"] > 0
+    assert n["donated at finish"] > 0 and n["donated after prefill"] > 0
+    if kw.get("spec") or not kw.get("mixed"):
+        assert n["decode tracks"] > 0
+
+
+def test_extra_buffer_holds_three_slots_per_request_in_the_simulated_pool(monkeypatch):
+    """The simulator's own pool: every live request owns one slot and holds two ping-pong slots."""
+    seen: list[int] = []
+    track = sim_module._ExtraBuffer.track
+
+    def spy(self: Any, mode: str, rows: list[Any]) -> None:
+        track(self, mode, rows)
+        for req, _ in rows:
+            assert len(req.pingpong) == 2 and len(set(req.pingpong)) == 2
+            assert set(req.pingpong) <= self.pool.held_slots and req.slot not in req.pingpong
+        live = len(self.pool.live_rows)
+        assert len(self.pool.held_slots) == 2 * live + len(self.tree)
+        seen.append(live)
+
+    monkeypatch.setattr(sim_module._ExtraBuffer, "track", spy)
+    trace = run_eb(steps=150)
+    assert max(seen) > 3 and (trace.header.num_slots - 1) % 3 == 0  # the default pool: 3 slots per request
+
+
+def test_extra_buffer_traces_replay_clean_with_every_checkpoint_verified():
+    from workbench.traces.replay import replay_trace
+
+    for kw in (dict(seed=2, spec=2, dp_dummies=True), dict(seed=3, profile="sglang-ascend", mixed=True)):
+        kw = dict(kw)
+        trace = run_eb(steps=150, **kw)
+        n = audit_eb(trace)
+        result = replay_trace(trace)
+        assert result.ok, str(result)
+        assert result.checkpoints == result.verified == n["checkpoints"] > 0
+        assert result.hits == n["hits"] > 0
+
+
+def test_cli_runs_extra_buffer(monkeypatch):
+    import workbench.traces.replay as replay_module
+
+    seen: dict[str, Any] = {}
+    real = sim_module.simulate
+
+    def spy(*args: Any, **kw: Any) -> Trace:
+        seen.update(kw)
+        return real(*args, **kw)
+
+    class Result:
+        ok = True
+
+        def __str__(self) -> str:
+            return "replayed"
+
+    monkeypatch.setattr(sim_module, "simulate", spy)
+    monkeypatch.setattr(replay_module, "replay_trace", lambda trace, progress=None: Result())
+    assert cli.main(["trace", "run", "--steps", "3", "--prefix-cache", "extra_buffer"]) == 0
+    assert seen["prefix_cache"] == "extra_buffer"
+
+
+@pytest.mark.parametrize(
+    "kw, field, value",
+    [
+        (dict(prefix_cache="extra_buffer", cache_chunk=0), "cache_chunk", "0"),
+        (dict(prefix_cache="extra_buffer", cache_chunk=True), "cache_chunk", "True"),
+        (dict(prefix_cache="extra_buffer", cache_chunk=1.5), "cache_chunk", "1.5"),
+        (dict(prefix_cache="extra_buffer", track_interval=0), "track_interval", "0"),
+        (dict(prefix_cache="extra_buffer", track_interval=24), "track_interval", "24"),
+        (dict(prefix_cache="extra_buffer", cache_chunk=8, track_interval=12), "track_interval", "12"),
+        (dict(prefix_cache="extra_buffer", num_slots=3), "num_slots", "3"),
+        (dict(prefix_cache="no_buffer", cache_chunk=16), "cache_chunk", "16"),
+        (dict(track_interval=32), "track_interval", "32"),
+        (dict(prefix_cache="extra_buffer", profile="vllm"), "profile", "'vllm'"),
+    ],
+)
+def test_extra_buffer_refusals_name_the_field_and_value(kw, field, value):
+    kw = dict(kw)
+    with pytest.raises(SimulationError, match=f"{field} = {value}"):
+        simulate(kw.pop("profile", "sglang"), "gdn", steps=5, **kw)

@@ -16,6 +16,9 @@ trace says what the cache did at each step in its ``metadata`` (``workbench.trac
   slot, never onto their own source, never from a slot that holds neither a live request's state nor a
   live checkpoint (a freed or evicted one), never onto a slot another live request owns or a live
   checkpoint.
+* sglang's ``mamba_track_mask``, ``mamba_track_indices``, ``mamba_track_seqlens`` (when a trace records
+  them): each tracked row has its copy from its running slot into that slot, and holds exactly that many
+  tokens; an untracked row's length is -1.
 * ``checkpoints``: published after the step; the slot is compared, conv window and recurrent state, with the
   float64 state recomputed from zeros over the request's first ``tokens`` token ids (cached per prefix), and
   ``tokens`` may not exceed what the request's state holds after the step (nothing is published before the
@@ -49,6 +52,8 @@ EMBED_SEED = 20_26
 ATOL, RTOL = 1e-4, 1e-3
 """A float32 state against its float64 recomputation (the tolerances of the replay's accept check)."""
 PREFIX_CACHE_SIZE = 128
+TRACK_FIELDS = ("mamba_track_mask", "mamba_track_indices", "mamba_track_seqlens")
+"""sglang's per-step track metadata (``ForwardBatch``), checked against the step's copies when recorded."""
 
 
 def embed_tokens(table: torch.Tensor, ids: list[int]) -> torch.Tensor:
@@ -145,9 +150,11 @@ class CheckpointBook:
         return out
 
     def after(self, step: TraceStep) -> list[TraceDivergence]:
-        """Copies after the forward, then the checkpoints the step publishes, each verified."""
+        """Copies after the forward, then the checkpoints the step publishes, each verified; sglang's own track
+        fields, where the trace records them, against those copies."""
         work = self.work(step)
-        out = self._copies(step, work.get("copies_after", []), "copies_after")
+        out = self._track_fields(step, work.get("copies_after", []))
+        out += self._copies(step, work.get("copies_after", []), "copies_after")
         finishing = set(step.finish)
         for i, c in enumerate(work.get("checkpoints", [])):
             rid, n, slot = c["request"], c["tokens"], c["slot"]
@@ -215,6 +222,39 @@ class CheckpointBook:
         return self.live.get(slot)
 
     # -- pieces -----------------------------------------------------------------------------------------
+    def _track_fields(self, step: TraceStep, copies: list[list[int]]) -> list[TraceDivergence]:
+        """sglang's ``mamba_track_mask`` / ``mamba_track_indices`` / ``mamba_track_seqlens`` (one entry per row,
+        in row order) say which rows the step tracks, into which slot, at which length: each tracked row must
+        have its copy (running slot -> that slot) and hold exactly that many tokens; an untracked row's length
+        is -1."""
+        md = step.metadata or {}
+        fields = [md.get(k) for k in TRACK_FIELDS]
+        if all(f is None for f in fields):
+            return []
+        n = len(step.rows)
+        if not all(isinstance(f, list) and len(f) == n for f in fields):
+            got = [len(f) if isinstance(f, list) else f for f in fields]
+            detail = f"{', '.join(TRACK_FIELDS)} must each be a list of one entry per row ({n}); got {got}"
+            return [self._div(step, "track", detail)]
+        mask, slots, lengths = (list(f or ()) for f in fields)  # lists of one entry per row (checked above)
+        made = {(int(a), int(b)) for a, b, *_ in copies}
+        out: list[TraceDivergence] = []
+        for i, row in enumerate(step.rows):
+            kept = row.accepted if (step.mode == "target_verify" and row.accepted is not None) else row.new_tokens
+            held = row.cached_tokens + kept
+            if not mask[i]:
+                if lengths[i] != -1:
+                    detail = f"row {i}: untracked, but mamba_track_seqlens[{i}] = {lengths[i]} (want -1)"
+                    out.append(self._div(step, "track", detail, row.id, expected=-1, got=lengths[i]))
+                continue
+            if (row.slot, int(slots[i])) not in made:
+                detail = f"row {i}: tracked into slot {slots[i]}, but no copy {row.slot} -> {slots[i]} after the step"
+                out.append(self._div(step, "track", detail, row.id, int(slots[i])))
+            elif lengths[i] != held:
+                detail = f"row {i}: mamba_track_seqlens[{i}] = {lengths[i]}, but the state holds {held} tokens"
+                out.append(self._div(step, "track", detail, row.id, int(slots[i]), expected=held, got=lengths[i]))
+        return out
+
     def _copies(self, step: TraceStep, pairs: list[list[int]], key: str) -> list[TraceDivergence]:
         rep, out = self.rep, []
         dummy = rep.pool.profile.dummy_slot
@@ -311,4 +351,13 @@ class CheckpointBook:
         )
 
 
-__all__ = ["ATOL", "EMBED_VOCAB", "RTOL", "Checkpoint", "CheckpointBook", "embed_tokens", "embedding_table"]
+__all__ = [
+    "ATOL",
+    "EMBED_VOCAB",
+    "RTOL",
+    "TRACK_FIELDS",
+    "Checkpoint",
+    "CheckpointBook",
+    "embed_tokens",
+    "embedding_table",
+]

@@ -78,6 +78,45 @@ The modelling choices, each as the engines make it or as the workbench can repla
     skipped.
 
   ``metadata`` then holds only the prefix keys (``PREFIX_KEYS``) non-empty at the step, or None.
+* **Prefix caching with track buffers** (``prefix_cache="extra_buffer"``: sglang's mamba radix cache,
+  strategy ``extra_buffer``; same profiles, layer, prompts, tree, hits and evictions as ``no_buffer``):
+
+  - *slots*: an admitted request holds its running slot and a 2-entry ping-pong track buffer, two slots
+    taken with ``StatePool.hold`` at admission (``EXTRA_BUFFER_SLOTS`` = 3 free slots needed, LRU
+    checkpoints evicted for them; the default pool is ``3 * max_running + 1`` slots). The 2-entry buffer
+    is the overlap scheduler's (sglang keeps 1 entry, no flip, without it); the trace is otherwise
+    non-overlapped (each step's result is processed before the next step).
+  - *extend tracking*: a prefill row is tracked when it feeds ``new >= cache_chunk`` tokens and the
+    tracked position ``cached + floor(new / cache_chunk) * cache_chunk`` is the chunk's end (``new`` a
+    multiple of ``cache_chunk``). sglang also tracks a position inside a chunk, reading the kernel's
+    chunk states ``h`` (or recomputing them): not modelled, such rows are untracked. So that tracking
+    happens, prompts are fed in chunks that are multiples of ``cache_chunk`` where they can be
+    (``min(remaining, chunk_size, budget left)`` rounded down to one when it is at least ``cache_chunk``);
+    a remainder that is not one is split into a tracked multiple and a short untracked tail, whose state
+    ends where sglang's ``h``-tracked position of the whole remainder would be. ``cache_chunk`` stands for
+    sglang's ``mamba_cache_chunk_size`` (with page size 1 also its checkpoint grid).
+  - *decode tracking*: after a decode or verify step whose row leaves ``cached_tokens + accepted``
+    (decode: ``seq_len``) tokens in the state, a multiple of ``track_interval``. sglang's verify tracks
+    any crossing of a multiple, from the intermediate state of the token that lands on it: not modelled,
+    a verify whose accepted tokens step over a multiple is untracked. The one-token decode rows of a
+    mixed step are never tracked (sglang's MIXED batch feeds them as extend rows of 1 token).
+  - *a tracked row* copies its running slot into ``pingpong[next_track]`` after the step
+    (``copies_after``; sglang's ``track_mamba_states_if_needed`` / the extend final-state copy), remembers
+    ``last_track`` (that slot, the tokens in the state), keeps the one before as ``prev_track``, and flips
+    ``next_track`` (sglang flips at schedule time for extend and at result processing for decode; the
+    trace sees one step either way). The step records sglang's ``mamba_track_mask``,
+    ``mamba_track_indices`` (``pingpong[next_track]`` before the flip, for untracked rows too) and
+    ``mamba_track_seqlens`` (the tokens tracked, -1 when untracked) for its rows in row order, on steps
+    where some row is tracked (``TRACK_KEYS``, after the prefix keys).
+  - *insertion* (a donation of the track slot, no copy): after a request's last prefill chunk (when it
+    runs on) and at finish, the last tracked state not yet published goes into the tree (``checkpoints``
+    with ``tokens`` the tracked length, ``last_track``'s slot) unless the tree has a state at exactly
+    those tokens, or no room (``max_cached``, eviction as ``no_buffer``); a request that runs on holds a
+    replacement ping-pong slot (``StatePool.hold``) in place of the donated one. sglang inserts at
+    ``mamba_last_track_seqlen`` after a prefill (``cache_unfinished_req``), so the last chunk need not be
+    the tracked one. Its overshoot fallback (a last tracked length past the kept tokens falls back to
+    ``prev_track``) never fires here: a tracked length is always a prefix of the request's kept ids.
+  - *finish*: the running slot is freed (never donated), the ping-pong slots not donated are released.
 """
 
 from __future__ import annotations
@@ -115,15 +154,29 @@ DECODES_FIRST = {"sglang": False, "sglang-ascend": False, "vllm": True}
 """Row order of a mixed step: vLLM lays one-token (decode) rows first, sglang last."""
 
 
-PREFIX_CACHES = ("no_buffer",)
-"""Prefix-cache strategies the simulator models: sglang's mamba radix cache without extra buffers."""
+PREFIX_CACHES = ("no_buffer", "extra_buffer")
+"""Prefix-cache strategies the simulator models: sglang's mamba radix cache without extra buffers, and with
+its 2-entry ping-pong track buffer."""
 
-PREFIX_CACHES_NOT_BUILT = ("extra_buffer", "extra_buffer_lazy", "align")
-"""Strategies the engines have and the simulator does not (yet): sglang's ping-pong track buffers, vLLM's
-block-aligned cache."""
+PREFIX_CACHES_NOT_BUILT = ("extra_buffer_lazy", "align")
+"""Strategies the engines have and the simulator does not (yet): sglang's lazily allocated track buffer,
+vLLM's block-aligned cache."""
 
 PREFIX_PROFILES = ("sglang", "sglang-ascend")
-"""Profiles whose engine has ``no_buffer`` (vLLM's mamba prefix cache is ``align``)."""
+"""Profiles whose engine has ``no_buffer`` and ``extra_buffer`` (vLLM's mamba prefix cache is ``align``)."""
+
+DEFAULT_CACHE_CHUNK = 16
+"""``cache_chunk`` of ``extra_buffer`` (sglang's ``mamba_cache_chunk_size``, 64 there: small here so that
+short simulated prompts track)."""
+
+DEFAULT_TRACK_INTERVAL = 32
+"""``track_interval`` of ``extra_buffer`` (sglang's ``mamba_track_interval``, 256 there)."""
+
+EXTRA_BUFFER_SLOTS = 3
+"""Pool slots an ``extra_buffer`` request holds while live: its running slot and 2 ping-pong track slots."""
+
+TRACK_KEYS = ("mamba_track_mask", "mamba_track_indices", "mamba_track_seqlens")
+"""sglang's per-step track fields an ``extra_buffer`` step records (one entry per row, in row order)."""
 
 
 class SimulationError(WorkbenchError):
@@ -157,6 +210,11 @@ class _Request:
     prompt: tuple[int, ...] = ()  # its prompt's token ids (with a prefix cache; else empty)
     fed: list[int] = field(default_factory=list)  # with a prefix cache: the ids in its state (``cached``)
     pending: int = -1  # with a prefix cache: the last sampled id, fed by its next decode or verify
+    pingpong: list[int] = field(default_factory=list)  # extra_buffer: its 2 track slots (held)
+    next_track: int = 0  # extra_buffer: the ping-pong entry the next tracked step writes
+    last_track: tuple[int, int] | None = None  # extra_buffer: (slot, tokens) of the last tracked state
+    prev_track: tuple[int, int] | None = None  # extra_buffer: the tracked state before it
+    last_published: bool = False  # extra_buffer: ``last_track`` went to the tree (its slot donated)
 
     @property
     def prefilling(self) -> bool:
@@ -258,6 +316,8 @@ def simulate(
     vocab: int = 512,
     followup_rate: float = 0.2,
     max_cached: int | None = None,
+    cache_chunk: int | None = None,
+    track_interval: int | None = None,
 ) -> Trace:
     """Simulate ``steps`` scheduler steps of one layer under one engine profile (see the module docstring).
 
@@ -287,8 +347,8 @@ def simulate(
         dp_dummy_rate: with ``dp_dummies``, the chance that a step with live requests is a dummy step.
         prefill: run extend steps; default: whether the layer supports extend (Mamba2 does not: its
             requests arrive prefilled, a disaggregated decode instance).
-        prefix_cache: None (no prefix cache, rows without ``tokens``) or ``"no_buffer"``: sglang's mamba
-            radix cache (module docstring, "Prefix caching"); sglang profiles and layer gdn only.
+        prefix_cache: None (no prefix cache, rows without ``tokens``), ``"no_buffer"`` or ``"extra_buffer"``:
+            sglang's mamba radix cache (module docstring, "Prefix caching"); sglang profiles and layer gdn only.
         shared_prefixes: with a prefix cache, how many shared system prompts the prompts start from.
         prefix_len: (low, high) of a shared prompt's length, uniform, low >= 1.
         vocab: token ids are drawn below it.
@@ -296,6 +356,11 @@ def simulate(
             conversation, then new tokens), when one short enough finished.
         max_cached: most checkpoints the tree holds (pool slots no request owns); default half the
             slots (``(num_slots - 1) // 2``), so admissions keep flowing.
+        cache_chunk: with ``prefix_cache="extra_buffer"``, the shortest prefill chunk that is tracked and the
+            grid its tracked positions lie on (sglang's ``mamba_cache_chunk_size``); default 16.
+        track_interval: with ``prefix_cache="extra_buffer"``, decode and verify steps track the state when it
+            holds a multiple of it (sglang's ``mamba_track_interval``); a multiple of ``cache_chunk``;
+            default 32.
 
     Returns:
         a :class:`Trace` whose header names the profile, layer, ``num_slots``, buckets (the graph modes the
@@ -351,35 +416,57 @@ def simulate(
     f_lo, f_hi = _check_lens("prefix_len", prefix_len, 1)
     vocab = _int_arg("vocab", vocab, 1, INT32_MAX + 1)
     followup_rate = _check_range("followup_rate", followup_rate, 0.0, 1.0)
+    extra = strategy == "extra_buffer"
+    if not extra:
+        for name, given in (("cache_chunk", cache_chunk), ("track_interval", track_interval)):
+            if given is not None:
+                raise SimulationError(f"{name} = {given!r}: needs prefix_cache='extra_buffer' (the track buffers)")
+    cc = _int_arg("cache_chunk", DEFAULT_CACHE_CHUNK if cache_chunk is None else cache_chunk, 1, 1 << 20)
+    interval = _int_arg(
+        "track_interval", DEFAULT_TRACK_INTERVAL if track_interval is None else track_interval, 1, 1 << 30
+    )
+    if interval % cc:
+        raise SimulationError(
+            f"track_interval = {interval}: must be a multiple of cache_chunk = {cc} (sglang tracks decode on the "
+            "grid lcm(checkpoint grid, mamba_track_interval))"
+        )
 
     graph_modes = [m for m in GRAPH_MODES if m in modes]
     header_buckets = _header_buckets(prof, graph_modes, buckets, spec)
     d = spec or DEFAULT_DRAFT_TOKENS
     largest = max(b[-1] for b in header_buckets.values())
     spr = prof.slots_per_request(d) if "target_verify" in header_buckets else 1
+    per_request = EXTRA_BUFFER_SLOTS if extra else spr  # pool slots a live request takes
+    if extra and num_slots is not None and check_int("num_slots", num_slots, 2) - 1 < EXTRA_BUFFER_SLOTS:
+        raise SimulationError(
+            f"num_slots = {num_slots}: prefix_cache='extra_buffer' needs {EXTRA_BUFFER_SLOTS} slots per request "
+            "(running + 2 ping-pong) beside the dummy slot"
+        )
     if max_running is None:
         max_running = largest + max(1, largest // 4)
         if num_slots is not None:
-            max_running = min(max_running, max(1, (check_int("num_slots", num_slots, 2) - 1) // spr))
+            max_running = min(max_running, max(1, (check_int("num_slots", num_slots, 2) - 1) // per_request))
     max_running = check_int("max_running", max_running, 1)
     if num_slots is None:
-        num_slots = max_running * spr + 1
+        num_slots = max_running * per_request + 1
     max_waiting = check_int("max_waiting", 2 * max_running if max_waiting is None else max_waiting, 0)
     pool = StatePool(num_slots, prof, slots_per_request=spr)
     header = TraceHeader(prof.name, layer, pool.num_slots, header_buckets, draft_tokens=d, seed=seed)
     rng = random.Random(seed)
-    cache = None
+    cache: _NoBuffer | None = None
     if strategy is not None:
         cached_max = (pool.num_slots - 1) // 2 if max_cached is None else max_cached
-        cache = _NoBuffer(
-            pool,
-            rng,
+        common: dict[str, Any] = dict(
             max_cached=_int_arg("max_cached", cached_max, 0, pool.num_slots - 1),
             prefixes=[[rng.randrange(vocab) for _ in range(rng.randint(f_lo, f_hi))] for _ in range(shared_prefixes)],
             vocab=vocab,
             followup_rate=followup_rate,
             longest_prompt=p_hi,
         )
+        if extra:
+            cache = _ExtraBuffer(pool, rng, cache_chunk=cc, track_interval=interval, **common)
+        else:
+            cache = _NoBuffer(pool, rng, **common)
     elif max_cached is not None:
         raise SimulationError(f"max_cached = {max_cached!r}: needs a prefix cache (prefix_cache='no_buffer')")
 
@@ -437,6 +524,9 @@ class _NoBuffer:
         self.meta: dict[str, list[Any]] = {}
         self.locked: list[int] = []  # tree slots used or published at this step
 
+    need = 1
+    """Free pool slots an admission takes (its running slot)."""
+
     # -- tokens ---------------------------------------------------------------------------------------
     def token(self) -> int:
         return self.rng.randrange(self.vocab)
@@ -475,8 +565,17 @@ class _NoBuffer:
         self._record("checkpoints", {"request": req.id, "tokens": length, "slot": slot})
 
     def can_place(self) -> bool:
-        """Whether an admission can get a slot: a free one, or an unlocked checkpoint to evict."""
-        return self.pool.num_free > 0 or self.tree.evictable() > 0
+        """Whether an admission can get its slots (``need``): free ones, or unlocked checkpoints to evict."""
+        return self.pool.num_free + self.tree.evictable() >= self.need
+
+    def chunk(self, remaining: int, n: int) -> int:
+        """The prefill chunk a request with ``remaining`` prompt tokens feeds, given ``n`` (what the chunk
+        size and the budget allow): ``n`` here."""
+        return n
+
+    def track(self, mode: str, rows: list[tuple[_Request, int | None]]) -> None:
+        """The step's state tracking, after its forward (``rows``: each row's request and its prefill chunk,
+        None for a decode or verify row, in row order): none here."""
 
     def admit(self, req: _Request) -> bool:
         """Give ``req`` a row and its own slot (evicting a checkpoint if the tree holds the last free ones)
@@ -484,15 +583,16 @@ class _NoBuffer:
         hit = self.tree.match(req.prompt, req.prompt_len - 1)
         if hit is not None:
             self.tree.lock(hit[1])  # first, so that making room for its own slot cannot evict it
-        if self.pool.num_free == 0 and not self._evict():
+        while self.pool.num_free < self.need:
+            if self._evict():
+                continue
             if hit is None:
                 return False
             self.tree.unlock(hit[1])  # the only checkpoint left to evict is its own source: start cold
             hit = None
-            if not self._evict():
-                return False
         req.row = int(self.pool.alloc(1)[0])
         req.slot = self.pool.slots_of(req.row)[0]
+        self._admitted(req)
         if hit is not None:
             length, src = hit
             self.tree.touch(src)
@@ -529,15 +629,117 @@ class _NoBuffer:
         else:
             self.pool.free([req.row])
 
+    def _admitted(self, req: _Request) -> None:
+        """``req`` got its row and running slot: nothing more here."""
+
     def end_step(self) -> dict[str, Any] | None:
-        """The step's prefix-cache metadata (only the keys with entries, in ``PREFIX_KEYS`` order), or None;
-        unlocks what the step locked."""
+        """The step's prefix-cache metadata (only the keys with entries, in ``PREFIX_KEYS`` then
+        ``TRACK_KEYS`` order), or None; unlocks what the step locked."""
         for slot in self.locked:
             self.tree.unlock(slot)
         self.locked = []
-        meta = {k: self.meta[k] for k in PREFIX_KEYS if self.meta.get(k)}
+        meta = {k: self.meta[k] for k in (*PREFIX_KEYS, *TRACK_KEYS) if self.meta.get(k)}
         self.meta = {}
         return meta or None
+
+
+class _ExtraBuffer(_NoBuffer):
+    """sglang's ``extra_buffer`` mamba radix cache (module docstring, "Prefix caching with track buffers"):
+    ``no_buffer``'s tree, prompts, hits and evictions, with a 2-entry ping-pong track buffer per request
+    whose tracked states are donated to the tree instead of copied."""
+
+    need = EXTRA_BUFFER_SLOTS
+
+    def __init__(
+        self,
+        pool: StatePool,
+        rng: random.Random,
+        *,
+        cache_chunk: int,
+        track_interval: int,
+        **kw: Any,
+    ) -> None:
+        super().__init__(pool, rng, **kw)
+        self.cache_chunk, self.track_interval = cache_chunk, track_interval
+
+    def _admitted(self, req: _Request) -> None:
+        """The request's ping-pong track buffer: two held slots (``admit`` made room for them)."""
+        req.pingpong = [self.pool.hold(), self.pool.hold()]
+        req.next_track, req.last_track, req.prev_track, req.last_published = 0, None, None, False
+
+    def chunk(self, remaining: int, n: int) -> int:
+        """``n`` rounded down to a multiple of ``cache_chunk`` when it is at least one (so the chunk's end is
+        a tracked position); a shorter ``n`` as it is."""
+        c = self.cache_chunk
+        return n // c * c if n >= c else n
+
+    def track(self, mode: str, rows: list[tuple[_Request, int | None]]) -> None:
+        """Copy each tracked row's running slot into its ``pingpong[next_track]`` (``copies_after``), remember
+        it as ``last_track`` and flip; record sglang's ``mamba_track_*`` fields when some row is tracked."""
+        mask: list[bool] = []
+        indices: list[int] = []
+        seqlens: list[int] = []
+        for req, n in rows:
+            if n is not None:  # a prefill chunk: its end is the tracked position
+                tracked = n >= self.cache_chunk and n % self.cache_chunk == 0
+            elif mode in ("decode", "target_verify"):
+                tracked = req.cached % self.track_interval == 0
+            else:  # a mixed step's decode tail: a one-token extend row to sglang, never tracked
+                tracked = False
+            dst = req.pingpong[req.next_track]
+            mask.append(tracked)
+            indices.append(dst)
+            seqlens.append(req.cached if tracked else -1)
+            if tracked:
+                self._record("copies_after", [req.slot, dst])
+                req.prev_track, req.last_track, req.last_published = req.last_track, (dst, req.cached), False
+                req.next_track ^= 1
+        if any(mask):
+            self.meta["mamba_track_mask"] = mask
+            self.meta["mamba_track_indices"] = indices
+            self.meta["mamba_track_seqlens"] = seqlens
+
+    def _unpublished(self, req: _Request) -> tuple[int, int] | None:
+        """``req``'s last tracked state when it is not in the tree yet (nor a state at exactly its tokens)."""
+        if req.last_track is None or req.last_published:
+            return None
+        slot, n = req.last_track
+        return None if self.tree.state_at(req.fed[:n]) is not None else (slot, n)
+
+    def _donate_track(self, req: _Request, slot: int, n: int) -> None:
+        """Publish the track slot ``slot`` (``req``'s state after its first ``n`` ids) into the tree, no copy."""
+        took = self.tree.insert(req.fed[:n], slot)  # the caller checked state_at: the node had no state
+        assert took
+        self.tree.lock(slot)  # published at this step: not evicted at it (the replay sees it after)
+        self.locked.append(slot)
+        self._record("checkpoints", {"request": req.id, "tokens": n, "slot": slot})
+        req.last_published = True
+
+    def prefilled(self, req: _Request) -> None:
+        """``req``'s last prefill chunk ran and it runs on: donate its last tracked state to the tree and
+        hold a replacement ping-pong slot (when the tree lacks that state and has room)."""
+        got = self._unpublished(req)
+        if got is None or not self._room(need_slot=True):
+            return
+        slot, n = got
+        self._donate_track(req, slot, n)
+        req.pingpong[req.pingpong.index(slot)] = self.pool.hold()
+
+    def finish(self, req: _Request) -> None:
+        """``req`` finished: donate its last tracked state (when new to the tree), free its running slot,
+        release the ping-pong slots it did not donate."""
+        conversation = (*req.fed, req.pending)
+        if len(conversation) < self.longest_prompt:
+            self.history.append(conversation)
+        got = self._unpublished(req)
+        if got is not None and self._room(need_slot=False):
+            slot, n = got
+            self._donate_track(req, slot, n)
+            req.pingpong.remove(slot)
+        self.pool.free([req.row])
+        for slot in req.pingpong:
+            self.pool.release(slot)
+        req.pingpong = []
 
 
 class _Scheduler:
@@ -665,6 +867,9 @@ class _Scheduler:
         gone = {r.id for r in done}
         metadata = None
         if cache is not None:
+            reqs: dict[int, tuple[_Request, int | None]] = {r.id: (r, n) for r, n in chunks}
+            reqs.update({r.id: (r, None) for r in decoders})
+            cache.track(mode, [reqs[row.id] for row in rows])
             for r, _ in chunks:  # a request finishing now donates instead (no copy for a finished request)
                 if not r.prefilling and r.id not in gone:
                     cache.prefilled(r)
@@ -689,11 +894,16 @@ class _Scheduler:
         decoders.extend(decode_phase[:n])
         return left - n * self.tokens_per_decode
 
+    def _chunk(self, r: _Request, left: int) -> int:
+        """The prefill chunk ``r`` feeds with ``left`` tokens of budget (the cache may round it)."""
+        n = min(r.prompt_len - r.cached, self.chunk_size, left)
+        return n if self.cache is None else self.cache.chunk(r.prompt_len - r.cached, n)
+
     def _take_chunks(self, chunks: list[tuple[_Request, int]], admitted: list[int], left: int) -> int:
         for r in self.running:
             if not r.prefilling or left <= 0:
                 continue
-            n = min(r.prompt_len - r.cached, self.chunk_size, left)
+            n = self._chunk(r, left)
             if n == 1 and r.prompt_len - r.cached > 1:
                 continue  # never split a one-token piece off a longer remainder
             chunks.append((r, n))
@@ -703,7 +913,7 @@ class _Scheduler:
             if req is None:
                 break
             admitted.append(req.id)
-            n = min(req.prompt_len - req.cached, self.chunk_size, left)  # a hit starts past its cached tokens
+            n = self._chunk(req, left)  # a hit starts past its cached tokens
             chunks.append((req, n))
             left -= n
         return left
@@ -793,6 +1003,7 @@ __all__ = [
     "PREFIX_CACHES",
     "PREFIX_CACHES_NOT_BUILT",
     "PREFIX_PROFILES",
+    "TRACK_KEYS",
     "SimulationError",
     "iter_batches",
     "new_pool",

@@ -19,23 +19,37 @@ EXPLANATION = (
     "tracks only where the accepted tokens cross a track interval. Before PR 19415 the verify step found the "
     "extend-time mask still set and tracked with it: in the engine the prefill-sized indices addressed the "
     "verify buffers out of range (an illegal memory access); where they stay in range, the verify's state is "
-    "copied into the slot the extend had committed. Here request 0 prefills 8 tokens and its state is copied "
-    "into slot 5 and published as their checkpoint; the next step verifies 2 draft tokens and, unfixed, "
-    "repeats that copy. The replay checks every copy before making it and names the one that would "
-    "overwrite a live checkpoint. The fix rebuilds the track metadata for verify from the requests and "
-    "clears the extend's mask."
+    "copied into the slot the extend had committed. Here request 0 prefills 8 tokens, tracked into slot 5 and "
+    "published as their checkpoint, with the extend's track fields recorded (mask [True], indices [5], "
+    "seqlens [8]); the next step verifies 2 draft tokens and, unfixed, still carries those fields and repeats "
+    "the copy. The replay checks the track fields against the step: a tracked row must hold exactly the "
+    "tracked length, and after the verify the state holds 10 tokens, not 8 (the copy would also overwrite "
+    "the live checkpoint). The fix rebuilds the track metadata for verify from the requests and clears the "
+    "extend's mask."
 )
 
 PROMPT = [90, 14, 14, 2, 6, 33, 71, 5]
 TRACK = 5
 
 
+def _fields(mask: bool, length: int) -> dict[str, list[Any]]:
+    """sglang's track fields of a one-row step."""
+    return {"mamba_track_mask": [mask], "mamba_track_indices": [TRACK], "mamba_track_seqlens": [length]}
+
+
 def plan(fixed: bool) -> list[dict[str, Any]]:
-    """Request 0's prompt tracked into slot 5; a verify that repeats the track copy (unfixed) or not; a decode."""
-    track = {"copies_after": [[1, TRACK]], "checkpoints": [{"request": 0, "tokens": len(PROMPT), "slot": TRACK}]}
+    """Request 0's prompt tracked into slot 5 (its track fields recorded); a verify that keeps the extend's
+    track fields and repeats its copy (unfixed) or rebuilds them (fixed: nothing to track); a decode."""
+    track = {
+        "copies_after": [[1, TRACK]],
+        "checkpoints": [{"request": 0, "tokens": len(PROMPT), "slot": TRACK}],
+        **_fields(True, len(PROMPT)),
+    }
     verify: dict[str, Any] = {"mode": "target_verify", "rows": {0: 2}}
-    if not fixed:
-        verify["metadata"] = {"copies_after": [[1, TRACK]]}  # the extend's track indices, reused
+    if fixed:
+        verify["metadata"] = _fields(False, -1)
+    else:  # the extend's mask, indices and lengths, still set: the tracking copy runs again
+        verify["metadata"] = {"copies_after": [[1, TRACK]], **_fields(True, len(PROMPT))}
     return [
         {"mode": "extend", "rows": {0: len(PROMPT)}, "tokens": {0: PROMPT}, "metadata": track},
         verify,
@@ -51,18 +65,19 @@ def scenario_trace(fixed: bool) -> Trace:
 
 
 def reading(rep: TraceReplayer, d: TraceDivergence) -> tuple[bool, str]:
-    """This bug: a copy of a verify step that overwrites a live checkpoint."""
+    """This bug: a verify step's track fields are the extend's before it (their length is not the verify's)."""
     step = rep.trace.steps[d.step]
-    if d.kind != "prefix" or d.field != "copy" or "overwrites the live checkpoint" not in d.detail:
+    if d.kind != "prefix" or d.field != "track" or step.mode != "target_verify":
         return False, ""
-    if step.mode != "target_verify":
-        return False, f"the copy is in {step.mode} step {d.step}, not a verify"
-    made = [
+    md = step.metadata or {}
+    earlier = [
         s.step
         for s in rep.trace.steps[: d.step]
-        if any(c["slot"] == d.slot for c in (s.metadata or {}).get("checkpoints", []))
+        if (s.metadata or {}).get("mamba_track_seqlens") == md.get("mamba_track_seqlens") and s.mode == "extend"
     ]
-    return True, f"verify step {d.step} repeats the track copy of step {made[-1] if made else '?'}"
+    if not earlier:
+        return False, "no earlier extend step has these track fields"
+    return True, f"verify step {d.step} carries the track fields of extend step {earlier[-1]}"
 
 
 def run(fixed: bool, backend: str) -> list[Evidence]:
@@ -80,6 +95,7 @@ CASE = ZooCase(
     why_not="the bug is in the prefix cache's bookkeeping, not in a metadata backend or a kernel: dump your "
     "engine's trace with its checkpoints and hits and run `workbench trace check` on it",
     steps="a scripted 3-step trace with token ids, GDN layer (small, seed 0), 6 slots, decode and verify "
-    "buckets 1, 2, 4, D=2: request 0 prefills 8 tokens, tracked into slot 5 and published; a verify of 2 "
-    "tokens repeats the track copy (unfixed); a decode; every copy checked before it is made",
+    "buckets 1, 2, 4, D=2: request 0 prefills 8 tokens, tracked into slot 5 and published, with sglang's track "
+    "fields; a verify of 2 tokens keeps the extend's fields and copy (unfixed); a decode; the fields checked "
+    "against each step",
 )
