@@ -42,6 +42,7 @@ EXPECTED = {
         "after the same 6 tokens twice: identical True",
         "prefix cache: 1 hit(s), 2 checkpoint(s) published, 2 verified against the float64 state",
         "OK: sglang gdn: 100 steps",
+        "OK: vllm gdn: 100 steps",
         "verified against the float64 state of exactly their prefix, every request on its float64 recurrence",
         "every unfixed prefix case broke: True",
         "every fixed prefix case clean: True",

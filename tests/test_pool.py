@@ -68,3 +68,19 @@ def test_a_prefix_cache_holds_slots_without_rows_and_a_finishing_request_donates
     full.hold(), full.hold()
     with pytest.raises(MetadataError, match="no free slot to hold"):
         full.hold()
+
+
+def test_a_request_moves_to_a_free_slot_and_frees_its_old_one() -> None:
+    """vLLM align's running state moving into the block of its position: the row maps to the new slot, the
+    old one is free again; a slot that is not free is refused, naming it, and nothing changes."""
+    from workbench.errors import MetadataError
+
+    pool = StatePool(6, "vllm")
+    (row,) = pool.alloc(1).tolist()
+    held = pool.hold()
+    assert pool.move(row, 4) == 1 and pool.slots_of(row) == [4] and int(pool.mapping[row, 0]) == 4
+    assert 1 in pool.free_slots() and 4 not in pool.free_slots()
+    for slot in (held, 0, 4, 9):
+        with pytest.raises(MetadataError, match=re.escape(f"slot={slot}: not free")):
+            pool.move(row, slot)
+    assert pool.slots_of(row) == [4] and pool.held_slots == {held}

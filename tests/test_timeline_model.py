@@ -185,4 +185,4 @@ def test_the_view_shows_a_given_trace_and_offers_the_prefix_cache():
     assert view.model.built and "FAIL" in view.summary.value and view.slider.max == 3
     assert (view.profile.value, view.steps.value) == ("sglang", 4)  # the controls say what is shown
     assert "publishes request 0&#x27;s first 8 tokens in slot 5" in view.step_line.value
-    assert view.prefix_cache.options == ("none", "no_buffer", "extra_buffer")
+    assert view.prefix_cache.options == ("none", "no_buffer", "extra_buffer", "align")

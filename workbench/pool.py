@@ -185,6 +185,22 @@ class StatePool:
         self._held.discard(slot)
         self._free_slots.give([slot])
 
+    def move(self, row: int, slot: int) -> int:
+        """Give request-pool row ``row`` (one slot per request) the free slot ``slot`` instead of its own, as
+        vLLM's align mode moves a request's running state into the block of its position; the old slot is
+        freed (a prefix cache may then hold it). Returns the old slot; refused, naming the value, when
+        ``slot`` is not free."""
+        if self.slots_per_request != 1:
+            raise MetadataError(f"move: a request owns {self.slots_per_request} slots here; one can be moved")
+        (old,) = self.slots_of(row)
+        slot = _as_int("slot", slot, 0)
+        if slot == self.profile.dummy_slot or not self._free_slots.take_member(slot):
+            raise MetadataError(f"slot={slot}: not free (owned by a request, held, reserved or past the pool)")
+        self._slots_of[row] = [slot]
+        self.mapping[row] = slot
+        self._free_slots.give([old])
+        return old
+
     def donate(self, row: int) -> int:
         """Free request-pool row ``row`` but keep its (one) slot held by a prefix cache, as a finishing request
         gives its state to the tree without a copy; returns the slot."""

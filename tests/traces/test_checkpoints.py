@@ -170,3 +170,60 @@ def test_sglang_track_fields_that_agree_with_the_copies_pass():
 def test_sglang_track_fields_that_disagree_are_named(mask, slots, lengths, says):
     d = first(tracked(steps(), mask, slots, lengths))
     assert (d.step, d.kind, d.field) == (0, "prefix", "track") and says in d.detail, d
+
+
+def align_steps() -> list[TraceStep]:
+    """vLLM align: request 0 prefills a 4-token block, then its decode starts the next block: the state is
+    copied forward into slot 3 (the pre-copy), the request moves there, and slot 1 (the state after exactly
+    the 4 tokens) is published as the block's checkpoint."""
+    return [
+        TraceStep(0, "extend", (row(0, 1, 1, 0, (5, 9, 2, 7)),), (0,), (), None),
+        TraceStep(
+            1, "decode", (row(0, 1, 3, 4, (3,)),), (), (),
+            {"copies_before": [[1, 3]], "moves": [{"request": 0, "slot": 3}],
+             "checkpoints": [{"request": 0, "tokens": 4, "slot": 1}]},
+        ),
+        TraceStep(2, "decode", (row(0, 1, 3, 5, (8,)),), (), (0,), None),
+    ]  # fmt: skip
+
+
+def test_a_move_to_the_next_block_keeps_the_old_one_as_its_checkpoint():
+    header = replace(HEADER, profile="vllm")
+    rep = TraceReplayer(Trace(header, align_steps()))
+    res = rep.run(stop_at_first=False)
+    assert res.ok and (res.checkpoints, res.verified) == (1, 1), res
+    assert 1 in rep.pool.held_slots and rep.book.live[1].tokens == (5, 9, 2, 7)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "says"),
+    [
+        ({"copies_before": [[1, 4]], "moves": [{"request": 0, "slot": 4}]}, "move", "the request's row names slot 3"),
+        ({"copies_before": None}, "state", ""),  # moved without the pre-copy: the new block's bytes are read
+        ({"moves": [{"request": 7, "slot": 3}]}, "move", "the request is not live in this step"),
+        ({"copies_before": [[1, 4]]}, "copy", "into the slot a request moves to"),
+    ],
+    ids=["wrong-slot", "no-pre-copy", "not-live", "copy-elsewhere"],
+)
+def test_a_wrong_move_is_named(changes, field, says):
+    body = with_metadata(align_steps(), 1, **changes)
+    res = replay_trace(Trace(replace(HEADER, profile="vllm"), body))
+    d = res.first
+    assert d is not None and d.step == 1 and field in (d.field, d.kind) and says in d.detail, res
+
+
+def test_a_stale_claim_on_a_slot_a_copy_once_filled_is_still_recomputed():
+    """Slot 2 got the state of PROMPT by a copy; the checkpoint is evicted, request 1 (the same prompt) is
+    admitted to slot 2 and decodes once, and as it finishes its slot is published as its first 6 tokens
+    (the claim the copy once fit, but the slot holds 7): the check recomputes it and finds it off, instead of
+    trusting the old copy."""
+    claim = {"checkpoints": [{"request": 1, "tokens": 6, "slot": 2}]}  # the same 6 ids the copy once held
+    body = steps()[:1] + [
+        TraceStep(1, "extend", (row(1, 2, 2, 0, PROMPT),), (1,), (0,), {"evict": [2]}),
+        TraceStep(2, "decode", (row(1, 2, 2, 6, (3,)),), (), (1,), claim),  # but its state holds 7 tokens
+    ]
+    rep = TraceReplayer(Trace(HEADER, body))
+    assert rep.step(body[0]) == [] and rep.step(body[1]) == []
+    rep.book._prefix.clear()  # as if the prefix had left the cache of recomputed states
+    (d,) = rep.step(body[2])
+    assert (d.step, d.field) == (2, "checkpoint") and "off the float64 state" in d.detail, d

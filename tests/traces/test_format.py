@@ -309,6 +309,10 @@ STEP_REFUSALS = [
         "line 2: metadata.hits[0].slot: expected an int >= 0, got nothing",
     ),
     (
+        (0, "metadata", {"moves": [{"request": 1, "to": 4}]}),
+        "line 2: metadata.moves[0].to: unknown move field (known: request, slot)",
+    ),
+    (
         (0, "metadata", {"checkpoints": [{"request": 1, "tokens": 0, "slot": 2}]}),
         "line 2: metadata.checkpoints[0].tokens: expected an int >= 1, got 0",
     ),
@@ -738,6 +742,7 @@ def test_tokens_and_prefix_cache_keys_round_trip(tmp_path):
         "evict": [4],
         "hits": [{"request": 1, "tokens": 2, "slot": 4}],
         "copies_before": [[4, 2]],
+        "moves": [{"request": 0, "slot": 3}],
         "copies_after": [[1, 5]],
         "checkpoints": [{"request": 0, "tokens": 5, "slot": 5}],
     }

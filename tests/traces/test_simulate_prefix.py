@@ -269,7 +269,7 @@ def test_two_thousand_steps_simulate_and_keep_the_cache_busy():
     "kw, field, value",
     [
         (dict(prefix_cache="extra_buffer_lazy"), "prefix_cache", "'extra_buffer_lazy': not built yet"),
-        (dict(prefix_cache="align"), "prefix_cache", "'align': not built yet"),
+        (dict(prefix_cache="align"), "profile", "'sglang'"),
         (dict(prefix_cache="lru"), "prefix_cache", "'lru'"),
         (dict(prefix_cache=1), "prefix_cache", "1"),
         (dict(prefix_cache="no_buffer", profile="vllm"), "profile", "'vllm'"),
@@ -319,10 +319,10 @@ def test_cli_passes_the_prefix_cache_through(monkeypatch, capsys):
 
 def test_cli_refuses_a_bad_prefix_cache_in_one_line(capsys):
     with pytest.raises(SystemExit) as info:
-        cli.main(["trace", "run", "--prefix-cache", "align"])
+        cli.main(["trace", "run", "--prefix-cache", "extra_buffer_lazy"])
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--prefix-cache" in err and "align" in err
+    assert err.count("\n") == 1 and "--prefix-cache" in err and "extra_buffer_lazy" in err
     assert cli.main(["trace", "run", "--profile", "vllm", "--prefix-cache", "no_buffer"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "profile = 'vllm'" in err[0]
@@ -550,3 +550,147 @@ def test_extra_buffer_refusals_name_the_field_and_value(kw, field, value):
     kw = dict(kw)
     with pytest.raises(SimulationError, match=f"{field} = {value}"):
         simulate(kw.pop("profile", "sglang"), "gdn", steps=5, **kw)
+
+
+# -- vLLM align ----------------------------------------------------------------------------------------------
+def run_al(seed: int = 0, steps: int = 300, **kw: Any) -> Trace:
+    return simulate("vllm", "gdn", steps=steps, seed=seed, prefix_cache="align", **kw)
+
+
+def audit_al(trace: Trace, bs: int = 16) -> Counter[str]:
+    """Walk an align trace: block-aligned chunks, each move with its pre-copy, the rows on the new slot and the
+    old slot published at exactly its block boundary (or freed), hits of whole blocks."""
+    n: Counter[str] = Counter()
+    slot_of: dict[int, int] = {}
+    cached: dict[int, int] = {}
+    for step in trace.steps:
+        meta = step.metadata or {}
+        rows = {r.id: r for r in step.rows}
+        assert "copies_after" not in meta
+        hits = {h["request"]: h for h in meta.get("hits", [])}
+        for h in hits.values():
+            assert h["tokens"] % bs == 0 and h["tokens"] > 0 and rows[h["request"]].cached_tokens == h["tokens"]
+            assert [h["slot"], rows[h["request"]].slot] in meta["copies_before"]
+            n["hits"] += 1
+        cps = {c["slot"]: c for c in meta.get("checkpoints", [])}
+        for mv in meta.get("moves", []):
+            rid, new = mv["request"], mv["slot"]
+            old = slot_of[rid]
+            assert [old, new] in meta["copies_before"], f"step {step.step}: move without its pre-copy"
+            assert rows[rid].slot == new and rid not in step.admit
+            c = rows[rid].cached_tokens
+            assert c % bs == 0 and c > 0 and cached[rid] == c
+            if old in cps:
+                assert cps[old] == {"request": rid, "tokens": c, "slot": old}
+                n["boundary checkpoints"] += 1
+            n["moves"] += 1
+        assert len(cps) == len(meta.get("checkpoints", []))
+        assert all(any(mv["request"] == c["request"] for mv in meta.get("moves", [])) for c in cps.values())
+        moved = {mv["request"] for mv in meta.get("moves", [])}
+        for r in step.rows:
+            if r.id in slot_of and r.id not in moved:
+                assert r.slot == slot_of[r.id], f"step {step.step}: request {r.id} changed slot without a move"
+                want_move = r.cached_tokens % bs == 0 and r.cached_tokens > 0
+                n["skipped moves"] += want_move
+            slot_of[r.id], cached[r.id] = r.slot, r.cached_tokens + r.new_tokens
+        for rid in step.finish:
+            slot_of.pop(rid, None)
+    return n
+
+
+def test_align_same_seed_same_trace():
+    assert run_al(seed=5, steps=120) == run_al(seed=5, steps=120)
+    assert run_al(seed=5, steps=120) != run_al(seed=6, steps=120)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(mixed=True), dict(block_size=8, chunk_size=24), dict(max_cached=0)])
+def test_align_moves_precopy_and_checkpoint_by_the_rules(kw):
+    trace = run_al(seed=1, **kw)
+    n = audit_al(trace, kw.get("block_size", 16))
+    assert n["moves"] > 0
+    if kw.get("max_cached") == 0:
+        assert n["boundary checkpoints"] == n["hits"] == 0
+    else:
+        assert n["boundary checkpoints"] > 0 and n["hits"] > 0
+
+
+@pytest.mark.parametrize("bs", [16, 8])
+def test_align_chunks_end_at_block_boundaries_or_prompt_ends(bs, monkeypatch):
+    prompts = recorded_prompts(monkeypatch)
+    trace = run_al(seed=2, steps=200, block_size=bs, chunk_size=24)
+    checked = 0
+    for step in trace.steps:
+        if step.mode not in ("extend", "mixed"):
+            continue
+        for r in step.rows:
+            if r.cached_tokens >= len(prompts[r.id]):
+                continue  # a decode row of a mixed step
+            end = r.cached_tokens + r.new_tokens
+            assert end == len(prompts[r.id]) or end % bs == 0, (step.step, r)
+            assert r.cached_tokens % bs == 0
+            checked += 1
+    assert checked > 20
+
+
+def test_align_rows_and_metadata_are_vllm_shaped():
+    trace = run_al(seed=0, steps=200)
+    assert trace.header.profile == "vllm" and "target_verify" not in trace.header.buckets
+    keys = {k for s in trace.steps for k in (s.metadata or {})}
+    assert {"moves", "copies_before", "checkpoints", "hits"} <= keys and "copies_after" not in keys
+
+
+def test_align_traces_replay_clean_with_every_checkpoint_verified():
+    from workbench.traces.replay import replay_trace
+
+    for kw in (dict(seed=0), dict(seed=3, dp_dummies=True, mixed=True)):
+        trace = run_al(steps=150, **kw)
+        n = audit_al(trace)
+        result = replay_trace(trace)
+        assert result.ok, str(result)
+        assert result.checkpoints == result.verified == n["boundary checkpoints"] > 0
+        assert result.hits == n["hits"] > 0
+
+
+def test_cli_runs_align(monkeypatch, capsys):
+    import workbench.traces.replay as replay_module
+
+    seen: dict[str, Any] = {}
+    real = sim_module.simulate
+
+    def spy(*args: Any, **kw: Any) -> Trace:
+        seen.update(kw)
+        return real(*args, **kw)
+
+    class Result:
+        ok = True
+
+        def __str__(self) -> str:
+            return "replayed"
+
+    monkeypatch.setattr(sim_module, "simulate", spy)
+    monkeypatch.setattr(replay_module, "replay_trace", lambda trace, progress=None: Result())
+    assert cli.main(["trace", "run", "--profile", "vllm", "--steps", "3", "--prefix-cache", "align"]) == 0
+    assert seen["prefix_cache"] == "align"
+    capsys.readouterr()
+    assert cli.main(["trace", "run", "--profile", "sglang", "--steps", "3", "--prefix-cache", "align"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "profile = 'sglang'" in err[0] and "align" in err[0]
+
+
+@pytest.mark.parametrize(
+    "kw, field, value",
+    [
+        (dict(profile="sglang-ascend"), "profile", "'sglang-ascend'"),
+        (dict(spec=2), "spec", "2"),
+        (dict(layer="mamba2"), "layer", "'mamba2'"),
+        (dict(block_size=0), "block_size", "0"),
+        (dict(block_size=True), "block_size", "True"),
+        (dict(block_size=64), "block_size", "64"),  # past chunk_size = 32
+        (dict(prefix_cache="no_buffer", profile="sglang", block_size=16), "block_size", "16"),
+        (dict(prefix_cache="extra_buffer", profile="vllm"), "profile", "'vllm'"),
+    ],
+)
+def test_align_refusals_name_the_field_and_value(kw, field, value):
+    kw = dict(kw)
+    with pytest.raises(SimulationError, match=f"{field} = {value}"):
+        simulate(kw.pop("profile", "vllm"), kw.pop("layer", "gdn"), steps=5, **{"prefix_cache": "align", **kw})

@@ -11,6 +11,9 @@ trace says what the cache did at each step in its ``metadata`` (``workbench.trac
   step, and its first row continues from there (``cached_tokens`` equal to the length). The shadow of the
   request's own slot becomes the float64 state of that prefix, recomputed: a hit whose copy-on-write is
   missing (or wrong) leaves the runner on other bytes, and the step's state check shows it.
+* ``moves`` (after ``copies_before``): a request's running state moves to another slot, as vLLM's align
+  mode moves it into the block of its position (the pre-copy is a ``copies_before`` into it); the old
+  slot is freed, or kept by a checkpoint the step publishes on it.
 * copies (``copies_before`` the forward, ``copies_after`` it): whole-slot copies of the conv window and the
   recurrent state, made in the runner's pool and in the float64 shadow alike; never from or to the dummy
   slot, never onto their own source, never from a slot that holds neither a live request's state nor a
@@ -38,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from workbench.batch import Batch
+from workbench.errors import MetadataError
 from workbench.layers import LayerState
 from workbench.metadata import build_metadata
 from workbench.pool import StatePool
@@ -87,6 +91,9 @@ class CheckpointBook:
         # request id -> its shadow is the float64 recurrence from zeros over exactly ``history`` (admitted
         # with no cached tokens, or from a hit's prefix state), so a checkpoint of all of it can be read there
         self.from_zeros: dict[int, bool] = {}
+        # slot -> the token ids whose float64 state a copy put into the shadow's slot (a track slot published
+        # later reads its reference there instead of recomputing it)
+        self._written: dict[int, tuple[int, ...]] = {}
         self.hits = self.published = self.verified = 0
         self._prefix: OrderedDict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
         layer = replayer.runner.layer
@@ -109,6 +116,7 @@ class CheckpointBook:
                 out.append(self._div(step, "evict", f"evict[{i}]: slot {slot} holds no live checkpoint", slot=slot))
                 continue
             self.live.pop(slot)
+            self._written.pop(slot, None)
             if slot in self.rep.pool.held_slots:
                 self.rep.pool.release(slot)
         return out
@@ -147,12 +155,50 @@ class CheckpointBook:
             for own in self.rep.pool.slots_of(self.rep.live[rid]):  # the truth: the prefix's own state
                 self._set_shadow(own, cp.tokens)
         out += self._copies(step, work.get("copies_before", []), "copies_before")
+        out += self._moves(step, work.get("moves", []))
+        return out
+
+    def _moves(self, step: TraceStep, moves: list[dict[str, int]]) -> list[TraceDivergence]:
+        """Running states moved to another slot (vLLM align: the block of the request's new position): the
+        request is live and in the step, its row names the new slot, which is free; the old slot is freed
+        (a checkpoint the step publishes on it keeps it, held by the cache)."""
+        rows = {r.id: r for r in step.rows}
+        out: list[TraceDivergence] = []
+        for i, mv in enumerate(moves):
+            rid, slot = mv["request"], mv["slot"]
+            row = rows.get(rid)
+            problem = None
+            if rid not in self.rep.live or row is None:
+                problem = "the request is not live in this step"
+            elif row.slot != slot:
+                problem = f"the request's row names slot {row.slot}"
+            elif slot in self.live:
+                cp = self.live[slot]
+                problem = (
+                    f"slot {slot} holds the live checkpoint of request {cp.request}'s first {len(cp.tokens)} tokens"
+                )
+            if problem is None:
+                try:
+                    old = self.rep.pool.move(self.rep.live[rid], slot)
+                except MetadataError as e:
+                    problem = str(e)
+                else:  # the truth moves with the request: a move without its pre-copy leaves the runner behind
+                    for t in self.rep.shadow.tensors().values():
+                        t[slot] = t[old]
+                    have = self.history.get(rid)
+                    if have is not None and self.from_zeros.get(rid):  # the block's checkpoint, without a recompute
+                        shadow = self.rep.shadow
+                        self._cache(tuple(have), (shadow.conv[old].clone(), shadow.ssm[old].clone()))
+            if problem is not None:
+                out.append(self._div(step, "move", f"moves[{i}] to slot {slot}: {problem}", rid, slot))
         return out
 
     def after(self, step: TraceStep) -> list[TraceDivergence]:
         """Copies after the forward, then the checkpoints the step publishes, each verified; sglang's own track
         fields, where the trace records them, against those copies."""
         work = self.work(step)
+        for r in step.rows:  # the forward wrote these slots: what a copy once put there is gone
+            self._written.pop(r.slot, None)
         out = self._track_fields(step, work.get("copies_after", []))
         out += self._copies(step, work.get("copies_after", []), "copies_after")
         finishing = set(step.finish)
@@ -181,7 +227,10 @@ class CheckpointBook:
                 continue
             self.published += 1
             prefix = tuple(have[:n])
-            if n == len(have) and self.from_zeros.get(rid) and prefix not in self._prefix:
+            if prefix not in self._prefix and self._written.get(slot) == prefix:  # a copy put exactly it there
+                shadow = self.rep.shadow
+                self._cache(prefix, (shadow.conv[slot].clone(), shadow.ssm[slot].clone()))
+            elif n == len(have) and self.from_zeros.get(rid) and prefix not in self._prefix:
                 self._remember_shadow(rid, prefix)
             bad = self._compare(slot, prefix)
             if bad is not None:
@@ -259,6 +308,7 @@ class CheckpointBook:
         rep, out = self.rep, []
         dummy = rep.pool.profile.dummy_slot
         admitted_slots = {s for rid in step.admit for s in rep.pool.slots_of(rep.live[rid])}
+        moving = {mv["slot"] for mv in self.work(step).get("moves", [])} if key == "copies_before" else set()
         for i, (src, dst) in enumerate(pairs):
             where = f"{key}[{i}] {src} -> {dst}"
             src_owner, dst_owner = rep.owner(src), rep.owner(dst)
@@ -276,9 +326,12 @@ class CheckpointBook:
                 problem = (
                     f"overwrites the live checkpoint in slot {dst} (request {cp.request}, {len(cp.tokens)} tokens)"
                 )
-            elif key == "copies_before" and dst not in admitted_slots:
+            elif key == "copies_before" and dst not in admitted_slots | moving:
                 whose = f"request {dst_owner}'s slot" if dst_owner is not None else "a slot no admitted request owns"
-                problem = f"writes {whose}: a copy before the forward goes into a request admitted at this step"
+                problem = (
+                    f"writes {whose}: a copy before the forward goes into a request admitted at this step, or "
+                    "into the slot a request moves to"
+                )
             elif key == "copies_after" and dst_owner is not None:
                 problem = f"writes the running slot of request {dst_owner}, replacing the state its step computed"
             if problem is not None:
@@ -287,6 +340,14 @@ class CheckpointBook:
             for pool in (rep.runner.state, rep.shadow):
                 for t in pool.tensors().values():
                     t[dst] = t[src]
+            # what the shadow now holds in dst: the float64 state after exactly these tokens (or unknown)
+            have = self.history.get(src_owner) if src_owner is not None else None
+            if src_owner is not None and have is not None and self.from_zeros.get(src_owner):
+                self._written[dst] = tuple(have)
+            elif src in self.live:
+                self._written[dst] = self.live[src].tokens
+            else:
+                self._written.pop(dst, None)
         return out
 
     def prefix_state(self, prefix: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:

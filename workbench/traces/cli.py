@@ -3,6 +3,7 @@
     workbench trace run --profile sglang --steps 2000 --spec 2 --mixed --out trace.jsonl
     workbench trace run --profile sglang --steps 2000 --prefix-cache no_buffer
     workbench trace run --profile sglang --steps 2000 --spec 2 --prefix-cache extra_buffer
+    workbench trace run --profile vllm --steps 2000 --prefix-cache align
     workbench trace check trace.jsonl
 
 Exit codes: 0 every step clean; 1 a divergence (one line each, the first first) or a trace that replays
@@ -20,7 +21,11 @@ from typing import Any
 SUMMARY = "simulate a scheduler's steps (or read a recorded trace) and check every step across steps"
 EXAMPLE = "workbench trace run --profile vllm --steps 2000 --spec 2 --mixed"
 PROFILES = ("sglang", "sglang-ascend", "vllm")
-PREFIX_CACHES = ("no_buffer", "extra_buffer")  # workbench.traces.simulate.PREFIX_CACHES, without importing torch
+PREFIX_CACHES = (
+    "no_buffer",
+    "extra_buffer",
+    "align",
+)  # workbench.traces.simulate.PREFIX_CACHES, without importing torch
 
 
 def _count(text: str) -> int:
@@ -60,8 +65,9 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         choices=PREFIX_CACHES,
         default=None,
         help="a prefix cache of recurrent states: sglang's mamba radix cache, no_buffer or extra_buffer (ping-pong "
-        "track buffers) (sglang profiles, gdn); rows carry their token ids, steps the cache's hits, copies, "
-        "checkpoints and evictions (extra_buffer: and sglang's mamba_track_* fields)",
+        "track buffers) (sglang profiles, gdn), or vLLM's block-aligned align (profile vllm, gdn, no --spec); "
+        "rows carry their token ids, steps the cache's hits, copies, moves, checkpoints and evictions "
+        "(extra_buffer: and sglang's mamba_track_* fields)",
     )
     run.add_argument("--out", default=None, metavar="FILE", help="write the trace (JSON Lines) here")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")

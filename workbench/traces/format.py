@@ -388,6 +388,10 @@ def _prefix_cache(value: dict[str, Any], line: int) -> None:
             if not isinstance(pair, list) or len(pair) != 2:
                 raise _fail(line, f"metadata.{key}[{i}]", "a [src, dst] pair of slots", pair)
             _int_list(pair, line, f"metadata.{key}[{i}]", 0)
+    for i, item in enumerate(_list(value.get("moves", []), line, "metadata.moves", "objects")):
+        obj = _object(item, line, f"metadata.moves[{i}]", ("request", "slot"), "move")
+        _int(obj.get("request", _MISSING), line, f"metadata.moves[{i}].request", 0, INT64_MAX)
+        _int(obj.get("slot", _MISSING), line, f"metadata.moves[{i}].slot", 0, INT32_MAX)
     for key in ("hits", "checkpoints"):
         for i, item in enumerate(_list(value.get(key, []), line, f"metadata.{key}", "objects")):
             path = f"metadata.{key}[{i}]"

@@ -15,11 +15,12 @@ from typing import Any
 FORMAT = "linattn-trace"
 VERSION = 1
 STEP_MODES = ("decode", "target_verify", "extend", "mixed", "idle")
-PREFIX_KEYS = ("evict", "hits", "copies_before", "copies_after", "checkpoints")
-"""The ``metadata`` keys of a prefix cache, in the order the replay runs them: checkpoint slots dropped,
-admissions that start from a checkpoint, copies before the forward, copies after it, checkpoints published."""
 """``mixed``: extend rows and one-token decode rows in one step (run as an extend batch, each profile's
 row order: sglang extend rows first, decodes last; vLLM decodes first)."""
+PREFIX_KEYS = ("evict", "hits", "copies_before", "moves", "copies_after", "checkpoints")
+"""The ``metadata`` keys of a prefix cache, in the order the replay runs them: checkpoint slots dropped,
+admissions that start from a checkpoint, copies before the forward, running states moved to another slot
+(vLLM's align mode: the block of the request's position), copies after the forward, checkpoints published."""
 
 
 @dataclass(frozen=True)

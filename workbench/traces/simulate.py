@@ -117,6 +117,38 @@ The modelling choices, each as the engines make it or as the workbench can repla
     the tracked one. Its overshoot fallback (a last tracked length past the kept tokens falls back to
     ``prev_track``) never fires here: a tracked length is always a prefix of the request's kept ids.
   - *finish*: the running slot is freed (never donated), the ping-pong slots not donated are released.
+* **Block-aligned prefix caching** (``prefix_cache="align"``: vLLM 0.33.0's ``mamba_cache_mode="align"``,
+  the only mode beside none; profile vllm, layer gdn, no speculation, ``docs/traces.md`` "Prefix caching").
+  Same prompts and tree (:class:`~workbench.traces.radix.RadixCache`) as ``no_buffer``; the simplifications:
+
+  - *blocks*: ``block_size`` (default 16; vLLM's mamba block size is large and model-dependent, e.g. 528 or
+    1600, small here so that short prompts fill blocks). A request's running slot stands for the block of
+    column ``max((computed - 1) // block_size, 0)``; one pool slot per block, no block table.
+  - *chunks* (``Scheduler._mamba_block_aligned_split``): a prefill chunk ends at the prompt's end or at a
+    multiple of ``block_size`` (``min(remaining, chunk_size, budget left)`` rounded down to one; a chunk
+    may span several blocks, whose inner states are not kept, as vLLM's are not). ``block_size`` is at most
+    ``chunk_size`` and ``token_budget``. vLLM's other mandatory stops (shared-prefix junctions, hash tails)
+    are not modelled.
+  - *moves*: a step whose first token of a row starts a new block (``computed % block_size == 0`` and
+    ``computed > 0`` before the step; not at the admission step of a hit, whose fresh slot is its block
+    already) pre-copies the running slot into the lowest free slot (``copies_before``), moves the request
+    there (``moves``, ``StatePool.move``; its rows name the new slot from then on), and publishes the old
+    slot, now the state after exactly ``computed`` tokens (a full block), as a checkpoint in the same step
+    (``checkpoints``, held), keyed by those ids, unless the tree has a state there or no room
+    (``max_cached``): then the old slot is freed after the step. Decode steps cross blocks the same way;
+    mixed steps apply the rule to every row. A first chunk from zero spanning several blocks stays in its
+    admission slot (vLLM writes it straight into its last block, no initial state read: a relabelling).
+    A move that finds no free slot and no unlocked checkpoint to evict is skipped (the request keeps its
+    slot, that boundary is not cached; vLLM would not have scheduled, or would have preempted, it).
+  - *hits*: the deepest checkpoint on the prompt (``limit = prompt_len - 1``) whose length is a multiple of
+    ``block_size`` (vLLM hits whole blocks; every checkpoint here is one); the request gets its own row
+    and slot, ``hits``, the pre-copy ``copies_before [[s, own]]``, ``cached_tokens = L``.
+  - *finish*: the running slot is freed (its partial block is not cached; full blocks were published as
+    the request left them). No ``copies_after``, no donation.
+  - *eviction*: LRU as ``no_buffer``, for an admission's slot, a move's target and ``max_cached``; a
+    checkpoint hit or published at the step is never evicted at it. The default pool is
+    ``2 * max_running + 1`` slots (room for moves and checkpoints).
+  - padded rows use vLLM's null block 0 (the profile's dummy slot), as without a prefix cache.
 """
 
 from __future__ import annotations
@@ -154,16 +186,21 @@ DECODES_FIRST = {"sglang": False, "sglang-ascend": False, "vllm": True}
 """Row order of a mixed step: vLLM lays one-token (decode) rows first, sglang last."""
 
 
-PREFIX_CACHES = ("no_buffer", "extra_buffer")
+PREFIX_CACHES = ("no_buffer", "extra_buffer", "align")
 """Prefix-cache strategies the simulator models: sglang's mamba radix cache without extra buffers, and with
-its 2-entry ping-pong track buffer."""
+its 2-entry ping-pong track buffer; vLLM's block-aligned mamba cache."""
 
-PREFIX_CACHES_NOT_BUILT = ("extra_buffer_lazy", "align")
-"""Strategies the engines have and the simulator does not (yet): sglang's lazily allocated track buffer,
-vLLM's block-aligned cache."""
+PREFIX_CACHES_NOT_BUILT = ("extra_buffer_lazy",)
+"""Strategies the engines have and the simulator does not (yet): sglang's lazily allocated track buffer."""
 
 PREFIX_PROFILES = ("sglang", "sglang-ascend")
 """Profiles whose engine has ``no_buffer`` and ``extra_buffer`` (vLLM's mamba prefix cache is ``align``)."""
+
+ALIGN_PROFILES = ("vllm",)
+"""Profiles whose engine has ``align`` (vLLM's ``mamba_cache_mode``)."""
+
+DEFAULT_BLOCK_SIZE = 16
+"""``block_size`` of ``align`` (vLLM's mamba block size, hundreds to thousands of tokens there)."""
 
 DEFAULT_CACHE_CHUNK = 16
 """``cache_chunk`` of ``extra_buffer`` (sglang's ``mamba_cache_chunk_size``, 64 there: small here so that
@@ -252,10 +289,15 @@ def _check_prefix_cache(value: object, profile: str, layer: str, prefill: bool) 
         raise SimulationError(f"prefix_cache = {value!r}: not built yet; the simulator models {PREFIX_CACHES}")
     if value not in PREFIX_CACHES:
         raise SimulationError(f"prefix_cache = {value!r}: choose one of {PREFIX_CACHES}, or None")
-    if profile not in PREFIX_PROFILES:
+    if value == "align" and profile not in ALIGN_PROFILES:
+        raise SimulationError(
+            f"profile = {profile!r}: prefix_cache = 'align' is vLLM's block-aligned mamba cache (profiles "
+            f"{ALIGN_PROFILES}); sglang's are 'no_buffer' and 'extra_buffer'"
+        )
+    if value != "align" and profile not in PREFIX_PROFILES:
         raise SimulationError(
             f"profile = {profile!r}: prefix_cache = {value!r} is sglang's mamba radix cache "
-            f"(profiles {PREFIX_PROFILES}); vLLM's mamba prefix cache is 'align', not built yet"
+            f"(profiles {PREFIX_PROFILES}); vLLM's mamba prefix cache is prefix_cache='align'"
         )
     if layer != "gdn":
         raise SimulationError(
@@ -318,6 +360,7 @@ def simulate(
     max_cached: int | None = None,
     cache_chunk: int | None = None,
     track_interval: int | None = None,
+    block_size: int | None = None,
 ) -> Trace:
     """Simulate ``steps`` scheduler steps of one layer under one engine profile (see the module docstring).
 
@@ -361,6 +404,9 @@ def simulate(
         track_interval: with ``prefix_cache="extra_buffer"``, decode and verify steps track the state when it
             holds a multiple of it (sglang's ``mamba_track_interval``); a multiple of ``cache_chunk``;
             default 32.
+        block_size: with ``prefix_cache="align"``, the tokens of one mamba block (vLLM's mamba block size):
+            chunks end on its multiples, states move to a new slot and checkpoint at each; at most
+            ``chunk_size`` and ``token_budget``; default 16.
 
     Returns:
         a :class:`Trace` whose header names the profile, layer, ``num_slots``, buckets (the graph modes the
@@ -417,6 +463,19 @@ def simulate(
     vocab = _int_arg("vocab", vocab, 1, INT32_MAX + 1)
     followup_rate = _check_range("followup_rate", followup_rate, 0.0, 1.0)
     extra = strategy == "extra_buffer"
+    align = strategy == "align"
+    if align and spec:
+        raise SimulationError(
+            f"spec = {spec}: prefix_cache='align' is modelled without speculation (vLLM's post-copy of a "
+            "verify that crosses a block is not built); simulate it with spec=0"
+        )
+    if not align and block_size is not None:
+        raise SimulationError(f"block_size = {block_size!r}: needs prefix_cache='align' (vLLM's mamba blocks)")
+    bs = DEFAULT_BLOCK_SIZE
+    if align:
+        bs = _int_arg(
+            "block_size", DEFAULT_BLOCK_SIZE if block_size is None else block_size, 1, min(chunk_size, token_budget)
+        )
     if not extra:
         for name, given in (("cache_chunk", cache_chunk), ("track_interval", track_interval)):
             if given is not None:
@@ -431,12 +490,13 @@ def simulate(
             "grid lcm(checkpoint grid, mamba_track_interval))"
         )
 
-    graph_modes = [m for m in GRAPH_MODES if m in modes]
+    # align runs without speculation: no verify graph, so one slot per request (a move moves one)
+    graph_modes = [m for m in GRAPH_MODES if m in modes and not (align and m == "target_verify")]
     header_buckets = _header_buckets(prof, graph_modes, buckets, spec)
     d = spec or DEFAULT_DRAFT_TOKENS
     largest = max(b[-1] for b in header_buckets.values())
     spr = prof.slots_per_request(d) if "target_verify" in header_buckets else 1
-    per_request = EXTRA_BUFFER_SLOTS if extra else spr  # pool slots a live request takes
+    per_request = EXTRA_BUFFER_SLOTS if extra else 2 if align else spr  # pool slots a live request takes
     if extra and num_slots is not None and check_int("num_slots", num_slots, 2) - 1 < EXTRA_BUFFER_SLOTS:
         raise SimulationError(
             f"num_slots = {num_slots}: prefix_cache='extra_buffer' needs {EXTRA_BUFFER_SLOTS} slots per request "
@@ -463,7 +523,9 @@ def simulate(
             followup_rate=followup_rate,
             longest_prompt=p_hi,
         )
-        if extra:
+        if align:
+            cache = _Align(pool, rng, block_size=bs, **common)
+        elif extra:
             cache = _ExtraBuffer(pool, rng, cache_chunk=cc, track_interval=interval, **common)
         else:
             cache = _NoBuffer(pool, rng, **common)
@@ -568,10 +630,17 @@ class _NoBuffer:
         """Whether an admission can get its slots (``need``): free ones, or unlocked checkpoints to evict."""
         return self.pool.num_free + self.tree.evictable() >= self.need
 
-    def chunk(self, remaining: int, n: int) -> int:
-        """The prefill chunk a request with ``remaining`` prompt tokens feeds, given ``n`` (what the chunk
-        size and the budget allow): ``n`` here."""
+    def chunk(self, req: _Request, n: int) -> int:
+        """The prefill chunk ``req`` feeds, given ``n`` (what the chunk size and the budget allow): ``n`` here
+        (0: none at this step)."""
         return n
+
+    def can_start(self, req: _Request, left: int) -> bool:
+        """Whether an admission with ``left`` tokens of budget gets a first chunk: always here."""
+        return True
+
+    def place(self, reqs: list[_Request], admitted: list[int]) -> None:
+        """Before the step's rows are laid out (admissions done): move running states (align); none here."""
 
     def track(self, mode: str, rows: list[tuple[_Request, int | None]]) -> None:
         """The step's state tracking, after its forward (``rows``: each row's request and its prefill chunk,
@@ -580,7 +649,7 @@ class _NoBuffer:
     def admit(self, req: _Request) -> bool:
         """Give ``req`` a row and its own slot (evicting a checkpoint if the tree holds the last free ones)
         and start it from the deepest checkpoint of its prompt (copy-on-write); False: no slot to be had."""
-        hit = self.tree.match(req.prompt, req.prompt_len - 1)
+        hit = self._match(req)
         if hit is not None:
             self.tree.lock(hit[1])  # first, so that making room for its own slot cannot evict it
         while self.pool.num_free < self.need:
@@ -601,6 +670,10 @@ class _NoBuffer:
             self._record("hits", {"request": req.id, "tokens": length, "slot": src})
             self._record("copies_before", [src, req.slot])
         return True
+
+    def _match(self, req: _Request) -> tuple[int, int] | None:
+        """The checkpoint an admission starts from: the deepest on its prompt, leaving a token to compute."""
+        return self.tree.match(req.prompt, req.prompt_len - 1)
 
     def _room(self, *, need_slot: bool) -> bool:
         """Room for one more checkpoint: under ``max_cached`` (and a free slot, for a copy), evicting LRU
@@ -667,7 +740,7 @@ class _ExtraBuffer(_NoBuffer):
         req.pingpong = [self.pool.hold(), self.pool.hold()]
         req.next_track, req.last_track, req.prev_track, req.last_published = 0, None, None, False
 
-    def chunk(self, remaining: int, n: int) -> int:
+    def chunk(self, req: _Request, n: int) -> int:
         """``n`` rounded down to a multiple of ``cache_chunk`` when it is at least one (so the chunk's end is
         a tracked position); a shorter ``n`` as it is."""
         c = self.cache_chunk
@@ -742,6 +815,78 @@ class _ExtraBuffer(_NoBuffer):
         req.pingpong = []
 
 
+class _Align(_NoBuffer):
+    """vLLM's block-aligned mamba prefix cache (``mamba_cache_mode="align"``; module docstring,
+    "Block-aligned prefix caching"): chunks end on block boundaries, a state entering a new block is
+    pre-copied and moved there, and the block it leaves is published as a checkpoint."""
+
+    def __init__(self, pool: StatePool, rng: random.Random, *, block_size: int, **kw: Any) -> None:
+        super().__init__(pool, rng, **kw)
+        self.block_size = block_size
+        self.releasing: list[int] = []  # old slots of this step's moves that the tree does not keep
+
+    def chunk(self, req: _Request, n: int) -> int:
+        """``n``, or less so that the chunk ends on a multiple of ``block_size`` unless it ends the prompt
+        (vLLM's ``_mamba_block_aligned_split``); 0 when no block end is in reach."""
+        end = req.cached + n
+        if end >= req.prompt_len:
+            return n
+        return max(end // self.block_size * self.block_size - req.cached, 0)
+
+    def can_start(self, req: _Request, left: int) -> bool:
+        """A first chunk fits ``left``: a whole block (chunks start on block boundaries), or the prompt."""
+        return left >= self.block_size or req.prompt_len <= left
+
+    def _match(self, req: _Request) -> tuple[int, int] | None:
+        """The deepest checkpoint of whole blocks on the prompt, leaving a token to compute."""
+        limit = req.prompt_len - 1
+        while True:
+            hit = self.tree.match(req.prompt, limit)
+            if hit is None or hit[0] % self.block_size == 0:
+                return hit
+            limit = hit[0] - 1
+
+    def place(self, reqs: list[_Request], admitted: list[int]) -> None:
+        """Each request whose step starts a new block (not a hit admitted now: its fresh slot is that block)
+        is pre-copied into the lowest free slot and moved there; its old slot, the state after exactly its
+        ``cached`` tokens, becomes a checkpoint (or is freed after the step)."""
+        fresh = set(admitted)
+        for req in reqs:
+            if req.id in fresh or req.cached == 0 or req.cached % self.block_size:
+                continue
+            while not self.pool.free_slots() and self._evict():
+                pass
+            if not self.pool.free_slots():
+                continue  # no room for the new block: the state stays, the boundary is not cached
+            new = self.pool.hold()  # the lowest free slot
+            self.pool.release(new)
+            old = self.pool.move(req.row, new)
+            self.pool.hold(old)  # kept until the step ends: no later move or admission of this step takes it
+            req.slot = new
+            self._record("copies_before", [old, new])
+            self._record("moves", {"request": req.id, "slot": new})
+            if self.tree.state_at(req.fed) is None and self._room(need_slot=False):
+                self._publish(req, old)
+            else:
+                self.releasing.append(old)
+
+    def prefilled(self, req: _Request) -> None:
+        """Nothing at a prompt's end: its full blocks are published as the request leaves them."""
+
+    def finish(self, req: _Request) -> None:
+        """``req`` finished: its slot (a partial block, or a full one not yet left) is freed."""
+        conversation = (*req.fed, req.pending)
+        if len(conversation) < self.longest_prompt:
+            self.history.append(conversation)
+        self.pool.free([req.row])
+
+    def end_step(self) -> dict[str, Any] | None:
+        for slot in self.releasing:
+            self.pool.release(slot)
+        self.releasing = []
+        return super().end_step()
+
+
 class _Scheduler:
     """The running and waiting requests, and one step's choice (see the module docstring)."""
 
@@ -812,6 +957,8 @@ class _Scheduler:
             return TraceStep(t, "idle", metadata=None if self.cache is None else self.cache.end_step())
 
         spec, cache = self.spec, self.cache
+        if cache is not None:  # align: states entering a new block move there (their rows name the new slot)
+            cache.place([r for r, _ in chunks] + decoders, admitted)
         accepted = [self._draw_accepted() for _ in decoders] if spec else [1] * len(decoders)
         fed_ext: list[tuple[int, ...] | None] = [None] * len(chunks)
         fed_dec: list[tuple[int, ...] | None] = [None] * len(decoders)
@@ -897,23 +1044,24 @@ class _Scheduler:
     def _chunk(self, r: _Request, left: int) -> int:
         """The prefill chunk ``r`` feeds with ``left`` tokens of budget (the cache may round it)."""
         n = min(r.prompt_len - r.cached, self.chunk_size, left)
-        return n if self.cache is None else self.cache.chunk(r.prompt_len - r.cached, n)
+        return n if self.cache is None else self.cache.chunk(r, n)
 
     def _take_chunks(self, chunks: list[tuple[_Request, int]], admitted: list[int], left: int) -> int:
         for r in self.running:
             if not r.prefilling or left <= 0:
                 continue
             n = self._chunk(r, left)
-            if n == 1 and r.prompt_len - r.cached > 1:
-                continue  # never split a one-token piece off a longer remainder
+            if n <= 0 or (n == 1 and r.prompt_len - r.cached > 1):
+                continue  # never split a one-token piece off a longer remainder (none: no block end fits)
             chunks.append((r, n))
             left -= n
-        while left >= 2 and self.can_admit():
+        while left >= 2 and self.can_admit() and (self.cache is None or self.cache.can_start(self.waiting[0], left)):
             req = self.admit()
             if req is None:
                 break
             admitted.append(req.id)
             n = self._chunk(req, left)  # a hit starts past its cached tokens
+            assert n > 0  # can_start saw to it
             chunks.append((req, n))
             left -= n
         return left

@@ -49,7 +49,7 @@ class ServingTimeline(W.VBox):
     """A simulated serving trace replayed step by step: which request owns every state slot at every step.
 
     Controls: profile, layer, steps (1..400), seed, spec (D; 0: plain decode), mixed, dp dummies, prefix
-    cache (none | no_buffer | extra_buffer), Build (or ``trace=``: a given trace, replayed as it is);
+    cache (none | no_buffer | extra_buffer | align), Build (or ``trace=``: a given trace, replayed as it is);
     then a step slider with a Play button. Shows the slot timeline (the selected step outlined, the first
     divergence crossed), the selected step's line (admissions, finishes, bucket and padding), its rows and
     the replay's summary. A refused value is one line under its control.

@@ -41,8 +41,8 @@ BUCKETS = [1, 2, 4, 8]
 MAX_RUNNING = 10
 LAYERS = ("gdn", "mamba2")
 INPUTS = ("profile", "layer", "steps", "seed", "spec", "mixed", "dp_dummies", "prefix_cache")
-PREFIX_CACHES = ("none", "no_buffer", "extra_buffer")
-"""The prefix-cache choices of a simulated trace (sglang's mamba radix cache strategies, GDN)."""
+PREFIX_CACHES = ("none", "no_buffer", "extra_buffer", "align")
+"""The prefix-cache choices of a simulated trace (sglang's mamba radix cache strategies; vLLM's align)."""
 CONTROLS = (*INPUTS, "step", "general")
 ROW_COLUMNS = ("id", "req_pool_index", "slot", "seq_len", "new_tokens", "cached_tokens", "accepted")
 
@@ -83,8 +83,9 @@ class TimelineModel:
     Args: ``profile`` (a name of ``workbench.profiles.PROFILES``), ``layer`` ("gdn" or "mamba2"), ``steps``
     (1..``MAX_STEPS``), ``seed``, ``spec`` (D of speculative verify steps; 0: plain decode), ``mixed``
     (prefill chunks and decode rows in one step), ``dp_dummies`` (some steps are a DP rank's idle steps),
-    ``prefix_cache`` (one of ``PREFIX_CACHES``; "no_buffer", "extra_buffer": requests share system prompts
-    and a prefix cache keeps checkpoints, each verified against the float64 state of its prefix).
+    ``prefix_cache`` (one of ``PREFIX_CACHES``; "no_buffer", "extra_buffer" (sglang), "align" (vLLM):
+    requests share system prompts and a prefix cache keeps checkpoints, each verified against the float64
+    state of its prefix).
     """
 
     def __init__(
