@@ -336,29 +336,23 @@ def notebooks(request, browser, lab_server) -> Iterator[Notebooks]:
     started.close()
 
 
+# a figure that has not drawn its data: no traces, axes on show, no title (a placeholder the workbench draws
+# on purpose has a title, or hides its axes)
 UNFILLED_JS = (
     "(root) => [...document.querySelectorAll(root + ' .js-plotly-plot')].map((g, i) => [g, i])"
-    ".filter(([g]) => g._fullLayout && !(g.data && g.data.length) && (g._fullLayout.xaxis || {}).visible"
-    " && !(((g.layout || {}).title || {}).text)).map(([, i]) => i)"
+    ".filter(([g]) => !g._fullLayout || !g.querySelector('svg.main-svg') || (!(g.data && g.data.length)"
+    " && (g._fullLayout.xaxis || {}).visible && !(((g.layout || {}).title || {}).text))).map(([, i]) => i)"
 )
 
 
-def _settled(page, root: str = NB) -> None:
-    """Wait until every plotly figure under ``root`` has drawn (and stays drawn a moment): a FigureWidget
-    draws after its model synced, a responsive figure after its first resize."""
-    # a FigureWidget first draws an empty default figure (axes -1..6) and its traces only once its model
-    # synced, which a loaded machine can take tens of seconds to do: wait for traces, or for axes the
-    # figure hides on purpose (an empty placeholder)
-    count = (
-        "(root) => { const gs = [...document.querySelectorAll(root + ' .js-plotly-plot')];"
-        " const drawn = g => g._fullLayout && g.querySelector('svg.main-svg');"
-        " const filled = g => (g.data && g.data.length > 0) || !(g._fullLayout.xaxis || {}).visible;"
-        " return gs.every(g => drawn(g) && filled(g)) ? gs.length : -1; }"
-    )
-    last = None
-    # up to 180 s: with every notebook's kernel busy at once on two cores, a FigureWidget's model can take
-    # minutes to sync; some figures never fill (05's sweeps draw lazily): then measure them as they are
-    for _ in range(450):
+def _settled(page, root: str = NB, timeout_s: float = 90.0) -> list[int]:
+    """Wait until every plotly figure under ``root`` has drawn its data (and their number stays put a
+    moment): a FigureWidget draws once its 5 MB module loaded, a responsive figure after its first resize.
+    Returns the indices of figures still without their data at the timeout."""
+    count = f"(root) => {{ const bad = ({UNFILLED_JS})(root); return bad.length ? -1 :"
+    count += " document.querySelectorAll(root + ' .js-plotly-plot').length; }"
+    last, deadline = None, time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
         n = page.evaluate(count, root)
         if n >= 0 and n == last:
             break
@@ -366,28 +360,29 @@ def _settled(page, root: str = NB) -> None:
         page.wait_for_timeout(400)
     page.mouse.move(1, 1)  # no hover label on a figure
     page.wait_for_timeout(300)
+    return page.evaluate(UNFILLED_JS, root)
+
+
+def _shoot(page, root: str, what: str, indices: list[int], why: str) -> None:
+    """Screenshots of the figures ``indices`` under ``root`` to ``tests/screenshots/``."""
+    plots = page.locator(f"{root} .js-plotly-plot")
+    stem = re.sub(r"[^\w.-]+", "_", what)
+    for i in indices:
+        plots.nth(i).scroll_into_view_if_needed()
+        plots.nth(i).screenshot(path=str(SHOTS / f"{stem}-figure{i + 1}-{why}.png"))
 
 
 def _check_labels(page, what: str, root: str = NB) -> list[dict[str, Any]]:
     """Measure every figure under ``root`` and fail, naming ``what`` (the notebook), the figure and the two
-    texts, on any labels drawn over each other or cut off by the figure's edge; screenshots of the figures
-    at fault go to ``tests/screenshots/``."""
-    _settled(page, root)
-    # a FigureWidget whose model never synced in _settled's wait still shows plotly's empty default figure
-    # (no data, axes -1..6, no title): its "labels" are plotly's placeholder ticks, not the workbench's, so it
-    # is left out (said on stdout); every figure that drew is measured
-    unfilled = set(page.evaluate(UNFILLED_JS, root))
-    if unfilled:
-        print(f"{what}: figure(s) {sorted(i + 1 for i in unfilled)} never drew their data; not measured")
-    figures = [f for f in page.evaluate(labels.COLLECT_JS, root) if f["index"] not in unfilled]
+    texts, on any labels drawn over each other or cut off by the figure's edge, or on a figure that never drew
+    its data (a FigureWidget whose edits never reached its view); screenshots of the figures at fault go to
+    ``tests/screenshots/``."""
+    unfilled = _settled(page, root)
+    _shoot(page, root, what, unfilled, "empty")
+    assert not unfilled, f"{what}: figure(s) {[i + 1 for i in unfilled]} never drew their data"
+    figures = page.evaluate(labels.COLLECT_JS, root)
     problems = labels.figure_problems(figures)
-    if problems:
-        plots = page.locator(f"{root} .js-plotly-plot")
-        stem = re.sub(r"[^\w.-]+", "_", what)
-        for f in figures:
-            if labels.figure_problems([f]):
-                plots.nth(f["index"]).scroll_into_view_if_needed()
-                plots.nth(f["index"]).screenshot(path=str(SHOTS / f"{stem}-figure{f['index'] + 1}-labels.png"))
+    _shoot(page, root, what, [f["index"] for f in figures if labels.figure_problems([f])], "labels")
     assert not problems, f"{what}: labels drawn over each other or cut off:\n  " + "\n  ".join(problems)
     return figures
 

@@ -1,5 +1,5 @@
 """``MetadataExplorer``: a thin ipywidgets view over :class:`ExplorerModel` with plotly ``FigureWidget``s
-updated in place (``batch_update``) on every control change."""
+updated in place (``figure_sync.updating``) on every control change."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from workbench.widgets.explorer_model import (
     ExplorerModel,
     ExplorerState,
 )
+from workbench.widgets.figure_sync import updating
 from workbench.widgets.html import error_html, metadata_html
 from workbench.widgets.stale import mark_stale, stale_html
 
@@ -27,7 +28,7 @@ def update_padding_map(fig: go.FigureWidget, metas: list) -> None:
     :func:`viz.metadata.padding_map` lays it out (``padding_cells``, ``padding_map_layout``)."""
     data = vm.padding_map_traces(metas)
     max_bs = max((m.batch_size for m in metas), default=1)
-    with fig.batch_update():
+    with updating(fig):
         for tr in fig.data:
             d = data[tr.name]
             tr.update(**vm.padding_cells(d["x"]), y=d["y"], customdata=d["customdata"])
@@ -39,7 +40,7 @@ def update_slot_map(fig: go.FigureWidget, meta: Any, pool: Any) -> None:
     """Write :func:`viz.metadata.slot_map_traces` into ``fig`` in place, laid out by
     :func:`viz.metadata.slot_map_layout`."""
     data = vm.slot_map_traces(meta, pool)
-    with fig.batch_update():
+    with updating(fig):
         for tr in fig.data:
             d = data[tr.name]
             tr.x, tr.y, tr.customdata = d["x"], d["y"], d["customdata"]
@@ -51,7 +52,7 @@ def update_qsl(fig: go.FigureWidget, metas: list) -> None:
     data = vm.qsl_traces(metas)
     while len(fig.data) < len(data):  # grows only; never re-created
         fig.add_trace(go.Scatter(mode="lines+markers", line=dict(shape="hv")))
-    with fig.batch_update():
+    with updating(fig):
         for k, tr in enumerate(fig.data):
             if k < len(data):
                 t = data[k]

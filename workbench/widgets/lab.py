@@ -16,6 +16,7 @@ from workbench import html as wb_html
 from workbench.profiles import PROFILES
 from workbench.viz import integrity_heatmap
 from workbench.viz.metadata import INTEGRITY_LABELS, integrity_codes
+from workbench.widgets.figure_sync import updating
 from workbench.widgets.html import error_html, records_html
 from workbench.widgets.lab_model import (
     CONTROLS,
@@ -220,7 +221,7 @@ class CaptureReplayLab(W.VBox):
             [f"{steps[i]}, slot {s}: {INTEGRITY_LABELS[c]}" for s, c in zip(slots, r, strict=True)]
             for i, r in enumerate(codes)
         ]
-        with self.heatmap.batch_update():
+        with updating(self.heatmap):
             hm = self.heatmap.data[0]
             hm.z, hm.x, hm.y, hm.customdata = codes, [str(s) for s in slots], steps, words
             self.heatmap.layout.height = max(300, 160 + 28 * len(steps))

@@ -15,6 +15,7 @@ from kernels.testing import SHAPES
 from workbench import html
 from workbench.kernelcheck import ConventionResult, KernelCheck, candidate_name
 from workbench.kernelcheck.choices import resolve_op
+from workbench.widgets.figure_sync import updating
 from workbench.widgets.html import error_html
 from workbench.widgets.playground_model import CONTROLS, IMPLS, PADDED_ROWS, PlaygroundModel
 
@@ -149,7 +150,8 @@ class KernelPlayground(W.VBox):
         if self._shown_html:  # the result on screen no longer answers the controls: say so, keep it readable
             stale = html.note("stale: the controls changed since this check ran; press Run check", fail=True)
             self.result.value = f"<div class='wb-kernel-check' data-ok='stale'>{stale}{self._shown_html}</div>"
-            self.figure.layout.title.text = f"{TITLE} (stale)"
+            with updating(self.figure):
+                self.figure.layout.title.text = f"{TITLE} (stale)"
 
     def _op_changed(self) -> None:
         self.variant.options = self.model.variants(self.op.value)
@@ -181,7 +183,7 @@ class KernelPlayground(W.VBox):
     # -- run -------------------------------------------------------------------------------------------
     def _clear(self) -> None:
         self.result.value = self._shown_html = ""
-        with self.figure.batch_update():
+        with updating(self.figure):
             for tr in self.figure.data:
                 tr.update(z=[[None]], x=[""], y=[""], customdata=[[None]])
             self.figure.layout.title.text = TITLE
@@ -203,7 +205,7 @@ class KernelPlayground(W.VBox):
             return None
         self._shown_html = res._repr_html_()
         self.result.value = f"<div class='wb-kernel-check' data-ok='{str(res.ok).lower()}'>{self._shown_html}</div>"
-        with self.figure.batch_update():
+        with updating(self.figure):
             for k, (tr, name) in enumerate(zip(self.figure.data, CONVENTIONS, strict=True)):
                 c = _shown(res.results, name)
                 self.figure.layout.annotations[k].text = c.label if c is not None else name

@@ -5,10 +5,10 @@ dimmed under a banner. The models decide what is stale (a line of words, or None
 from __future__ import annotations
 
 import textwrap
-from contextlib import nullcontext
 from typing import Any
 
 from workbench import html
+from workbench.widgets.figure_sync import updating
 
 STALE = "stale"  # the name of the veil's shape and annotation, so they are found and removed again
 
@@ -51,7 +51,7 @@ def mark_stale(fig: Any, note: str | None) -> None:
                 font=dict(color=html.FAIL, size=13),
             )  # fmt: skip
         )
-    with fig.batch_update() if hasattr(fig, "batch_update") else nullcontext():
+    with updating(fig):
         fig.layout.shapes = shapes
         fig.layout.annotations = annotations
 

@@ -16,6 +16,7 @@ from workbench import html as wb_html
 from workbench.profiles import PROFILES
 from workbench.traces.model import Trace
 from workbench.viz.timeline import selected_shape, slot_timeline
+from workbench.widgets.figure_sync import refill, updating
 from workbench.widgets.html import error_html, records_html
 from workbench.widgets.timeline_model import (
     CONTROLS,
@@ -157,10 +158,7 @@ class ServingTimeline(W.VBox):
         self.play.max, self.play.value = self.slider.max, m.selected
         self.slider.disabled = self.play.disabled = not m.built
         new = slot_timeline(**(m.figure_data() if m.built else _PLACEHOLDER))
-        with self.figure.batch_update():
-            self.figure.data = []
-            self.figure.add_traces(list(new.data))
-            self.figure.layout = new.layout
+        refill(self.figure, new)
         self.summary.value = summary_html(m.summary())
         self._render_step()
 
@@ -171,6 +169,7 @@ class ServingTimeline(W.VBox):
             self.step_line.value, self.table.value = "", ""
             return
         if m.step_numbers:
-            self.figure.layout.shapes = [selected_shape(m.step_numbers[m.selected], m.slots)]
+            with updating(self.figure):
+                self.figure.layout.shapes = [selected_shape(m.step_numbers[m.selected], m.slots)]
         self.step_line.value = f"<div class='wb-timeline-step'>{html.escape(m.step_text())}</div>"
         self.table.value = records_html(m.step_table(), ROW_COLUMNS)

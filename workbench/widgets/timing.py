@@ -10,21 +10,13 @@ import plotly.graph_objects as go
 from workbench.profiles import sglang_buckets, vllm_buckets
 from workbench.sweeps.common import PRESET_NAMES
 from workbench.viz import bucket_waste, latency, roofline
+from workbench.widgets.figure_sync import refill
 from workbench.widgets.html import error_html, ok_html
 from workbench.widgets.stale import mark_stale
 from workbench.widgets.timing_model import IMPLS, TimingModel
 
 # the controls an error is shown beside; "general" below the buttons
 CONTROLS = ("batch_sizes", "impls", "modes", "layer", "preset", "path", "buckets", "general")
-
-
-def refill(fw: go.FigureWidget, fig: go.Figure) -> None:
-    """Put ``fig``'s traces and layout into the existing FigureWidget ``fw`` (the widget is kept: the
-    browser view updates, nothing is re-created)."""
-    fw.data = ()
-    fw.add_traces(list(fig.data))
-    with fw.batch_update():
-        fw.layout = fig.layout
 
 
 class TimingDashboard(W.VBox):
