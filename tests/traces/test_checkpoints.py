@@ -227,3 +227,56 @@ def test_a_stale_claim_on_a_slot_a_copy_once_filled_is_still_recomputed():
     rep.book._prefix.clear()  # as if the prefix had left the cache of recomputed states
     (d,) = rep.step(body[2])
     assert (d.step, d.field) == (2, "checkpoint") and "off the float64 state" in d.detail, d
+
+
+VERIFY_HEADER = TraceHeader("sglang", "gdn", 6, {"decode": [1, 2], "target_verify": [1, 2]}, 3, None)
+
+
+def verify_steps(step_to_track: int = 1, accepted: int = 3, into: int = 2, mode: str = "target_verify"):
+    """sglang, tracking at commit: request 0 prefills PROMPT (6 tokens) and verifies 3 drafts, all accepted;
+    the track boundary at 8 tokens lies inside them, so draft step 8 - 6 - 1 = 1's intermediate state goes to
+    track slot 2; as the request finishes, slot 2 is donated as the checkpoint of its first 8 tokens."""
+    track = {"mamba_track_indices": [into], "mamba_steps_to_track": [step_to_track]}
+    drafts = (4, 4, 8) if mode == "target_verify" else (4,)
+    return [
+        TraceStep(0, "extend", (row(0, 1, 1, 0, PROMPT),), (0,), (), None),
+        TraceStep(1, mode, (row(0, 1, 1, 6, drafts, accepted if mode == "target_verify" else None),), (), (), track),
+        TraceStep(
+            2, "decode", (row(0, 1, 1, 6 + accepted, (3,)),), (), (0,),
+            {"checkpoints": [{"request": 0, "tokens": 8, "slot": 2}]},
+        ),
+    ]  # fmt: skip
+
+
+def test_a_verify_tracked_at_commit_publishes_the_state_of_exactly_the_boundary():
+    rep = TraceReplayer(Trace(VERIFY_HEADER, verify_steps()))
+    res = rep.run(stop_at_first=False)
+    assert res.ok and (res.checkpoints, res.verified) == (1, 1), res
+    assert rep.book.live[2].tokens == (*PROMPT, 4, 4)
+
+
+@pytest.mark.parametrize(
+    ("kw", "step", "field", "says"),
+    [
+        (dict(step_to_track=2), 2, "checkpoint", "off the float64 state after exactly its first 8 tokens"),
+        (dict(step_to_track=3), 1, "track", "past the verify's 3 draft steps"),
+        (dict(accepted=1), 1, "track", "draft step 1 was not accepted (1 accepted)"),
+        (dict(into=1), 1, "track", "writes the running slot of request 0"),
+        (dict(into=0), 1, "track", "writes the dummy (null) slot"),
+        (dict(mode="decode"), 1, "track", "only a target_verify step tracks at commit"),
+    ],
+    ids=["off-by-one", "past-D", "not-accepted", "running-slot", "dummy", "not-a-verify"],
+)
+def test_a_wrong_verify_track_is_named(kw, step, field, says):
+    body = verify_steps(**kw)
+    if kw.get("accepted") == 1:  # the checkpoint may not claim more than the state holds: keep it at 7
+        body[2] = replace(body[2], metadata={"checkpoints": [{"request": 0, "tokens": 7, "slot": 2}]})
+    res = replay_trace(Trace(VERIFY_HEADER, body))
+    d = res.first
+    assert d is not None and (d.step, d.field) == (step, field) and says in d.detail, res
+
+
+def test_verify_track_fields_of_the_wrong_length_are_named():
+    body = with_metadata(verify_steps(), 1, mamba_steps_to_track=[1, -1])
+    d = replay_trace(Trace(VERIFY_HEADER, body)).first
+    assert d is not None and d.field == "track" and "one entry per row (1)" in d.detail, d

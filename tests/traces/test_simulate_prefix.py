@@ -391,25 +391,39 @@ def audit_eb(
         expected_copies: list[list[int]] = []
         mask: list[bool] = []
         seqlens: list[int] = []
+        steps_to_track: list[int] = []  # a verify's draft step tracked at commit, -1 for none
+        verify = step.mode == "target_verify"
         for r in step.rows:
             assert r.tokens is not None
             slot_of[r.id] = r.slot
             assert r.cached_tokens == len(state[r.id])
-            kept = r.accepted if step.mode == "target_verify" else r.new_tokens
+            kept = r.accepted if verify else r.new_tokens
             state[r.id].extend(r.tokens[:kept])
             now = len(state[r.id])
-            if step.mode in ("decode", "target_verify"):
+            at = now
+            if verify:  # crossing a multiple tracks the last one reached, from its draft step's state
+                tracked = r.cached_tokens // track_interval != now // track_interval
+                at = now // track_interval * track_interval
+                n["verify tracks"] += tracked
+                n["verify tracks past the boundary"] += tracked and at < now
+            elif step.mode == "decode":
                 tracked = now % track_interval == 0
                 n["decode tracks"] += tracked
             else:  # an extend row (or a mixed step's one-token decode tail: never tracked)
                 tracked = r.new_tokens >= cache_chunk and r.new_tokens % cache_chunk == 0
                 n["extend tracks"] += tracked
             mask.append(tracked)
-            seqlens.append(now if tracked else -1)
+            seqlens.append(at if tracked else -1)
+            steps_to_track.append(at - r.cached_tokens - 1 if tracked else -1)
         rows_by_pos = list(step.rows)
         if any(mask):
-            assert meta["mamba_track_mask"] == mask, f"step {step.step}: the mask follows the rule"
-            assert meta["mamba_track_seqlens"] == seqlens, f"step {step.step}: seqlens are the tokens in state"
+            if verify:  # no mask or seqlens (sglang clears them for a verify); no copy: tracked at commit
+                assert "mamba_track_mask" not in meta and "mamba_track_seqlens" not in meta
+                assert meta["mamba_steps_to_track"] == steps_to_track, f"step {step.step}: steps to track"
+            else:
+                assert meta["mamba_track_mask"] == mask, f"step {step.step}: the mask follows the rule"
+                assert meta["mamba_track_seqlens"] == seqlens, f"step {step.step}: seqlens are the tokens in state"
+                assert "mamba_steps_to_track" not in meta
             indices = meta["mamba_track_indices"]
             assert len(indices) == len(rows_by_pos)
             for r, tracked, idx in zip(rows_by_pos, mask, indices, strict=True):
@@ -417,14 +431,15 @@ def audit_eb(
                 if r.id in pending:
                     assert pending[r.id] == idx, "the next track slot stays until the request tracks"
                 if tracked:
-                    expected_copies.append([r.slot, idx])
+                    if not verify:
+                        expected_copies.append([r.slot, idx])
                     dsts[r.id].add(idx)
                     pingpong[r.id].add(idx)
                     assert len(pingpong[r.id]) <= 2, f"request {r.id}: more than 2 live ping-pong slots"
                     assert len(dsts[r.id]) <= 2 + donations[r.id]
                     if r.id in last:
                         assert last[r.id][0] != idx, "consecutive tracks alternate (ping-pong)"
-                    last[r.id] = (idx, tuple(state[r.id]))
+                    last[r.id] = (idx, tuple(state[r.id][: seqlens[rows_by_pos.index(r)]]))
                     pending.pop(r.id, None)
                 else:
                     pending[r.id] = idx
@@ -473,7 +488,9 @@ def test_extra_buffer_tracks_donates_and_records_by_the_rules(kw, monkeypatch):
     n = audit_eb(trace, kw.get("cache_chunk", 16), kw.get("track_interval", 32), prompts)
     assert n["steps"] == EB_STEPS and n["hits"] > 0 and n["extend tracks"] > 0
     assert n["donated at finish"] > 0 and n["donated after prefill"] > 0
-    if kw.get("spec") or not kw.get("mixed"):
+    if kw.get("spec"):  # a verify tracks at commit, also a boundary its accepted tokens step over
+        assert n["verify tracks"] > 0 and n["verify tracks past the boundary"] > 0
+    elif not kw.get("mixed"):
         assert n["decode tracks"] > 0
 
 
@@ -484,7 +501,7 @@ def test_extra_buffer_holds_three_slots_per_request_in_the_simulated_pool(monkey
 
     def spy(self: Any, mode: str, rows: list[Any]) -> None:
         track(self, mode, rows)
-        for req, _ in rows:
+        for req, *_ in rows:
             assert len(req.pingpong) == 2 and len(set(req.pingpong)) == 2
             assert set(req.pingpong) <= self.pool.held_slots and req.slot not in req.pingpong
         live = len(self.pool.live_rows)
@@ -507,6 +524,8 @@ def test_extra_buffer_traces_replay_clean_with_every_checkpoint_verified():
         assert result.ok, str(result)
         assert result.checkpoints == result.verified == n["checkpoints"] > 0
         assert result.hits == n["hits"] > 0
+        if kw.get("spec"):
+            assert n["verify tracks past the boundary"] > 0
 
 
 def test_cli_runs_extra_buffer(monkeypatch):

@@ -22,6 +22,10 @@ trace says what the cache did at each step in its ``metadata`` (``workbench.trac
 * sglang's ``mamba_track_mask``, ``mamba_track_indices``, ``mamba_track_seqlens`` (when a trace records
   them): each tracked row has its copy from its running slot into that slot, and holds exactly that many
   tokens; an untracked row's length is -1.
+* a verify step's ``mamba_track_indices`` and ``mamba_steps_to_track`` (sglang tracks at commit, first after
+  the forward): a row with step ``s >= 0`` has the intermediate state of its draft step ``s`` (the state after
+  ``cached + s + 1`` tokens) copied into its track slot, in the runner and the float64 shadow alike, the slot
+  checked as a copy's destination after the forward; ``s`` must be one of the row's accepted steps.
 * ``checkpoints``: published after the step; the slot is compared, conv window and recurrent state, with the
   float64 state recomputed from zeros over the request's first ``tokens`` token ids (cached per prefix), and
   ``tokens`` may not exceed what the request's state holds after the step (nothing is published before the
@@ -45,7 +49,7 @@ from workbench.errors import MetadataError
 from workbench.layers import LayerState
 from workbench.metadata import build_metadata
 from workbench.pool import StatePool
-from workbench.traces.model import PREFIX_KEYS, TraceStep
+from workbench.traces.model import PREFIX_KEYS, TRACK_FIELDS, VERIFY_TRACK_FIELDS, TraceStep
 
 if TYPE_CHECKING:
     from workbench.traces.replay import TraceDivergence, TraceReplayer
@@ -56,8 +60,6 @@ EMBED_SEED = 20_26
 ATOL, RTOL = 1e-4, 1e-3
 """A float32 state against its float64 recomputation (the tolerances of the replay's accept check)."""
 PREFIX_CACHE_SIZE = 128
-TRACK_FIELDS = ("mamba_track_mask", "mamba_track_indices", "mamba_track_seqlens")
-"""sglang's per-step track metadata (``ForwardBatch``), checked against the step's copies when recorded."""
 
 
 def embed_tokens(table: torch.Tensor, ids: list[int]) -> torch.Tensor:
@@ -199,7 +201,11 @@ class CheckpointBook:
         work = self.work(step)
         for r in step.rows:  # the forward wrote these slots: what a copy once put there is gone
             self._written.pop(r.slot, None)
-        out = self._track_fields(step, work.get("copies_after", []))
+        md = step.metadata or {}
+        if "mamba_steps_to_track" in md:
+            out = self._track_verified(step)
+        else:
+            out = self._track_fields(step, work.get("copies_after", []))
         out += self._copies(step, work.get("copies_after", []), "copies_after")
         finishing = set(step.finish)
         for i, c in enumerate(work.get("checkpoints", [])):
@@ -271,6 +277,68 @@ class CheckpointBook:
         return self.live.get(slot)
 
     # -- pieces -----------------------------------------------------------------------------------------
+    def _track_verified(self, step: TraceStep) -> list[TraceDivergence]:
+        """sglang's tracking at the commit of a verify (``scatter_mamba_states_after_mtp_verify``): each row with
+        ``mamba_steps_to_track[i] = s >= 0`` gets its draft step ``s``'s intermediate state (conv window and
+        recurrent state) copied into ``mamba_track_indices[i]``; -1 skips the row."""
+        md = step.metadata or {}
+        fields = [md.get(k) for k in VERIFY_TRACK_FIELDS]
+        n = len(step.rows)
+        if step.mode != "target_verify":
+            detail = f"mamba_steps_to_track on a {step.mode} step: only a target_verify step tracks at commit"
+            return [self._div(step, "track", detail)]
+        if not all(isinstance(f, list) and len(f) == n for f in fields):
+            got = [len(f) if isinstance(f, list) else f for f in fields]
+            detail = f"{', '.join(VERIFY_TRACK_FIELDS)} must each be a list of one entry per row ({n}); got {got}"
+            return [self._div(step, "track", detail)]
+        slots, steps = (list(f or ()) for f in fields)
+        rep, out = self.rep, []
+        verified = rep.verified_intermediates
+        d = rep.trace.header.draft_tokens
+        for i, row in enumerate(step.rows):
+            s, dst = int(steps[i]), int(slots[i])
+            if s < 0:
+                continue
+            where = f"row {i}: mamba_steps_to_track[{i}] = {s} into slot {dst}"
+            problem = self._kept_slot(dst, after=True)
+            if dst == rep.pool.profile.dummy_slot or not 0 <= dst < rep.pool.num_slots:
+                problem = "writes the dummy (null) slot or a slot past the pool"
+            elif s >= d:
+                problem = f"past the verify's {d} draft steps"
+            elif verified is None or row.req_pool_index not in verified[0]:
+                problem = "the step left no intermediate state for the row (it did not run as a verify)"
+            if problem is not None:
+                out.append(self._div(step, "track", f"{where}: {problem}", row.id, dst))
+                continue
+            assert verified is not None
+            k = verified[0].index(row.req_pool_index)
+            for pool, inter in ((rep.runner.state, verified[1]), (rep.shadow, verified[2])):
+                pool.conv[dst] = inter.conv[k, s].to(pool.conv.dtype)
+                pool.ssm[dst] = inter.ssm[k, s].to(pool.ssm.dtype)
+            have, kept = self.history.get(row.id), row.accepted or 1
+            if have is not None and row.tokens is not None and self.from_zeros.get(row.id):
+                self._written[dst] = (*have[: row.cached_tokens], *row.tokens[: s + 1])
+            else:
+                self._written.pop(dst, None)
+            if s >= kept:
+                detail = (
+                    f"{where}: draft step {s} was not accepted ({kept} accepted): the slot gets the state of "
+                    "tokens the request did not keep"
+                )
+                out.append(self._div(step, "track", detail, row.id, dst, expected=f"< {kept}", got=s))
+        return out
+
+    def _kept_slot(self, dst: int, after: bool) -> str | None:
+        """Why a copy may not write ``dst`` because of what it holds: a live checkpoint, or (``after`` the
+        forward) the running slot of a live request; None when it may."""
+        if dst in self.live:
+            cp = self.live[dst]
+            return f"overwrites the live checkpoint in slot {dst} (request {cp.request}, {len(cp.tokens)} tokens)"
+        owner = self.rep.owner(dst)
+        if after and owner is not None:
+            return f"writes the running slot of request {owner}, replacing the state its step computed"
+        return None
+
     def _track_fields(self, step: TraceStep, copies: list[list[int]]) -> list[TraceDivergence]:
         """sglang's ``mamba_track_mask`` / ``mamba_track_indices`` / ``mamba_track_seqlens`` (one entry per row,
         in row order) say which rows the step tracks, into which slot, at which length: each tracked row must
@@ -321,19 +389,14 @@ class CheckpointBook:
                 problem = (
                     f"reads slot {src}, which holds neither a live request's state nor a checkpoint (freed or evicted)"
                 )
-            elif dst in self.live:
-                cp = self.live[dst]
-                problem = (
-                    f"overwrites the live checkpoint in slot {dst} (request {cp.request}, {len(cp.tokens)} tokens)"
-                )
+            elif (kept := self._kept_slot(dst, after=key == "copies_after")) is not None:
+                problem = kept
             elif key == "copies_before" and dst not in admitted_slots | moving:
                 whose = f"request {dst_owner}'s slot" if dst_owner is not None else "a slot no admitted request owns"
                 problem = (
                     f"writes {whose}: a copy before the forward goes into a request admitted at this step, or "
                     "into the slot a request moves to"
                 )
-            elif key == "copies_after" and dst_owner is not None:
-                problem = f"writes the running slot of request {dst_owner}, replacing the state its step computed"
             if problem is not None:
                 out.append(self._div(step, "copy", f"{where}: {problem}", slot=dst))
                 continue

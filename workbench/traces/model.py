@@ -21,6 +21,13 @@ PREFIX_KEYS = ("evict", "hits", "copies_before", "moves", "copies_after", "check
 """The ``metadata`` keys of a prefix cache, in the order the replay runs them: checkpoint slots dropped,
 admissions that start from a checkpoint, copies before the forward, running states moved to another slot
 (vLLM's align mode: the block of the request's position), copies after the forward, checkpoints published."""
+TRACK_FIELDS = ("mamba_track_mask", "mamba_track_indices", "mamba_track_seqlens")
+"""sglang's track metadata of an extend or decode step (``ForwardBatch``), one entry per row in row order:
+tracked or not, the track slot, the tracked length (-1 when untracked)."""
+VERIFY_TRACK_FIELDS = ("mamba_track_indices", "mamba_steps_to_track")
+"""sglang's track metadata of a verify step, one entry per row: the track slot, and the draft step whose
+intermediate state goes there at commit (``mamba_steps_to_track``; -1 when the row crosses no track
+boundary)."""
 
 
 @dataclass(frozen=True)

@@ -221,6 +221,9 @@ class TraceReplayer:
         self.live: dict[int, int] = {}  # request id -> request-pool row
         self.tenants: dict[int, list[int]] = {}  # slot -> request ids that held it, in order
         self.accepted: dict[int, int] = {}  # vLLM: request id -> tokens accepted at its last verify
+        # the step's verify rows (request-pool rows, in batch order) with the runner's and the float64
+        # reference's intermediate states, for sglang's tracking at commit; None after other steps
+        self.verified_intermediates: tuple[list[int], Intermediate, Intermediate] | None = None
         self.profile = h.profile
         self.timings: list[tuple[float, float, float]] = []  # per step run: replay, reference, check seconds
         self.book = CheckpointBook(self)  # prefix-cache work: checkpoints, hits, copies
@@ -231,6 +234,7 @@ class TraceReplayer:
         from workbench.traces.simulate import to_batch
 
         t_prefix = time.perf_counter()
+        self.verified_intermediates = None
         found: list[TraceDivergence] = self.book.evict(step)  # first: admissions may take the freed slots
         prefix_s = time.perf_counter() - t_prefix
         try:
@@ -426,7 +430,9 @@ class TraceReplayer:
             return []
         counts = torch.tensor(acc, dtype=torch.int32)
         self.runner.accept(counts)
-        assert inter is not None
+        assert inter is not None and self.runner.last_intermediate is not None
+        rows = [int(p) for p in batch.req_pool_indices.tolist()]
+        self.verified_intermediates = (rows, self.runner.last_intermediate, inter)
         self.ref.accept(self.shadow, inter, meta, counts)
         found: list[TraceDivergence] = []
         for k, (got, want) in enumerate(_live_pairs(self.runner.state, self.shadow, meta)):

@@ -95,10 +95,14 @@ The modelling choices, each as the engines make it or as the workbench can repla
     a remainder that is not one is split into a tracked multiple and a short untracked tail, whose state
     ends where sglang's ``h``-tracked position of the whole remainder would be. ``cache_chunk`` stands for
     sglang's ``mamba_cache_chunk_size`` (with page size 1 also its checkpoint grid).
-  - *decode tracking*: after a decode or verify step whose row leaves ``cached_tokens + accepted``
-    (decode: ``seq_len``) tokens in the state, a multiple of ``track_interval``. sglang's verify tracks
-    any crossing of a multiple, from the intermediate state of the token that lands on it: not modelled,
-    a verify whose accepted tokens step over a multiple is untracked. The one-token decode rows of a
+  - *decode tracking*: after a decode step whose row leaves ``seq_len`` tokens in the state, a multiple
+    of ``track_interval``.
+  - *verify tracking* (at commit, sglang's ``fused_commit_track_indices`` for a chain, topk 1): a verify
+    row with ``pre = cached_tokens`` and ``post = pre + accepted`` that crosses a multiple
+    (``pre // interval != post // interval``) tracks the state after ``tp = post // interval * interval``
+    tokens, the intermediate state of its draft step ``tp - pre - 1``, into ``pingpong[next_track]``
+    (``mamba_track_indices``, ``mamba_steps_to_track``, -1 for rows that cross none; no copy, no mask or
+    seqlens: sglang clears them for a verify). The one-token decode rows of a
     mixed step are never tracked (sglang's MIXED batch feeds them as extend rows of 1 token).
   - *a tracked row* copies its running slot into ``pingpong[next_track]`` after the step
     (``copies_after``; sglang's ``track_mamba_states_if_needed`` / the extend final-state copy), remembers
@@ -170,7 +174,15 @@ from workbench.limits import INT32_MAX, check_int
 from workbench.metadata.record import GRAPH_MODES
 from workbench.pool import StatePool
 from workbench.profiles import Profile, get_profile
-from workbench.traces.model import PREFIX_KEYS, Trace, TraceHeader, TraceRow, TraceStep
+from workbench.traces.model import (
+    PREFIX_KEYS,
+    TRACK_FIELDS,
+    VERIFY_TRACK_FIELDS,
+    Trace,
+    TraceHeader,
+    TraceRow,
+    TraceStep,
+)
 from workbench.traces.radix import RadixCache
 
 LAYERS: dict[str, type] = {"gdn": GatedDeltaNetLayer, "mamba2": Mamba2Layer}
@@ -212,8 +224,9 @@ DEFAULT_TRACK_INTERVAL = 32
 EXTRA_BUFFER_SLOTS = 3
 """Pool slots an ``extra_buffer`` request holds while live: its running slot and 2 ping-pong track slots."""
 
-TRACK_KEYS = ("mamba_track_mask", "mamba_track_indices", "mamba_track_seqlens")
-"""sglang's per-step track fields an ``extra_buffer`` step records (one entry per row, in row order)."""
+TRACK_KEYS = (*TRACK_FIELDS, *(k for k in VERIFY_TRACK_FIELDS if k not in TRACK_FIELDS))
+"""sglang's per-step track fields an ``extra_buffer`` step records (one entry per row, in row order): an
+extend or decode step's ``TRACK_FIELDS``, a verify's ``VERIFY_TRACK_FIELDS``."""
 
 
 class SimulationError(WorkbenchError):
@@ -642,9 +655,9 @@ class _NoBuffer:
     def place(self, reqs: list[_Request], admitted: list[int]) -> None:
         """Before the step's rows are laid out (admissions done): move running states (align); none here."""
 
-    def track(self, mode: str, rows: list[tuple[_Request, int | None]]) -> None:
-        """The step's state tracking, after its forward (``rows``: each row's request and its prefill chunk,
-        None for a decode or verify row, in row order): none here."""
+    def track(self, mode: str, rows: list[tuple[_Request, int | None, int]]) -> None:
+        """The step's state tracking, after its forward (``rows``: each row's request, its prefill chunk
+        (None for a decode or verify row) and the tokens its state kept, in row order): none here."""
 
     def admit(self, req: _Request) -> bool:
         """Give ``req`` a row and its own slot (evicting a checkpoint if the tree holds the last free ones)
@@ -746,30 +759,45 @@ class _ExtraBuffer(_NoBuffer):
         c = self.cache_chunk
         return n // c * c if n >= c else n
 
-    def track(self, mode: str, rows: list[tuple[_Request, int | None]]) -> None:
-        """Copy each tracked row's running slot into its ``pingpong[next_track]`` (``copies_after``), remember
-        it as ``last_track`` and flip; record sglang's ``mamba_track_*`` fields when some row is tracked."""
+    def track(self, mode: str, rows: list[tuple[_Request, int | None, int]]) -> None:
+        """Track each row that reaches a tracked position (``(request, chunk tokens or None, tokens kept)``,
+        after the step): an extend or decode row copies its running slot into ``pingpong[next_track]``
+        (``copies_after``), a verify row has its draft step's state put there at commit; the slot becomes
+        ``last_track`` and the ping-pong flips. Records sglang's track fields when some row is tracked."""
+        verify = mode == "target_verify"
         mask: list[bool] = []
         indices: list[int] = []
         seqlens: list[int] = []
-        for req, n in rows:
+        steps: list[int] = []
+        for req, n, kept in rows:
+            at, step = req.cached, -1
             if n is not None:  # a prefill chunk: its end is the tracked position
                 tracked = n >= self.cache_chunk and n % self.cache_chunk == 0
-            elif mode in ("decode", "target_verify"):
+            elif verify:  # the last multiple the accepted tokens reach, if they cross one
+                pre, iv = req.cached - kept, self.track_interval
+                tracked = pre // iv != req.cached // iv
+                at = req.cached // iv * iv
+                step = at - pre - 1 if tracked else -1
+            elif mode == "decode":
                 tracked = req.cached % self.track_interval == 0
             else:  # a mixed step's decode tail: a one-token extend row to sglang, never tracked
                 tracked = False
             dst = req.pingpong[req.next_track]
             mask.append(tracked)
             indices.append(dst)
-            seqlens.append(req.cached if tracked else -1)
+            seqlens.append(at if tracked else -1)
+            steps.append(step)
             if tracked:
-                self._record("copies_after", [req.slot, dst])
-                req.prev_track, req.last_track, req.last_published = req.last_track, (dst, req.cached), False
+                if not verify:
+                    self._record("copies_after", [req.slot, dst])
+                req.prev_track, req.last_track, req.last_published = req.last_track, (dst, at), False
                 req.next_track ^= 1
-        if any(mask):
-            self.meta["mamba_track_mask"] = mask
-            self.meta["mamba_track_indices"] = indices
+        if not any(mask):
+            return
+        if verify:
+            self.meta["mamba_track_indices"], self.meta["mamba_steps_to_track"] = indices, steps
+        else:
+            self.meta["mamba_track_mask"], self.meta["mamba_track_indices"] = mask, indices
             self.meta["mamba_track_seqlens"] = seqlens
 
     def _unpublished(self, req: _Request) -> tuple[int, int] | None:
@@ -1014,8 +1042,8 @@ class _Scheduler:
         gone = {r.id for r in done}
         metadata = None
         if cache is not None:
-            reqs: dict[int, tuple[_Request, int | None]] = {r.id: (r, n) for r, n in chunks}
-            reqs.update({r.id: (r, None) for r in decoders})
+            reqs: dict[int, tuple[_Request, int | None, int]] = {r.id: (r, n, n) for r, n in chunks}
+            reqs.update({r.id: (r, None, a) for r, a in zip(decoders, accepted, strict=True)})
             cache.track(mode, [reqs[row.id] for row in rows])
             for r, _ in chunks:  # a request finishing now donates instead (no copy for a finished request)
                 if not r.prefilling and r.id not in gone:
