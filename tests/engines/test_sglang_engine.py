@@ -233,3 +233,35 @@ def test_a_missing_dependency_is_one_line_naming_it(sg, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(sg.EngineError, match=r"needs the Python package 'workbench_no_such_package_xyz'.*make engines"):
         sg._import("needs_a_missing_package")
+
+
+# -- verify tracking at commit ----------------------------------------------------------------------------
+
+
+def test_the_simulated_verify_track_step_is_sglangs_commit_index_math():
+    """``workbench.traces.simulate.verify_track_step`` (what the simulator records as
+    ``mamba_steps_to_track``) against sglang 0.5.23's own ``fused_commit_track_indices`` (its Triton kernel,
+    in the interpreter) for chains (topk 1) of random lengths, accepted counts and track intervals."""
+    from sglang.kernels.ops.mamba.mamba_state_scatter_triton import fused_commit_track_indices
+
+    from workbench.traces.simulate import verify_track_step
+
+    rnd = random.Random(0)
+    crossings = 0
+    for _ in range(12):
+        d, interval, bs = rnd.randint(2, 5), rnd.choice([4, 8, 32, 256]), rnd.randint(1, 16)
+        accepted = [rnd.randint(1, d) for _ in range(bs)]
+        pre = [rnd.choice([rnd.randint(0, 4 * interval), rnd.randint(1, 4) * interval - rnd.randint(1, d)])
+               for _ in range(bs)]  # fmt: skip
+        accept_index = torch.full((bs, d), -1, dtype=torch.int32)  # a chain: row b's accepted nodes b*D + k
+        for b, a in enumerate(accepted):
+            accept_index[b, :a] = torch.arange(a, dtype=torch.int32) + b * d
+        last, steps = fused_commit_track_indices(
+            accept_index, torch.tensor(accepted, dtype=torch.int32), torch.tensor(pre), d, interval
+        )
+        assert last.tolist() == [a - 1 for a in accepted]  # the accept scatter reads the last accepted step
+        want = steps.tolist()
+        got = [verify_track_step(p, a, interval) for p, a in zip(pre, accepted, strict=True)]
+        assert got == want, (d, interval, pre, accepted)
+        crossings += sum(s >= 0 for s in want)
+    assert crossings > 10  # the draws cross boundaries, also past them

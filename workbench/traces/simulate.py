@@ -229,6 +229,21 @@ TRACK_KEYS = (*TRACK_FIELDS, *(k for k in VERIFY_TRACK_FIELDS if k not in TRACK_
 extend or decode step's ``TRACK_FIELDS``, a verify's ``VERIFY_TRACK_FIELDS``."""
 
 
+def verify_track_step(pre: int, accepted: int, interval: int) -> int:
+    """The draft step a verify tracks at commit, or -1: sglang's ``fused_commit_track_indices`` for a chain
+    (topk 1). A row that held ``pre`` tokens and kept ``accepted`` (1..D) crosses a multiple of ``interval``
+    when ``pre // interval != (pre + accepted) // interval``; it tracks the last multiple reached, ``tp``,
+    whose state is that of draft step ``tp - pre - 1``.
+
+    >>> verify_track_step(30, 3, 32), verify_track_step(31, 1, 32), verify_track_step(30, 1, 32)
+    (1, 0, -1)
+    """
+    post = pre + accepted
+    if pre // interval == post // interval:
+        return -1
+    return post // interval * interval - pre - 1
+
+
 class SimulationError(WorkbenchError):
     """A simulation argument, or a trace step, that cannot be made or replayed: names the field and value."""
 
@@ -774,10 +789,9 @@ class _ExtraBuffer(_NoBuffer):
             if n is not None:  # a prefill chunk: its end is the tracked position
                 tracked = n >= self.cache_chunk and n % self.cache_chunk == 0
             elif verify:  # the last multiple the accepted tokens reach, if they cross one
-                pre, iv = req.cached - kept, self.track_interval
-                tracked = pre // iv != req.cached // iv
-                at = req.cached // iv * iv
-                step = at - pre - 1 if tracked else -1
+                step = verify_track_step(req.cached - kept, kept, self.track_interval)
+                tracked = step >= 0
+                at = req.cached - kept + step + 1
             elif mode == "decode":
                 tracked = req.cached % self.track_interval == 0
             else:  # a mixed step's decode tail: a one-token extend row to sglang, never tracked
@@ -1186,4 +1200,5 @@ __all__ = [
     "simulate",
     "slots_per_request",
     "to_batch",
+    "verify_track_step",
 ]
