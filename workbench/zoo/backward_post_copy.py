@@ -10,8 +10,7 @@ from workbench.traces.model import Trace
 from workbench.traces.replay import TraceDivergence, TraceReplayer
 from workbench.traces.script import scripted
 from workbench.zoo import _harness as h
-from workbench.zoo.case import ZooCase
-from workbench.zoo.result import Evidence, TraceEvidence
+from workbench.zoo._prefix import prefix_case
 
 EXPLANATION = (
     "In vLLM's align mode a request's recurrent state lives in the block of its current position, and the "
@@ -66,20 +65,16 @@ def reading(rep: TraceReplayer, d: TraceDivergence) -> tuple[bool, str]:
     return True, f"the copy brings back slot {src}'s {len(cp.tokens)}-token state over the {held} tokens the step left"
 
 
-def run(fixed: bool, backend: str) -> list[Evidence]:
-    return [h.replay_trace(scenario_trace(fixed), None, backend, what="trace replay", reading=reading)]
-
-
-CASE = ZooCase(
+CASE = prefix_case(
+    scenario_trace=scenario_trace,
+    reading=reading,
     name="backward_post_copy",
     title="a post-copy runs backwards and replaces the running state with an older block's",
     issue="vLLM issue 53505",
     profile="vllm",
     explanation=EXPLANATION,
-    run_fn=run,
-    mechanism=(TraceEvidence,),
-    why_not="the bug is in the prefix cache's copies, not in a metadata backend or a kernel: dump your "
-    "engine's trace with its copies and checkpoints and run `workbench trace check` on it",
+    lives_in="copies",
+    records="copies and checkpoints",
     steps="a scripted 4-step trace with token ids, GDN layer (small, seed 0), 6 slots, decode buckets 1, 2, 4: "
     "request 0 prefills 8 tokens, its boundary state copied into slot 4 and published; two decodes, the "
     "second followed by a copy from slot 4 onto its running slot (unfixed); a last decode",

@@ -10,8 +10,7 @@ from workbench.traces.model import Trace
 from workbench.traces.replay import TraceDivergence, TraceReplayer
 from workbench.traces.script import scripted
 from workbench.zoo import _harness as h
-from workbench.zoo.case import ZooCase
-from workbench.zoo.result import Evidence, TraceEvidence
+from workbench.zoo._prefix import prefix_case
 
 EXPLANATION = (
     "A prefix cache for a hybrid model caches the attention layers' KV by whole blocks and the recurrent "
@@ -67,20 +66,14 @@ def reading(rep: TraceReplayer, d: TraceDivergence) -> tuple[bool, str]:
     return True, f"the slot holds request {d.request}'s {held} tokens; the checkpoint claims its first {claimed}"
 
 
-def run(fixed: bool, backend: str) -> list[Evidence]:
-    return [h.replay_trace(scenario_trace(fixed), None, backend, what="trace replay", reading=reading)]
-
-
-CASE = ZooCase(
+CASE = prefix_case(
+    scenario_trace=scenario_trace,
+    reading=reading,
     name="prefix_over_reuse",
     title="a cached state holds more tokens than its prefix: a hit continues from tokens it never had",
     issue="vLLM issue 43559, PR 43650",
     profile="vllm",
     explanation=EXPLANATION,
-    run_fn=run,
-    mechanism=(TraceEvidence,),
-    why_not="the bug is in the prefix cache's bookkeeping, not in a metadata backend or a kernel: dump your "
-    "engine's trace with its checkpoints and hits and run `workbench trace check` on it",
     steps="a scripted 5-step trace with token ids, GDN layer (small, seed 0), 6 slots, decode buckets 1, 2, 4: "
     "request 0 prefills 8 tokens and decodes 2; as it finishes its slot is published as the checkpoint of 8 "
     "tokens (unfixed); request 1 shares the 8 tokens and hits it; each checkpoint recomputed in float64",

@@ -9,9 +9,7 @@ from typing import Any
 from workbench.traces.model import Trace
 from workbench.traces.replay import TraceDivergence, TraceReplayer
 from workbench.traces.script import scripted
-from workbench.zoo import _harness as h
-from workbench.zoo.case import ZooCase
-from workbench.zoo.result import Evidence, TraceEvidence
+from workbench.zoo._prefix import prefix_case
 
 EXPLANATION = (
     "A prefix cache may only offer a state once the step that computes it has run. vLLM's scheduler "
@@ -54,20 +52,14 @@ def reading(rep: TraceReplayer, d: TraceDivergence) -> tuple[bool, str]:
     return True, f"request {d.request} last ran at step {ran[-1] if ran else None}; step {d.step} did not run it"
 
 
-def run(fixed: bool, backend: str) -> list[Evidence]:
-    return [h.replay_trace(scenario_trace(fixed), None, backend, what="trace replay", reading=reading)]
-
-
-CASE = ZooCase(
+CASE = prefix_case(
+    scenario_trace=scenario_trace,
+    reading=reading,
     name="publish_before_write",
     title="a prefix published at schedule time: the request aborts and the checkpoint was never written",
     issue="vLLM PR 56525",
     profile="vllm",
     explanation=EXPLANATION,
-    run_fn=run,
-    mechanism=(TraceEvidence,),
-    why_not="the bug is in the prefix cache's bookkeeping, not in a metadata backend or a kernel: dump your "
-    "engine's trace with its checkpoints and hits and run `workbench trace check` on it",
     steps="a scripted 4-step trace with token ids, GDN layer (small, seed 0), 6 slots, decode buckets 1, 2, 4: "
     "request 0 prefills 4 of its 8 prompt tokens; at the next step it is aborted while its 8-token prefix is "
     "published (unfixed); request 1 prefills the same prompt; each checkpoint checked against the tokens in state",

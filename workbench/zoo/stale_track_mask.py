@@ -8,9 +8,7 @@ from typing import Any
 from workbench.traces.model import Trace
 from workbench.traces.replay import TraceDivergence, TraceReplayer
 from workbench.traces.script import scripted
-from workbench.zoo import _harness as h
-from workbench.zoo.case import ZooCase
-from workbench.zoo.result import Evidence, TraceEvidence
+from workbench.zoo._prefix import prefix_case
 
 EXPLANATION = (
     "sglang tracks prefix states through per-step metadata: `mamba_track_mask` (which rows checkpoint), "
@@ -80,20 +78,14 @@ def reading(rep: TraceReplayer, d: TraceDivergence) -> tuple[bool, str]:
     return True, f"verify step {d.step} carries the track fields of extend step {earlier[-1]}"
 
 
-def run(fixed: bool, backend: str) -> list[Evidence]:
-    return [h.replay_trace(scenario_trace(fixed), None, backend, what="trace replay", reading=reading)]
-
-
-CASE = ZooCase(
+CASE = prefix_case(
+    scenario_trace=scenario_trace,
+    reading=reading,
     name="stale_track_mask",
     title="a verify step tracks with the extend's stale mask and overwrites its checkpoint",
     issue="sglang PR 19415",
     profile="sglang",
     explanation=EXPLANATION,
-    run_fn=run,
-    mechanism=(TraceEvidence,),
-    why_not="the bug is in the prefix cache's bookkeeping, not in a metadata backend or a kernel: dump your "
-    "engine's trace with its checkpoints and hits and run `workbench trace check` on it",
     steps="a scripted 3-step trace with token ids, GDN layer (small, seed 0), 6 slots, decode and verify "
     "buckets 1, 2, 4, D=2: request 0 prefills 8 tokens, tracked into slot 5 and published, with sglang's track "
     "fields; a verify of 2 tokens keeps the extend's fields and copy (unfixed); a decode; the fields checked "

@@ -8,9 +8,7 @@ from typing import Any
 from workbench.traces.model import Trace
 from workbench.traces.replay import TraceDivergence, TraceReplayer
 from workbench.traces.script import scripted
-from workbench.zoo import _harness as h
-from workbench.zoo.case import ZooCase
-from workbench.zoo.result import Evidence, TraceEvidence
+from workbench.zoo._prefix import prefix_case
 
 EXPLANATION = (
     "sglang's extra_buffer strategy gives each request a track slot beside its running one: the prefill step "
@@ -62,20 +60,14 @@ def reading(rep: TraceReplayer, d: TraceDivergence) -> tuple[bool, str]:
     return True, f"no copy of step {d.step} wrote slot {d.slot}: the scheduler committed what it held before"
 
 
-def run(fixed: bool, backend: str) -> list[Evidence]:
-    return [h.replay_trace(scenario_trace(fixed), None, backend, what="trace replay", reading=reading)]
-
-
-CASE = ZooCase(
+CASE = prefix_case(
+    scenario_trace=scenario_trace,
+    reading=reading,
     name="unwritten_track_slot",
     title="a track slot nothing wrote is committed as the prompt's checkpoint",
     issue="sglang PR 32606",
     profile="sglang",
     explanation=EXPLANATION,
-    run_fn=run,
-    mechanism=(TraceEvidence,),
-    why_not="the bug is in the prefix cache's bookkeeping, not in a metadata backend or a kernel: dump your "
-    "engine's trace with its checkpoints and hits and run `workbench trace check` on it",
     steps="a scripted 4-step trace with token ids, GDN layer (small, seed 0), 6 slots, decode buckets 1, 2, 4: "
     "request 0 prefills 8 tokens and slot 5 is committed as their checkpoint, with no copy into it (unfixed) "
     "or after its running slot is copied there (fixed); request 1 hits it; each checkpoint recomputed in float64",
