@@ -84,3 +84,25 @@ def test_a_request_moves_to_a_free_slot_and_frees_its_old_one() -> None:
         with pytest.raises(MetadataError, match=re.escape(f"slot={slot}: not free")):
             pool.move(row, slot)
     assert pool.slots_of(row) == [4] and pool.held_slots == {held}
+
+
+def test_a_window_of_slots_slides_keeping_the_shared_ones() -> None:
+    """vLLM align with speculation: a request's D slots (its window of blocks) are remapped in column order;
+    the slots it keeps stay, new ones must be free, the left ones are freed and returned; a refused remap
+    names the slot and changes nothing."""
+    from workbench.errors import MetadataError
+
+    pool = StatePool(10, "vllm", slots_per_request=3)
+    (row,) = pool.alloc(1).tolist()
+    (other,) = pool.alloc(1).tolist()
+    assert pool.slots_of(row) == [1, 2, 3] and pool.slots_of(other) == [4, 5, 6]
+    assert pool.remap(row, [2, 3, 7]) == [1] and pool.slots_of(row) == [2, 3, 7]
+    assert pool.mapping[row].tolist() == [2, 3, 7] and 1 in pool.free_slots() and 7 not in pool.free_slots()
+    held = pool.hold()
+    for slots, says in (([3, 3, 8], "slots[1]=3: given twice"), ([3, 7, 4], "slots[2]=4: not free"),
+                        ([3, 7, held], f"slots[2]={held}: not free"), ([3, 7, 0], "slots[2]=0: not free"),
+                        ([3, 7], "slots: 2 given, the pool keeps 3")):  # fmt: skip
+        free = pool.free_slots()
+        with pytest.raises(MetadataError, match=re.escape(says)):
+            pool.remap(row, slots)
+        assert pool.slots_of(row) == [2, 3, 7] and pool.free_slots() == free

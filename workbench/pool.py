@@ -196,10 +196,35 @@ class StatePool:
         slot = _as_int("slot", slot, 0)
         if slot == self.profile.dummy_slot or not self._free_slots.take_member(slot):
             raise MetadataError(f"slot={slot}: not free (owned by a request, held, reserved or past the pool)")
-        self._slots_of[row] = [slot]
-        self.mapping[row] = slot
-        self._free_slots.give([old])
-        return old
+        self._free_slots.give([slot])  # taken again by remap, with the rest of the bookkeeping
+        (dropped,) = self.remap(row, [slot])
+        return dropped
+
+    def remap(self, row: int, slots: Sequence[int]) -> list[int]:
+        """Give request-pool row ``row`` the slots ``slots`` (``slots_per_request`` of them, in column order),
+        as vLLM's align mode with speculation slides a request's window of blocks: each slot is the row's
+        already or free. The row's slots left out are freed (a prefix cache may then hold them) and returned;
+        refused, naming the value, before anything changes."""
+        have = self.slots_of(row)
+        if len(slots) != self.slots_per_request:
+            raise MetadataError(f"slots: {len(slots)} given, the pool keeps {self.slots_per_request} per request")
+        new = [_as_int(f"slots[{i}]", s, 0) for i, s in enumerate(slots)]
+        taken: list[int] = []
+        for i, slot in enumerate(new):
+            problem = "given twice" if slot in new[:i] else None
+            if problem is None and slot not in have:
+                if slot != self.profile.dummy_slot and self._free_slots.take_member(slot):
+                    taken.append(slot)
+                else:
+                    problem = "not free (owned by a request, held, reserved or past the pool)"
+            if problem is not None:
+                self._free_slots.give(taken)
+                raise MetadataError(f"slots[{i}]={slot}: {problem}")
+        dropped = [s for s in have if s not in new]
+        self._slots_of[row] = new
+        self.mapping[row] = torch.tensor(new, dtype=torch.int32, device=self.device)
+        self._free_slots.give(dropped)
+        return dropped
 
     def donate(self, row: int) -> int:
         """Free request-pool row ``row`` but keep its (one) slot held by a prefix cache, as a finishing request

@@ -310,7 +310,24 @@ STEP_REFUSALS = [
     ),
     (
         (0, "metadata", {"moves": [{"request": 1, "to": 4}]}),
-        "line 2: metadata.moves[0].to: unknown move field (known: request, slot)",
+        "line 2: metadata.moves[0].to: unknown move field (known: request, slot, slots, keep)",
+    ),
+    (
+        (0, "metadata", {"moves": [{"request": 1, "slot": 4, "slots": [4, 5]}]}),
+        "line 2: metadata.moves[0]: expected a move with one of slot (one slot per request) or slots (its window), "
+        'got {"request": 1, "slot": 4, "slots": [4, 5]}',
+    ),
+    (
+        (0, "metadata", {"moves": [{"request": 1, "slots": [4, -5]}]}),
+        "line 2: metadata.moves[0].slots[1]: expected an int >= 0, got -5",
+    ),
+    (
+        (0, "rows.0.slots", [2, 1]),
+        "line 2: rows[0].slots: expected distinct slots, the first the row's slot 1, got [2, 1]",
+    ),
+    (
+        (0, "rows.0.slots", [1, 1]),
+        "line 2: rows[0].slots: expected distinct slots, the first the row's slot 1, got [1, 1]",
     ),
     (
         (0, "metadata", {"checkpoints": [{"request": 1, "tokens": 0, "slot": 2}]}),
@@ -352,7 +369,7 @@ STEP_REFUSALS = [
     (
         (0, "rows.0.prefix", 1),
         "line 2: rows[0].prefix: unknown row field (known: id, slot, req_pool_index, seq_len, new_tokens, "
-        "cached_tokens, accepted, tokens)",
+        "cached_tokens, accepted, tokens, slots)",
     ),
     ((0, "rows.0.id", -1), "line 2: rows[0].id: expected an int >= 0, got -1"),
     (
@@ -738,17 +755,19 @@ def test_garbage_files_raise_only_trace_error(tmp_path_factory, raw):
 def test_tokens_and_prefix_cache_keys_round_trip(tmp_path):
     body = steps()
     body[0]["rows"][0]["tokens"] = [5, 9, 2, 7, 1]
+    body[0]["rows"][0]["slots"] = [body[0]["rows"][0]["slot"], 6]
     cache = {
         "evict": [4],
         "hits": [{"request": 1, "tokens": 2, "slot": 4}],
         "copies_before": [[4, 2]],
-        "moves": [{"request": 0, "slot": 3}],
+        "moves": [{"request": 0, "slot": 3}, {"request": 1, "slots": [2, 6], "keep": [7]}],
         "copies_after": [[1, 5]],
         "checkpoints": [{"request": 0, "tokens": 5, "slot": 5}],
     }
     body[0]["metadata"] = cache
     trace = read_trace(lines(body=body))
     assert trace.steps[0].rows[0].tokens == (5, 9, 2, 7, 1) and trace.steps[0].rows[1].tokens is None
+    assert trace.steps[0].rows[0].slots == (body[0]["rows"][0]["slot"], 6) and trace.steps[0].rows[1].slots is None
     assert trace.steps[0].metadata == cache
     path = tmp_path / "t.jsonl"
     write_trace(trace, path)

@@ -700,7 +700,6 @@ def test_cli_runs_align(monkeypatch, capsys):
     "kw, field, value",
     [
         (dict(profile="sglang-ascend"), "profile", "'sglang-ascend'"),
-        (dict(spec=2), "spec", "2"),
         (dict(layer="mamba2"), "layer", "'mamba2'"),
         (dict(block_size=0), "block_size", "0"),
         (dict(block_size=True), "block_size", "True"),

@@ -96,6 +96,8 @@ class CheckpointBook:
         # slot -> the token ids whose float64 state a copy put into the shadow's slot (a track slot published
         # later reads its reference there instead of recomputing it)
         self._written: dict[int, tuple[int, ...]] = {}
+        # request id -> blocks its window left that the cache holds for a later post-copy (vLLM align + spec)
+        self.pending: dict[int, set[int]] = {}
         self.hits = self.published = self.verified = 0
         self._prefix: OrderedDict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
         layer = replayer.runner.layer
@@ -160,47 +162,70 @@ class CheckpointBook:
         out += self._moves(step, work.get("moves", []))
         return out
 
-    def _moves(self, step: TraceStep, moves: list[dict[str, int]]) -> list[TraceDivergence]:
-        """Running states moved to another slot (vLLM align: the block of the request's new position): the
-        request is live and in the step, its row names the new slot, which is free; the old slot is freed
-        (a checkpoint the step publishes on it keeps it, held by the cache)."""
+    def _moves(self, step: TraceStep, moves: list[dict[str, Any]]) -> list[TraceDivergence]:
+        """Running states moved to other slots (vLLM align: the block of the request's new position): the
+        request is live and in the step, its row names the new (first) slot, and the new slots are free or
+        its own. One slot per request (``slot``): the old slot is freed (a checkpoint the step publishes on it
+        keeps it, held by the cache). A window of D blocks under speculation (``slots``): the blocks it
+        leaves are freed, or held for a later post-copy (``keep``) until a checkpoint takes them or the
+        request finishes; the request's accepted count resets to 1 (vLLM's pre-copy), so its next verify
+        reads the new first block."""
         rows = {r.id: r for r in step.rows}
         out: list[TraceDivergence] = []
         for i, mv in enumerate(moves):
-            rid, slot = mv["request"], mv["slot"]
+            rid, window = mv["request"], mv.get("slots")
+            new = [mv["slot"]] if window is None else list(window)
             row = rows.get(rid)
+            taken = next((s for s in new if s in self.live), None)
             problem = None
             if rid not in self.rep.live or row is None:
                 problem = "the request is not live in this step"
-            elif row.slot != slot:
+            elif row.slot != new[0]:
                 problem = f"the request's row names slot {row.slot}"
-            elif slot in self.live:
-                cp = self.live[slot]
+            elif taken is not None:
+                cp = self.live[taken]
                 problem = (
-                    f"slot {slot} holds the live checkpoint of request {cp.request}'s first {len(cp.tokens)} tokens"
+                    f"slot {taken} holds the live checkpoint of request {cp.request}'s first {len(cp.tokens)} tokens"
                 )
             if problem is None:
-                try:
-                    old = self.rep.pool.move(self.rep.live[rid], slot)
-                except MetadataError as e:
-                    problem = str(e)
-                else:  # the truth moves with the request: a move without its pre-copy leaves the runner behind
-                    for t in self.rep.shadow.tensors().values():
-                        t[slot] = t[old]
-                    have = self.history.get(rid)
-                    if have is not None and self.from_zeros.get(rid):  # the block's checkpoint, without a recompute
-                        shadow = self.rep.shadow
-                        self._cache(tuple(have), (shadow.conv[old].clone(), shadow.ssm[old].clone()))
+                problem = self._move(rid, new, window is not None, list(mv.get("keep", [])))
             if problem is not None:
-                out.append(self._div(step, "move", f"moves[{i}] to slot {slot}: {problem}", rid, slot))
+                out.append(self._div(step, "move", f"moves[{i}] to slot {new[0]}: {problem}", rid, new[0]))
         return out
+
+    def _move(self, rid: int, new: list[int], windowed: bool, keep: list[int]) -> str | None:
+        """Move ``rid``'s running state to ``new`` (its slots, in column order), or say why not."""
+        rep = self.rep
+        row = rep.live[rid]
+        have = rep.pool.slots_of(row)
+        running = have[rep.accepted.get(rid, 1) - 1] if windowed else have[0]  # where its state is now
+        try:
+            dropped = rep.pool.remap(row, new) if windowed else [rep.pool.move(row, new[0])]
+        except MetadataError as e:
+            return str(e)
+        # the truth moves with the request: a move without its pre-copy leaves the runner behind
+        for t in rep.shadow.tensors().values():
+            t[new[0]] = t[running]
+        if windowed:
+            rep.accepted[rid] = 1
+        else:
+            have_ids = self.history.get(rid)
+            if have_ids is not None and self.from_zeros.get(rid):  # the block's checkpoint, without a recompute
+                self._cache(tuple(have_ids), (rep.shadow.conv[running].clone(), rep.shadow.ssm[running].clone()))
+        for j, slot in enumerate(keep):
+            if slot not in dropped:
+                return f"keep[{j}]: slot {slot} is not a slot the request leaves (it leaves {dropped})"
+            rep.pool.hold(slot)
+            self.pending.setdefault(rid, set()).add(slot)
+        return None
 
     def after(self, step: TraceStep) -> list[TraceDivergence]:
         """Copies after the forward, then the checkpoints the step publishes, each verified; sglang's own track
         fields, where the trace records them, against those copies."""
         work = self.work(step)
         for r in step.rows:  # the forward wrote these slots: what a copy once put there is gone
-            self._written.pop(r.slot, None)
+            for slot in self.rep.pool.slots_of(r.req_pool_index) if r.id in self.rep.live else (r.slot,):
+                self._written.pop(slot, None)
         md = step.metadata or {}
         if "mamba_steps_to_track" in md:
             out = self._track_verified(step)
@@ -250,6 +275,7 @@ class CheckpointBook:
             if owner is None and slot not in self.rep.pool.held_slots:
                 self.rep.pool.hold(slot)
             self.live[slot] = Checkpoint(rid, prefix, slot, step.step)
+            self.pending.get(rid, set()).discard(slot)
             self._set_shadow(slot, prefix)
         return out
 
@@ -260,6 +286,8 @@ class CheckpointBook:
             self.rep.pool.donate(row)
         else:
             self.rep.pool.free([row])
+        for slot in self.pending.pop(rid, set()):  # blocks left for a post-copy that never came
+            self.rep.pool.release(slot)
         self.history.pop(rid, None)
         self.from_zeros.pop(rid, None)
 
@@ -328,6 +356,17 @@ class CheckpointBook:
                 out.append(self._div(step, "track", detail, row.id, dst, expected=f"< {kept}", got=s))
         return out
 
+    def _own_post_copy(self, src: int, dst: int) -> bool:
+        """vLLM align with speculation: a copy after the forward from the block holding a request's state now
+        (the window column of its accepted count) into the first block of its own window (the post-copy whose
+        source and destination block are one); the request's state moves, nothing of it is replaced."""
+        rep = self.rep
+        owner = rep.owner(dst)
+        if rep.pool.slots_per_request == 1 or owner is None or owner != rep.owner(src):
+            return False
+        window = rep.pool.slots_of(rep.live[owner])
+        return dst == window[0] and src == window[rep.accepted.get(owner, 1) - 1]
+
     def _kept_slot(self, dst: int, after: bool) -> str | None:
         """Why a copy may not write ``dst`` because of what it holds: a live checkpoint, or (``after`` the
         forward) the running slot of a live request; None when it may."""
@@ -376,7 +415,8 @@ class CheckpointBook:
         rep, out = self.rep, []
         dummy = rep.pool.profile.dummy_slot
         admitted_slots = {s for rid in step.admit for s in rep.pool.slots_of(rep.live[rid])}
-        moving = {mv["slot"] for mv in self.work(step).get("moves", [])} if key == "copies_before" else set()
+        moves = self.work(step).get("moves", []) if key == "copies_before" else []
+        moving = {mv["slot"] if "slot" in mv else mv["slots"][0] for mv in moves}  # where a moved state goes
         for i, (src, dst) in enumerate(pairs):
             where = f"{key}[{i}] {src} -> {dst}"
             src_owner, dst_owner = rep.owner(src), rep.owner(dst)
@@ -389,7 +429,10 @@ class CheckpointBook:
                 problem = (
                     f"reads slot {src}, which holds neither a live request's state nor a checkpoint (freed or evicted)"
                 )
-            elif (kept := self._kept_slot(dst, after=key == "copies_after")) is not None:
+            elif (
+                not (own := key == "copies_after" and self._own_post_copy(src, dst))
+                and (kept := self._kept_slot(dst, after=key == "copies_after")) is not None
+            ):
                 problem = kept
             elif key == "copies_before" and dst not in admitted_slots | moving:
                 whose = f"request {dst_owner}'s slot" if dst_owner is not None else "a slot no admitted request owns"
@@ -403,9 +446,14 @@ class CheckpointBook:
             for pool in (rep.runner.state, rep.shadow):
                 for t in pool.tensors().values():
                     t[dst] = t[src]
-            # what the shadow now holds in dst: the float64 state after exactly these tokens (or unknown)
+            if own and src_owner is not None:  # vLLM's post-copy within its own block: the next verify reads it
+                rep.accepted[src_owner] = 1
+            # what the shadow now holds in dst: the float64 state after exactly these tokens (or unknown; a
+            # window of D blocks holds a state per draft step, not only the request's)
             have = self.history.get(src_owner) if src_owner is not None else None
-            if src_owner is not None and have is not None and self.from_zeros.get(src_owner):
+            if rep.pool.slots_per_request > 1:
+                self._written.pop(dst, None)
+            elif src_owner is not None and have is not None and self.from_zeros.get(src_owner):
                 self._written[dst] = tuple(have)
             elif src in self.live:
                 self._written[dst] = self.live[src].tokens

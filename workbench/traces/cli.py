@@ -65,8 +65,8 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         choices=PREFIX_CACHES,
         default=None,
         help="a prefix cache of recurrent states: sglang's mamba radix cache, no_buffer or extra_buffer (ping-pong "
-        "track buffers) (sglang profiles, gdn), or vLLM's block-aligned align (profile vllm, gdn, no --spec); "
-        "rows carry their token ids, steps the cache's hits, copies, moves, checkpoints and evictions "
+        "track buffers) (sglang profiles, gdn), or vLLM's block-aligned align (profile vllm, gdn; with --spec, "
+        "no --mixed); rows carry their token ids, steps the cache's hits, copies, moves, checkpoints and evictions "
         "(extra_buffer: and sglang's mamba_track_* fields)",
     )
     run.add_argument("--out", default=None, metavar="FILE", help="write the trace (JSON Lines) here")

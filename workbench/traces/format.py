@@ -47,7 +47,11 @@ GRAPH_MODES = ("decode", "target_verify")
 """The modes with graphs: ``workbench.metadata.GRAPH_MODES`` (repeated here: that module imports torch)."""
 HEADER_FIELDS = ("format", "version", "profile", "layer", "num_slots", "buckets", "draft_tokens", "seed")
 STEP_FIELDS = ("step", "mode", "rows", "admit", "finish", "metadata")
-ROW_FIELDS = ("id", "slot", "req_pool_index", "seq_len", "new_tokens", "cached_tokens", "accepted", "tokens")
+ROW_FIELDS = (
+    "id", "slot", "req_pool_index", "seq_len", "new_tokens", "cached_tokens", "accepted", "tokens", "slots"
+)  # fmt: skip
+OPTIONAL_ROW_FIELDS = ("tokens", "slots")
+"""Row fields written only when a row has them (files without them stay as they were)."""
 INT32_MIN = -(2**31)
 _SHOW_CHARS = 60
 TraceSource = str | os.PathLike[str] | Iterable[str] | Iterable[bytes]
@@ -312,7 +316,17 @@ def _row(value: Any, line: int, path: str, mode: str, header: TraceHeader) -> Tr
         tokens = tuple(
             _int(t, line, f"{path}.tokens[{i}]", 0, INT32_MAX, "a token id (an int >= 0)") for i, t in enumerate(items)
         )
-    return TraceRow(rid, req_pool_index, slot, seq_len, new_tokens, cached_tokens, accepted, tokens)
+    slots = obj.get("slots")
+    if slots is not None:
+        items = _list(slots, line, f"{path}.slots", "slots")
+        got = tuple(
+            _int(x, line, f"{path}.slots[{i}]", 0, top, f"an int in 0..{top} (num_slots = {header.num_slots})")
+            for i, x in enumerate(items)
+        )
+        if not got or got[0] != slot or len(set(got)) != len(got):
+            raise _fail(line, f"{path}.slots", f"distinct slots, the first the row's slot {slot}", items)
+        slots = got
+    return TraceRow(rid, req_pool_index, slot, seq_len, new_tokens, cached_tokens, accepted, tokens, slots)
 
 
 def _rows(value: Any, line: int, mode: str, header: TraceHeader) -> tuple[TraceRow, ...]:
@@ -389,9 +403,17 @@ def _prefix_cache(value: dict[str, Any], line: int) -> None:
                 raise _fail(line, f"metadata.{key}[{i}]", "a [src, dst] pair of slots", pair)
             _int_list(pair, line, f"metadata.{key}[{i}]", 0)
     for i, item in enumerate(_list(value.get("moves", []), line, "metadata.moves", "objects")):
-        obj = _object(item, line, f"metadata.moves[{i}]", ("request", "slot"), "move")
-        _int(obj.get("request", _MISSING), line, f"metadata.moves[{i}].request", 0, INT64_MAX)
-        _int(obj.get("slot", _MISSING), line, f"metadata.moves[{i}].slot", 0, INT32_MAX)
+        path = f"metadata.moves[{i}]"
+        obj = _object(item, line, path, ("request", "slot", "slots", "keep"), "move")
+        _int(obj.get("request", _MISSING), line, f"{path}.request", 0, INT64_MAX)
+        if ("slot" in obj) == ("slots" in obj):
+            raise _fail(line, path, "a move with one of slot (one slot per request) or slots (its window)", item)
+        if "slot" in obj:
+            _int(obj["slot"], line, f"{path}.slot", 0, INT32_MAX)
+        else:
+            _int_list(obj["slots"], line, f"{path}.slots", 0)
+        if "keep" in obj:
+            _int_list(obj["keep"], line, f"{path}.keep", 0)
     for key in ("hits", "checkpoints"):
         for i, item in enumerate(_list(value.get(key, []), line, f"metadata.{key}", "objects")):
             path = f"metadata.{key}[{i}]"
@@ -564,10 +586,11 @@ def header_dict(header: TraceHeader) -> dict[str, Any]:
 
 
 def row_dict(row: TraceRow) -> dict[str, Any]:
-    """A row's object; ``tokens`` only when the row has them (files without stay as they were)."""
-    out = {name: getattr(row, name) for name in ROW_FIELDS if name != "tokens"}
-    if row.tokens is not None:
-        out["tokens"] = list(row.tokens)
+    """A row's object; ``tokens`` and ``slots`` only when the row has them (files without stay as they were)."""
+    out = {name: getattr(row, name) for name in ROW_FIELDS if name not in OPTIONAL_ROW_FIELDS}
+    for name in OPTIONAL_ROW_FIELDS:
+        if getattr(row, name) is not None:
+            out[name] = list(getattr(row, name))
     return out
 
 

@@ -60,7 +60,8 @@ class TraceRow:
     ``accepted``: draft tokens accepted at this verify (None elsewhere); ``tokens``: the token ids the row
     feeds (``new_tokens`` of them; verify: the last sampled token, then the drafts), or None: then the replay
     draws random inputs. Prefix-cache checks need them (a checkpoint is compared with the state recomputed
-    over the ids).
+    over the ids). ``slots``: every slot the request owns, in column order (vLLM verify: its D slots, the
+    window of blocks under ``align``), or None: then they are placed as the pool places them.
     """
 
     id: int
@@ -71,6 +72,7 @@ class TraceRow:
     cached_tokens: int
     accepted: int | None = None
     tokens: tuple[int, ...] | None = None
+    slots: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -239,16 +239,22 @@ class TraceReplayer:
         prefix_s = time.perf_counter() - t_prefix
         try:
             self._admit(step)
+        except (WorkbenchError, ValueError) as e:
+            raise TraceInputError(f"step {step.step}: {e}") from e
+        t1 = time.perf_counter()
+        # hits, copies before the forward and moves: the step's batch is laid out on the slots they leave (a
+        # move also resets vLLM's accepted count, which the verify reads)
+        found += self.book.before(step)
+        found += self._check_slots(step)
+        prefix_s += time.perf_counter() - t1
+        try:
             batch = self._with_accepted(to_batch(step, self.profile, self.trace.header.draft_tokens))
         except (WorkbenchError, ValueError) as e:
             raise TraceInputError(f"step {step.step}: {e}") from e
         t0 = time.perf_counter()
         if step.metadata is not None and any(k in step.metadata for k in ("bucket", *RECORDED_FIELDS)):
             found += self._check_recorded(step, batch)
-        t1 = time.perf_counter()
-        found += self.book.before(step)  # hits, copies before the forward
-        prefix_s += time.perf_counter() - t1
-        self.result.seconds["metadata"] += t1 - t0
+        self.result.seconds["metadata"] += time.perf_counter() - t0
         try:
             found += self._run(step, batch)
         except (WorkbenchError, RuntimeError, ValueError, TypeError) as e:
@@ -275,8 +281,8 @@ class TraceReplayer:
             row = rows.get(rid)
             if row is None:
                 raise TraceInputError(f"admit: request {rid} has no row in the step that admits it")
-            if self.pool.slots_per_request == 1:
-                self.pool.alloc_at(row.req_pool_index, [row.slot])
+            if self.pool.slots_per_request == 1 or row.slots is not None:
+                self.pool.alloc_at(row.req_pool_index, list(row.slots or [row.slot]))
             else:  # vLLM verify: D slots, the trace names the first; they are placed as the pool places them
                 got = int(self.pool.alloc(1)[0])
                 if got != row.req_pool_index or int(self.pool.mapping[got, 0]) != row.slot:
@@ -294,6 +300,18 @@ class TraceReplayer:
         for row in step.rows:
             if self.live.get(row.id) != row.req_pool_index:
                 raise TraceInputError(f"rows: request {row.id} is not live at row {row.req_pool_index}")
+
+    def _check_slots(self, step: TraceStep) -> list[TraceDivergence]:
+        """Rows that name all their slots (``slots``) name those the request owns after the step's moves."""
+        out: list[TraceDivergence] = []
+        for i, row in enumerate(step.rows):
+            if row.slots is None or row.id not in self.live:
+                continue
+            have = self.pool.slots_of(self.live[row.id])
+            if list(row.slots) != have:
+                detail = f"rows[{i}].slots = {list(row.slots)}, but after the step's moves the request owns {have}"
+                out.append(TraceDivergence(step.step, "prefix", "slots", detail, request=row.id, row=i))
+        return out
 
     def owner(self, slot: int) -> int | None:
         """The live request that owns ``slot`` now (None: no live request does)."""

@@ -122,7 +122,7 @@ The modelling choices, each as the engines make it or as the workbench can repla
     ``prev_track``) never fires here: a tracked length is always a prefix of the request's kept ids.
   - *finish*: the running slot is freed (never donated), the ping-pong slots not donated are released.
 * **Block-aligned prefix caching** (``prefix_cache="align"``: vLLM 0.33.0's ``mamba_cache_mode="align"``,
-  the only mode beside none; profile vllm, layer gdn, no speculation, ``docs/traces.md`` "Prefix caching").
+  the only mode beside none; profile vllm, layer gdn, ``docs/traces.md`` "Prefix caching").
   Same prompts and tree (:class:`~workbench.traces.radix.RadixCache`) as ``no_buffer``; the simplifications:
 
   - *blocks*: ``block_size`` (default 16; vLLM's mamba block size is large and model-dependent, e.g. 528 or
@@ -153,6 +153,11 @@ The modelling choices, each as the engines make it or as the workbench can repla
     checkpoint hit or published at the step is never evicted at it. The default pool is
     ``2 * max_running + 1`` slots (room for moves and checkpoints).
   - padded rows use vLLM's null block 0 (the profile's dummy slot), as without a prefix cache.
+  - *with speculation* (``spec=D``; not with ``mixed``; ``block_size >= D``): each request owns a window of
+    D blocks (:class:`_AlignSpec`; ``docs/traces.md``): it slides with the block of its last scheduled token
+    (pre-copy from column ``num_accepted - 1``, count reset to 1), the block it leaves is published when it
+    holds its boundary state or held for the post-copy, and a verify whose accepted tokens reach a block's
+    end copies the state of exactly that position into the block (vLLM's ``postprocess_mamba``).
 """
 
 from __future__ import annotations
@@ -492,10 +497,10 @@ def simulate(
     followup_rate = _check_range("followup_rate", followup_rate, 0.0, 1.0)
     extra = strategy == "extra_buffer"
     align = strategy == "align"
-    if align and spec:
+    if align and spec and mixed:
         raise SimulationError(
-            f"spec = {spec}: prefix_cache='align' is modelled without speculation (vLLM's post-copy of a "
-            "verify that crosses a block is not built); simulate it with spec=0"
+            f"mixed = {mixed!r}: prefix_cache='align' with speculation is modelled without mixed steps (a verify "
+            "row's window and post-copy inside an extend batch are not built); simulate it with mixed=False"
         )
     if not align and block_size is not None:
         raise SimulationError(f"block_size = {block_size!r}: needs prefix_cache='align' (vLLM's mamba blocks)")
@@ -504,6 +509,11 @@ def simulate(
         bs = _int_arg(
             "block_size", DEFAULT_BLOCK_SIZE if block_size is None else block_size, 1, min(chunk_size, token_budget)
         )
+        if spec and bs < spec:
+            raise SimulationError(
+                f"block_size = {bs}: must be at least spec = {spec} (a verify's window of blocks moves by one block "
+                "at most, as vLLM's does)"
+            )
     if not extra:
         for name, given in (("cache_chunk", cache_chunk), ("track_interval", track_interval)):
             if given is not None:
@@ -518,13 +528,15 @@ def simulate(
             "grid lcm(checkpoint grid, mamba_track_interval))"
         )
 
-    # align runs without speculation: no verify graph, so one slot per request (a move moves one)
-    graph_modes = [m for m in GRAPH_MODES if m in modes and not (align and m == "target_verify")]
+    # align without speculation has no verify graph: one slot per request (a move moves one)
+    graph_modes = [m for m in GRAPH_MODES if m in modes and not (align and not spec and m == "target_verify")]
     header_buckets = _header_buckets(prof, graph_modes, buckets, spec)
     d = spec or DEFAULT_DRAFT_TOKENS
     largest = max(b[-1] for b in header_buckets.values())
     spr = prof.slots_per_request(d) if "target_verify" in header_buckets else 1
-    per_request = EXTRA_BUFFER_SLOTS if extra else 2 if align else spr  # pool slots a live request takes
+    # pool slots a live request takes: align keeps a block it left (a checkpoint or, with speculation, a block
+    # held for its post-copy) beside its own
+    per_request = EXTRA_BUFFER_SLOTS if extra else spr + 1 if align else spr
     if extra and num_slots is not None and check_int("num_slots", num_slots, 2) - 1 < EXTRA_BUFFER_SLOTS:
         raise SimulationError(
             f"num_slots = {num_slots}: prefix_cache='extra_buffer' needs {EXTRA_BUFFER_SLOTS} slots per request "
@@ -551,7 +563,9 @@ def simulate(
             followup_rate=followup_rate,
             longest_prompt=p_hi,
         )
-        if align:
+        if align and spec:
+            cache = _AlignSpec(pool, rng, block_size=bs, draft_tokens=spr, **common)
+        elif align:
             cache = _Align(pool, rng, block_size=bs, **common)
         elif extra:
             cache = _ExtraBuffer(pool, rng, cache_chunk=cc, track_interval=interval, **common)
@@ -645,11 +659,12 @@ class _NoBuffer:
         self._record("evict", slot)
         return True
 
-    def _publish(self, req: _Request, slot: int) -> None:
-        """``slot`` holds ``req``'s state now (a copy or its own slot): a checkpoint of exactly its ids."""
-        length = len(req.fed)
-        took = self.tree.insert(req.fed, slot)  # the caller checked state_at: the node had no state
-        assert took and length == req.cached
+    def _publish(self, req: _Request, slot: int, n: int | None = None) -> None:
+        """``slot`` holds ``req``'s state now (a copy or its own slot): a checkpoint of exactly its ids, or of
+        its first ``n``."""
+        length = len(req.fed) if n is None else n
+        took = self.tree.insert(req.fed[:length], slot)  # the caller checked state_at: the node had no state
+        assert took and (n is not None or length == req.cached)
         self.tree.lock(slot)  # published at this step: not evicted at it (the replay sees it after)
         self.locked.append(slot)
         self._record("checkpoints", {"request": req.id, "tokens": length, "slot": slot})
@@ -667,8 +682,9 @@ class _NoBuffer:
         """Whether an admission with ``left`` tokens of budget gets a first chunk: always here."""
         return True
 
-    def place(self, reqs: list[_Request], admitted: list[int]) -> None:
-        """Before the step's rows are laid out (admissions done): move running states (align); none here."""
+    def place(self, reqs: list[tuple[_Request, int]], admitted: list[int]) -> None:
+        """Before the step's rows are laid out (admissions done; ``reqs``: each row's request and the tokens it
+        feeds): move running states (align); none here."""
 
     def track(self, mode: str, rows: list[tuple[_Request, int | None, int]]) -> None:
         """The step's state tracking, after its forward (``rows``: each row's request, its prefill chunk
@@ -823,11 +839,7 @@ class _ExtraBuffer(_NoBuffer):
 
     def _donate_track(self, req: _Request, slot: int, n: int) -> None:
         """Publish the track slot ``slot`` (``req``'s state after its first ``n`` ids) into the tree, no copy."""
-        took = self.tree.insert(req.fed[:n], slot)  # the caller checked state_at: the node had no state
-        assert took
-        self.tree.lock(slot)  # published at this step: not evicted at it (the replay sees it after)
-        self.locked.append(slot)
-        self._record("checkpoints", {"request": req.id, "tokens": n, "slot": slot})
+        self._publish(req, slot, n)
         req.last_published = True
 
     def prefilled(self, req: _Request) -> None:
@@ -888,12 +900,12 @@ class _Align(_NoBuffer):
                 return hit
             limit = hit[0] - 1
 
-    def place(self, reqs: list[_Request], admitted: list[int]) -> None:
+    def place(self, reqs: list[tuple[_Request, int]], admitted: list[int]) -> None:
         """Each request whose step starts a new block (not a hit admitted now: its fresh slot is that block)
         is pre-copied into the lowest free slot and moved there; its old slot, the state after exactly its
         ``cached`` tokens, becomes a checkpoint (or is freed after the step)."""
         fresh = set(admitted)
-        for req in reqs:
+        for req, _ in reqs:
             if req.id in fresh or req.cached == 0 or req.cached % self.block_size:
                 continue
             while not self.pool.free_slots() and self._evict():
@@ -927,6 +939,126 @@ class _Align(_NoBuffer):
             self.pool.release(slot)
         self.releasing = []
         return super().end_step()
+
+
+@dataclass
+class _Window:
+    """A request's window of blocks under vLLM's align mode with speculation: ``curr`` is the block of its
+    last scheduled token, its D slots the blocks ``curr .. curr + D - 1``."""
+
+    curr: int = -1
+    accepted: int = 1  # vLLM's num_accepted_tokens for the next step: its state is in column accepted - 1
+    boundary: bool = False  # column 0 holds the state after exactly (curr + 1) * block_size tokens
+    pending: int | None = None  # the slot of block curr - 1, held until a post-copy gives it its boundary state
+    spent: list[int] = field(default_factory=list)  # post-copied blocks the tree did not take: held till finish
+
+
+class _AlignSpec(_Align):
+    """vLLM's align mode with speculation (module docstring, "Block-aligned prefix caching"): each request
+    owns a window of D blocks (its pool slots), which slides when the block of its last scheduled token
+    changes (the pre-copy), and a verify whose accepted tokens reach a block's end copies the state of
+    exactly that position into the block (the post-copy), which becomes the checkpoint."""
+
+    def __init__(self, pool: StatePool, rng: random.Random, *, draft_tokens: int, **kw: Any) -> None:
+        super().__init__(pool, rng, **kw)
+        self.d = draft_tokens
+        self.windows: dict[int, _Window] = {}
+
+    def _admitted(self, req: _Request) -> None:
+        self.windows[req.id] = _Window()
+
+    def _free_slot(self, taken: list[int]) -> int:
+        """A free slot not in ``taken`` (the lowest), evicting LRU checkpoints for one."""
+        while True:
+            free = [x for x in self.pool.free_slots() if x not in taken]
+            if free:
+                return free[0]
+            if not self._evict():
+                raise SimulationError(
+                    f"num_slots = {self.pool.num_slots}: no free slot for a window of {self.d} blocks "
+                    "(prefix_cache='align' with speculation); give more slots"
+                )
+
+    def place(self, reqs: list[tuple[_Request, int]], admitted: list[int]) -> None:
+        """Slide each request's window to the block of its last scheduled token (``preprocess_mamba``): the
+        blocks both windows share keep their slots, new blocks take free ones, the state in column
+        ``accepted - 1`` is copied into the new first block (``copies_before``, unless it is that slot) and
+        the accepted count resets to 1. The first block it leaves is published when it holds its boundary
+        state, else held for the post-copy that will write it (``keep``)."""
+        fresh, bs, d = set(admitted), self.block_size, self.d
+        for req, n in reqs:
+            w = self.windows[req.id]
+            curr = (req.cached + n - 1) // bs
+            if req.id in fresh or w.curr < 0:
+                w.curr = curr
+                continue
+            if curr == w.curr:
+                continue
+            old = self.pool.slots_of(req.row)
+            new: list[int] = []
+            for j in range(curr, curr + d):
+                new.append(old[j - w.curr] if j < w.curr + d else self._free_slot(old + new))
+            src = old[w.accepted - 1]
+            if src != new[0]:
+                self._record("copies_before", [src, new[0]])
+            left = old[0]
+            self.pool.remap(req.row, new)
+            move: dict[str, Any] = {"request": req.id, "slots": new}
+            boundary = (w.curr + 1) * bs
+            if w.boundary:  # the block's own state: published now, or freed after the step
+                self.pool.hold(left)
+                if self.tree.state_at(req.fed[:boundary]) is None and self._room(need_slot=False):
+                    self._publish(req, left, boundary)
+                else:
+                    self.releasing.append(left)
+            else:
+                if w.pending is not None:  # never: the post-copy always came before the next slide
+                    self.pool.release(w.pending)
+                self.pool.hold(left)
+                w.pending = left
+                move["keep"] = [left]
+            self._record("moves", move)
+            w.curr, w.accepted, w.boundary = curr, 1, False
+            req.slot = new[0]
+
+    def track(self, mode: str, rows: list[tuple[_Request, int | None, int]]) -> None:
+        """After the forward (``postprocess_mamba``): a prefill chunk that ends on its block's end leaves the
+        boundary state in column 0; a verify whose accepted tokens reach a block's end, ``aligned``, copies
+        the state of column ``aligned - running`` (``running`` = the tokens before the step + 1) into that
+        block: its own first block (then the next verify reads it there), or the block its window left, held
+        for it, which becomes the checkpoint of exactly ``aligned`` tokens."""
+        bs = self.block_size
+        for req, n, kept in rows:
+            w = self.windows[req.id]
+            if n is not None:
+                w.boundary = req.cached % bs == 0
+                continue
+            if mode != "target_verify":
+                continue
+            before = req.cached - kept
+            running, aligned = before + 1, req.cached // bs * bs
+            w.accepted = kept
+            if aligned < running:
+                continue
+            window = self.pool.slots_of(req.row)
+            src, dest = window[aligned - running], aligned // bs - 1
+            if dest == w.curr:  # within its own block (all D accepted, the block's end reached exactly)
+                self._record("copies_after", [src, window[0]])
+                w.accepted, w.boundary = 1, True
+            elif dest == w.curr - 1 and w.pending is not None:
+                slot, w.pending = w.pending, None
+                self._record("copies_after", [src, slot])
+                if self.tree.state_at(req.fed[:aligned]) is None and self._room(need_slot=False):
+                    self._publish(req, slot, aligned)
+                else:  # the request's block until it finishes (the replay frees a kept block only then)
+                    w.spent.append(slot)
+
+    def finish(self, req: _Request) -> None:
+        """``req`` finished: its window is freed, with the blocks it left that the tree did not take."""
+        w = self.windows.pop(req.id)
+        for slot in [*w.spent, *([] if w.pending is None else [w.pending])]:
+            self.pool.release(slot)
+        super().finish(req)
 
 
 class _Scheduler:
@@ -1000,15 +1132,17 @@ class _Scheduler:
 
         spec, cache = self.spec, self.cache
         if cache is not None:  # align: states entering a new block move there (their rows name the new slot)
-            cache.place([r for r, _ in chunks] + decoders, admitted)
+            cache.place(chunks + [(r, self.tokens_per_decode) for r in decoders], admitted)
         accepted = [self._draw_accepted() for _ in decoders] if spec else [1] * len(decoders)
         fed_ext: list[tuple[int, ...] | None] = [None] * len(chunks)
         fed_dec: list[tuple[int, ...] | None] = [None] * len(decoders)
         if cache is not None:  # the ids each row feeds: prompt pieces; the last sampled id (then drafts)
             fed_ext = [r.prompt[r.cached : r.cached + n] for r, n in chunks]
             fed_dec = [(r.pending, *(cache.token() for _ in range(self.tokens_per_decode - 1))) for r in decoders]
+        # align with speculation: rows name their window of blocks (admissions are placed by it)
+        windows = isinstance(cache, _AlignSpec)
         rows_ext = [
-            TraceRow(r.id, r.row, r.slot, r.cached + n, n, r.cached, tokens=ids)
+            TraceRow(r.id, r.row, r.slot, r.cached + n, n, r.cached, tokens=ids, slots=self._slots(r, windows))
             for (r, n), ids in zip(chunks, fed_ext, strict=True)
         ]
         rows_dec = [
@@ -1021,6 +1155,7 @@ class _Scheduler:
                 r.cached,
                 a if spec else None,
                 ids,
+                self._slots(r, windows),
             )
             for r, a, ids in zip(decoders, accepted, fed_dec, strict=True)
         ]
@@ -1071,6 +1206,9 @@ class _Scheduler:
             self.running = [r for r in self.running if r.id not in gone]
         self.last_mode = mode
         return TraceStep(t, mode, tuple(rows), tuple(admitted), tuple(r.id for r in done), metadata)
+
+    def _slots(self, req: _Request, windows: bool) -> tuple[int, ...] | None:
+        return tuple(self.pool.slots_of(req.row)) if windows else None
 
     def _draw_accepted(self) -> int:
         a = 1
