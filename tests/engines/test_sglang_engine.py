@@ -265,3 +265,51 @@ def test_the_simulated_verify_track_step_is_sglangs_commit_index_math():
         assert got == want, (d, interval, pre, accepted)
         crossings += sum(s >= 0 for s in want)
     assert crossings > 10  # the draws cross boundaries, also past them
+
+
+def test_the_simulated_extend_track_fields_are_sglangs_own(sg):
+    """The track fields a simulated ``extra_buffer`` trace records for its extend steps (``track_ssm_h_src`` /
+    ``track_ssm_h_dst`` inside a chunk, the final-state copies at a chunk's end, ``track_conv_indices``) against
+    sglang 0.5.23's own ``_init_track_ssm_indices`` and ``_init_track_conv_indices`` (GDN's path), fed the
+    step's rows as a ForwardBatch would carry them."""
+    from types import SimpleNamespace
+
+    from sglang.srt.layers.attention.hybrid_linear_attn_backend import MambaAttnBackendBase
+
+    from workbench.traces.simulate import CONV_WINDOW, simulate
+
+    trace = simulate("sglang", "gdn", steps=300, seed=0, prefix_cache="extra_buffer", spec=2)
+    checked = inside = 0
+    for step in trace.steps:
+        md = step.metadata or {}
+        if step.mode not in ("extend", "mixed") or "mamba_track_mask" not in md:
+            continue
+        chunk = md.get("mamba_chunk_size", 16)
+        rows = step.rows
+        seqlens = torch.tensor(md["mamba_track_seqlens"])
+        prefix = torch.tensor([r.cached_tokens for r in rows])
+        fb = SimpleNamespace(
+            mamba_track_mask=torch.tensor(md["mamba_track_mask"]),
+            extend_seq_lens=torch.tensor([r.new_tokens for r in rows]),
+            mamba_track_indices=torch.tensor(md["mamba_track_indices"]),
+            mamba_track_seqlens=seqlens,
+            extend_prefix_lens=prefix,
+            mamba_track_aligned_lens=lambda s=seqlens, p=prefix, c=chunk: (s - p) // c * c,
+        )
+        backend = SimpleNamespace(
+            mamba_chunk_size=chunk, device="cpu", conv_states_shape=(1, 1, CONV_WINDOW),
+            _has_cpu_prefill_track_metadata=lambda fb: False,
+        )  # fmt: skip
+        got = MambaAttnBackendBase._init_track_ssm_indices(backend, torch.tensor([r.slot for r in rows]), fb)
+        h_src, h_dst, final_src, final_dst = got[1], got[2], got[4], got[5]
+        assert h_src.tolist() == md.get("track_ssm_h_src", []), step.step
+        assert h_dst.tolist() == md.get("track_ssm_h_dst", []), step.step
+        finals = [list(p) for p in zip(final_src.tolist(), final_dst.tolist(), strict=True)]
+        assert finals == [p for p in md.get("copies_after", []) if p[1] in md["mamba_track_indices"]], step.step
+        if "track_conv_indices" in md:
+            qsl = torch.tensor([0, *torch.cumsum(fb.extend_seq_lens, 0).tolist()])
+            conv = MambaAttnBackendBase._init_track_conv_indices(backend, qsl, fb)
+            assert conv.tolist() == md["track_conv_indices"], step.step
+        checked += 1
+        inside += len(md.get("track_ssm_h_src", []))
+    assert checked > 20 and inside > 5

@@ -280,3 +280,85 @@ def test_verify_track_fields_of_the_wrong_length_are_named():
     body = with_metadata(verify_steps(), 1, mamba_steps_to_track=[1, -1])
     d = replay_trace(Trace(VERIFY_HEADER, body)).first
     assert d is not None and d.field == "track" and "one entry per row (1)" in d.detail, d
+
+
+LONG = tuple(range(40, 60))  # 20 token ids
+LONG2 = tuple(range(70, 92))  # 22
+
+
+def h_steps(**track):
+    """sglang, tracking inside a chunk: request 0 prefills 20 tokens in one chunk with C = 8; its tracked
+    position is the last chunk boundary, 16 (20 % 8 != 0: the kernel's chunk state h[0 + 20 // 8] = h[2], the
+    state after 16 tokens), into track slot 2; the conv window is input positions 13, 14, 15; as the request
+    finishes slot 2 is donated as the checkpoint of its first 16 tokens."""
+    md = {
+        "mamba_chunk_size": 8,
+        "mamba_track_mask": [True],
+        "mamba_track_indices": [2],
+        "mamba_track_seqlens": [20],
+        "track_ssm_h_src": [2],
+        "track_ssm_h_dst": [2],
+        "track_conv_indices": [[13, 14, 15]],
+        **track,
+    }
+    return [
+        TraceStep(0, "extend", (row(0, 1, 1, 0, LONG),), (0,), (), {k: v for k, v in md.items() if v is not None}),
+        TraceStep(1, "decode", (row(0, 1, 1, 20, (3,)),), (), (0,),
+                  {"checkpoints": [{"request": 0, "tokens": 16, "slot": 2}]}),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "track",
+    [dict(), dict(mamba_track_seqlens=[17]), dict(track_ssm_h_src=None, track_ssm_h_dst=None, track_conv_indices=None)],
+    ids=["seq-end", "forced-h", "fields-not-recorded"],
+)
+def test_a_position_tracked_inside_a_chunk_is_the_state_after_exactly_its_prefix(track):
+    """sglang records the chunk's end (or the position + 1, forcing the h path) as the tracked length; both
+    floor to the same chunk state."""
+    rep = TraceReplayer(Trace(HEADER, h_steps(**track)))
+    res = rep.run(stop_at_first=False)
+    assert res.ok and (res.checkpoints, res.verified) == (1, 1), res
+    assert rep.book.live[2].tokens == LONG[:16]
+
+
+@pytest.mark.parametrize(
+    ("track", "says"),
+    [
+        (dict(track_ssm_h_src=[1]), "track_ssm_h_src[0] = 1, but its state after 20 tokens floored to C = 8 is h[2]"),
+        (dict(track_ssm_h_dst=[3]), "tracked from h into slot 2, but track_ssm_h_dst[0] = 3"),
+        (dict(track_conv_indices=[[14, 15, 16]]), "track_conv_indices[0] = [14, 15, 16], but its window"),
+        (dict(mamba_track_indices=[1], track_ssm_h_dst=[1]), "writes the running slot of request 0"),
+        (dict(track_ssm_h_src=[7]), "h[7] is past the step's 3 chunk states"),
+    ],
+    ids=["h-index", "h-dst", "conv-window", "running-slot", "past-grid"],
+)
+def test_a_wrong_chunk_track_is_named_at_its_step(track, says):
+    found = replay_trace(Trace(HEADER, h_steps(**track)), stop_at_first=False).divergences
+    assert found and found[0].step == 0, found
+    assert any((d.step, d.field) == (0, "track") and says in d.detail for d in found), found
+
+
+def test_a_global_chunk_grid_index_reads_another_rows_chunk_and_its_checkpoint_is_off():
+    """Two rows in one extend step (20 and 22 tokens, C = 8): GDN's h is one grid per sequence, so row 1's
+    state after 16 tokens is h[3 + 2] = h[5]; an index computed on one grid over the flattened batch,
+    (20 + 16) // 8 = 4, is row 1's state after 8 tokens (the shape of sglang issue 31833, there for Mamba2):
+    named at the step, and the checkpoint published from it is off the float64 state of its 16 tokens."""
+    md = {
+        "mamba_chunk_size": 8,
+        "mamba_track_mask": [False, True],
+        "mamba_track_indices": [4, 2],
+        "mamba_track_seqlens": [-1, 22],
+        "track_ssm_h_src": [4],
+        "track_ssm_h_dst": [2],
+    }
+    body = [
+        TraceStep(0, "extend", (row(0, 1, 1, 0, LONG), row(1, 2, 3, 0, LONG2)), (0, 1), (), md),
+        TraceStep(1, "decode", (row(0, 1, 1, 20, (3,)), row(1, 2, 3, 22, (5,))), (), (0, 1),
+                  {"checkpoints": [{"request": 1, "tokens": 16, "slot": 2}]}),
+    ]  # fmt: skip
+    found = replay_trace(Trace(HEADER, body), stop_at_first=False).divergences
+    assert found[0].step == 0 and "track_ssm_h_src[0] = 4" in found[0].detail and "is h[5]" in found[0].detail
+    assert any(d.step == 1 and d.field == "checkpoint" and "off the float64 state" in d.detail for d in found)
+    md["track_ssm_h_src"] = [5]
+    assert replay_trace(Trace(HEADER, body), stop_at_first=False).ok

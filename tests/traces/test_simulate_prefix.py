@@ -353,7 +353,7 @@ EB_CONFIGS = [
     dict(spec=2),
     dict(profile="sglang-ascend", mixed=True),
     dict(dp_dummies=True, followup_rate=1.0),
-    dict(num_slots=13, max_cached=3, arrival_rate=1.0),  # tight: admissions and donations evict
+    dict(num_slots=13, max_cached=3, arrival_rate=1.0, seed=1),  # tight: admissions and donations evict
     dict(cache_chunk=8, track_interval=16, chunk_size=24),
 ]
 EB_IDS = ["-".join(f"{k}={v}" for k, v in c.items()) or "default" for c in EB_CONFIGS]
@@ -392,6 +392,8 @@ def audit_eb(
         mask: list[bool] = []
         seqlens: list[int] = []
         steps_to_track: list[int] = []  # a verify's draft step tracked at commit, -1 for none
+        h_rows: list[tuple[int, Any]] = []  # extend rows tracked inside their chunk (from the chunk states h)
+        ats: list[int] = []
         verify = step.mode == "target_verify"
         for r in step.rows:
             assert r.tokens is not None
@@ -410,10 +412,16 @@ def audit_eb(
                 tracked = now % track_interval == 0
                 n["decode tracks"] += tracked
             else:  # an extend row (or a mixed step's one-token decode tail: never tracked)
-                tracked = r.new_tokens >= cache_chunk and r.new_tokens % cache_chunk == 0
+                tracked = r.new_tokens >= cache_chunk and (step.mode == "extend" or r.new_tokens > 1)
+                at = r.cached_tokens + r.new_tokens // cache_chunk * cache_chunk  # its last chunk boundary
                 n["extend tracks"] += tracked
+                inside = tracked and at < now
+                n["tracks inside a chunk"] += inside
+                if inside:
+                    h_rows.append((len(mask), r))
             mask.append(tracked)
-            seqlens.append(at if tracked else -1)
+            ats.append(at)  # the tokens the tracked state holds
+            seqlens.append((now if not verify else at) if tracked else -1)
             steps_to_track.append(at - r.cached_tokens - 1 if tracked else -1)
         rows_by_pos = list(step.rows)
         if any(mask):
@@ -422,16 +430,26 @@ def audit_eb(
                 assert meta["mamba_steps_to_track"] == steps_to_track, f"step {step.step}: steps to track"
             else:
                 assert meta["mamba_track_mask"] == mask, f"step {step.step}: the mask follows the rule"
-                assert meta["mamba_track_seqlens"] == seqlens, f"step {step.step}: seqlens are the tokens in state"
+                assert meta["mamba_track_seqlens"] == seqlens, f"step {step.step}: seqlens are each chunk's end"
                 assert "mamba_steps_to_track" not in meta
             indices = meta["mamba_track_indices"]
+            if h_rows:  # GDN's h: one grid per sequence, ceil(new_tokens / C) chunk states per row
+                offsets = [0]
+                for r in step.rows:
+                    offsets.append(offsets[-1] + (r.new_tokens - 1) // cache_chunk + 1)
+                assert meta["mamba_chunk_size"] == cache_chunk
+                assert meta["track_ssm_h_src"] == [offsets[i] + r.new_tokens // cache_chunk for i, r in h_rows]
+                assert meta["track_ssm_h_dst"] == [indices[i] for i, _ in h_rows]
+                assert len(meta["track_conv_indices"]) == sum(mask)
+            else:
+                assert "track_ssm_h_src" not in meta and "mamba_chunk_size" not in meta
             assert len(indices) == len(rows_by_pos)
             for r, tracked, idx in zip(rows_by_pos, mask, indices, strict=True):
                 assert idx not in slot_of.values() and idx != 0 and idx not in held
                 if r.id in pending:
                     assert pending[r.id] == idx, "the next track slot stays until the request tracks"
                 if tracked:
-                    if not verify:
+                    if not verify and all(hr is not r for _, hr in h_rows):  # the final state: a copy
                         expected_copies.append([r.slot, idx])
                     dsts[r.id].add(idx)
                     pingpong[r.id].add(idx)
@@ -439,7 +457,7 @@ def audit_eb(
                     assert len(dsts[r.id]) <= 2 + donations[r.id]
                     if r.id in last:
                         assert last[r.id][0] != idx, "consecutive tracks alternate (ping-pong)"
-                    last[r.id] = (idx, tuple(state[r.id][: seqlens[rows_by_pos.index(r)]]))
+                    last[r.id] = (idx, tuple(state[r.id][: ats[rows_by_pos.index(r)]]))
                     pending.pop(r.id, None)
                 else:
                     pending[r.id] = idx
@@ -486,7 +504,7 @@ def test_extra_buffer_tracks_donates_and_records_by_the_rules(kw, monkeypatch):
     kw = dict(kw)
     trace = run_eb(**kw)
     n = audit_eb(trace, kw.get("cache_chunk", 16), kw.get("track_interval", 32), prompts)
-    assert n["steps"] == EB_STEPS and n["hits"] > 0 and n["extend tracks"] > 0
+    assert n["steps"] == EB_STEPS and n["hits"] > 0 and n["extend tracks"] > 0 and n["tracks inside a chunk"] > 0
     assert n["donated at finish"] > 0 and n["donated after prefill"] > 0
     if kw.get("spec"):  # a verify tracks at commit, also a boundary its accepted tokens step over
         assert n["verify tracks"] > 0 and n["verify tracks past the boundary"] > 0

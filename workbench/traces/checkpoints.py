@@ -158,6 +158,7 @@ class CheckpointBook:
             self.from_zeros[rid] = True  # from a prefix state computed from zeros
             for own in self.rep.pool.slots_of(self.rep.live[rid]):  # the truth: the prefix's own state
                 self._set_shadow(own, cp.tokens)
+                self._written[own] = cp.tokens
         out += self._copies(step, work.get("copies_before", []), "copies_before")
         out += self._moves(step, work.get("moves", []))
         return out
@@ -208,6 +209,11 @@ class CheckpointBook:
             t[new[0]] = t[running]
         if windowed:
             rep.accepted[rid] = 1
+            label = self._written.get(running)
+            if label is None:
+                self._written.pop(new[0], None)
+            else:
+                self._written[new[0]] = label
         else:
             have_ids = self.history.get(rid)
             if have_ids is not None and self.from_zeros.get(rid):  # the block's checkpoint, without a recompute
@@ -224,8 +230,12 @@ class CheckpointBook:
         fields, where the trace records them, against those copies."""
         work = self.work(step)
         for r in step.rows:  # the forward wrote these slots: what a copy once put there is gone
-            for slot in self.rep.pool.slots_of(r.req_pool_index) if r.id in self.rep.live else (r.slot,):
+            slots = self.rep.pool.slots_of(r.req_pool_index) if r.id in self.rep.live else [r.slot]
+            read = self._written.get(slots[min(self.rep.read_columns.get(r.id, 0), len(slots) - 1)])
+            for slot in slots:
                 self._written.pop(slot, None)
+            if len(slots) > 1:
+                self._label_window(step, r, slots, read)
         md = step.metadata or {}
         if "mamba_steps_to_track" in md:
             out = self._track_verified(step)
@@ -305,6 +315,23 @@ class CheckpointBook:
         return self.live.get(slot)
 
     # -- pieces -----------------------------------------------------------------------------------------
+    def _label_window(self, step: TraceStep, row: Any, slots: list[int], read: tuple[int, ...] | None) -> None:
+        """What the forward left in a window of D slots (vLLM align with speculation): a verify's column ``t``
+        the float64 state after the request's first ``cached + t + 1`` ids (for the accepted ``t``), an
+        extend's column 0 after all of them; known only when the column the step read held exactly the ids
+        before it (``read``; none for a state from zeros). A checkpoint published from a slot whose label
+        is its prefix is compared with the shadow's slot instead of a recompute."""
+        have = self.history.get(row.id)
+        if have is None or not self.from_zeros.get(row.id):
+            return
+        if row.cached_tokens and read != tuple(have[: row.cached_tokens]):
+            return
+        if step.mode == "target_verify":
+            for t in range(min(row.accepted or 1, len(slots))):
+                self._written[slots[t]] = tuple(have[: row.cached_tokens + t + 1])
+        else:
+            self._written[slots[0]] = tuple(have)
+
     def _track_verified(self, step: TraceStep) -> list[TraceDivergence]:
         """sglang's tracking at the commit of a verify (``scatter_mamba_states_after_mtp_verify``): each row with
         ``mamba_steps_to_track[i] = s >= 0`` gets its draft step ``s``'s intermediate state (conv window and
@@ -380,9 +407,12 @@ class CheckpointBook:
 
     def _track_fields(self, step: TraceStep, copies: list[list[int]]) -> list[TraceDivergence]:
         """sglang's ``mamba_track_mask`` / ``mamba_track_indices`` / ``mamba_track_seqlens`` (one entry per row,
-        in row order) say which rows the step tracks, into which slot, at which length: each tracked row must
-        have its copy (running slot -> that slot) and hold exactly that many tokens; an untracked row's length
-        is -1."""
+        in row order) say which rows the step tracks, into which slot, at which length; an untracked row's
+        length is -1. A tracked row takes its final state (its copy, running slot -> that slot, after the
+        step; it holds exactly that many tokens), or, in an extend step that records ``mamba_chunk_size``
+        ``C`` and a length ``L`` with ``L - cached`` not a multiple of ``C``, the kernel's chunk state ``h``
+        after ``cached + (L - cached) // C * C`` tokens (sglang's ``_init_track_ssm_indices``; the +1 its
+        scheduler adds to force this path cancels under the floor): :meth:`_track_chunk`."""
         md = step.metadata or {}
         fields = [md.get(k) for k in TRACK_FIELDS]
         if all(f is None for f in fields):
@@ -394,7 +424,9 @@ class CheckpointBook:
             return [self._div(step, "track", detail)]
         mask, slots, lengths = (list(f or ()) for f in fields)  # lists of one entry per row (checked above)
         made = {(int(a), int(b)) for a, b, *_ in copies}
+        chunk = md.get("mamba_chunk_size") if step.mode in ("extend", "mixed") else None
         out: list[TraceDivergence] = []
+        h_rows: list[int] = []  # rows tracked from the chunk states, in row order
         for i, row in enumerate(step.rows):
             kept = row.accepted if (step.mode == "target_verify" and row.accepted is not None) else row.new_tokens
             held = row.cached_tokens + kept
@@ -403,12 +435,127 @@ class CheckpointBook:
                     detail = f"row {i}: untracked, but mamba_track_seqlens[{i}] = {lengths[i]} (want -1)"
                     out.append(self._div(step, "track", detail, row.id, expected=-1, got=lengths[i]))
                 continue
-            if (row.slot, int(slots[i])) not in made:
+            if chunk and (lengths[i] - row.cached_tokens) % chunk:
+                h_rows.append(i)
+            elif (row.slot, int(slots[i])) not in made:
                 detail = f"row {i}: tracked into slot {slots[i]}, but no copy {row.slot} -> {slots[i]} after the step"
                 out.append(self._div(step, "track", detail, row.id, int(slots[i])))
             elif lengths[i] != held:
                 detail = f"row {i}: mamba_track_seqlens[{i}] = {lengths[i]}, but the state holds {held} tokens"
                 out.append(self._div(step, "track", detail, row.id, int(slots[i]), expected=held, got=lengths[i]))
+        if h_rows and chunk:
+            out += self._track_chunk(step, h_rows, [int(slots[i]) for i in h_rows], [lengths[i] for i in h_rows])
+        return out
+
+    def _track_chunk(
+        self, step: TraceStep, rows: list[int], dsts: list[int], lengths: list[int]
+    ) -> list[TraceDivergence]:
+        """The rows tracked from the kernel's chunk states: row ``rows[k]``'s state after ``p = cached + (L -
+        cached) // C * C`` tokens goes to ``dsts[k]`` (conv window and recurrent state; ``rep.chunk_states``,
+        the replay's stand-in for the kernel's ``h``). GDN's ``h`` is one grid per sequence: row ``b``'s chunk
+        ``j`` is ``h[offset_b + j]``, ``offset_b`` the chunks of the rows before it. Recorded
+        ``track_ssm_h_src`` / ``track_ssm_h_dst`` (one entry per such row) are checked against that, and the
+        state copied is the one the recorded index names; ``track_conv_indices`` (one window of ``W - 1``
+        flattened input positions per tracked row) against the positions before ``p``."""
+        md = step.metadata or {}
+        rep, chunk = self.rep, int(md["mamba_chunk_size"])
+        offsets, qsl = [0], [0]
+        for r in step.rows:  # the per-sequence grid: ceil(new_tokens / C) chunk states per row
+            offsets.append(offsets[-1] + (r.new_tokens - 1) // chunk + 1)
+            qsl.append(qsl[-1] + r.new_tokens)
+        want = [
+            offsets[i] + (length - step.rows[i].cached_tokens) // chunk for i, length in zip(rows, lengths, strict=True)
+        ]
+        src, dst = md.get("track_ssm_h_src", want), md.get("track_ssm_h_dst", dsts)
+        out: list[TraceDivergence] = []
+        if not (isinstance(src, list) and isinstance(dst, list) and len(src) == len(dst) == len(rows)):
+            detail = f"track_ssm_h_src, track_ssm_h_dst: lists of one entry per row tracked from h ({len(rows)})"
+            return [self._div(step, "track", detail)]
+        for k, i in enumerate(rows):
+            row = step.rows[i]
+            where = f"row {i}: tracked from h into slot {dsts[k]}"
+            if int(dst[k]) != dsts[k]:
+                out.append(self._div(step, "track", f"{where}, but track_ssm_h_dst[{k}] = {dst[k]}", row.id, dsts[k]))
+                continue
+            if int(src[k]) != want[k]:
+                detail = (
+                    f"{where}: track_ssm_h_src[{k}] = {src[k]}, but its state after {lengths[k] - row.cached_tokens} "
+                    f"tokens floored to C = {chunk} is h[{want[k]}] (row {i}'s chunks start at h[{offsets[i]}])"
+                )
+                out.append(self._div(step, "track", detail, row.id, dsts[k], expected=want[k], got=src[k]))
+            b = next((j for j in range(len(step.rows)) if offsets[j] <= int(src[k]) < offsets[j + 1]), None)
+            problem = self._kept_slot(dsts[k], after=True)
+            if dsts[k] == rep.pool.profile.dummy_slot or not 0 <= dsts[k] < rep.pool.num_slots:
+                problem = "writes the dummy (null) slot or a slot past the pool"
+            elif b is None:
+                problem = f"h[{src[k]}] is past the step's {offsets[-1]} chunk states"
+            if problem is not None:
+                out.append(self._div(step, "track", f"{where}: {problem}", row.id, dsts[k]))
+                continue
+            assert b is not None
+            tokens = (int(src[k]) - offsets[b]) * chunk  # into row b's chunk
+            states = self.chunk_state(b, tokens)
+            for pool, (conv, ssm) in zip((rep.runner.state, rep.shadow), states, strict=True):
+                pool.conv[dsts[k]], pool.ssm[dsts[k]] = conv.to(pool.conv.dtype), ssm.to(pool.ssm.dtype)
+            rb = step.rows[b]
+            have = self.history.get(rb.id)
+            if have is not None and rb.tokens is not None and self.from_zeros.get(rb.id):
+                self._written[dsts[k]] = (*have[: rb.cached_tokens], *rb.tokens[:tokens])
+            else:
+                self._written.pop(dsts[k], None)
+        conv_idx = md.get("track_conv_indices")
+        if conv_idx is not None:
+            out += self._track_conv(step, conv_idx, chunk, qsl)
+        return out
+
+    def chunk_state(self, b: int, tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Row ``b``'s conv window and recurrent state after the first ``tokens`` tokens of the step's chunk,
+        in the runner's layer (its dtype) and in the float64 reference: the replay's stand-in for the
+        kernel's chunk state ``h`` (the same layer run on those tokens from the row's state before the step,
+        ``rep.step_inputs``)."""
+        rep = self.rep
+        assert rep.step_inputs is not None  # set by the replay before every forward
+        step, x, before = rep.step_inputs
+        row = step.rows[b]
+        at = sum(r.new_tokens for r in step.rows[:b])
+        pool, srow = self._scratch_pool, self._scratch_row
+        slot = int(pool.mapping[srow, 0])
+        out = []
+        for layer, dtype, init in (
+            (rep.runner.layer, rep.runner.layer.dtype, before[0]),
+            (rep.ref, torch.float64, before[1]),
+        ):
+            state = layer.new_state(2, dtype=dtype)
+            if row.cached_tokens:
+                state.conv[slot], state.ssm[slot] = init.conv[row.slot], init.ssm[row.slot]
+            if tokens:
+                meta = build_metadata(Batch.extend([srow], [tokens], [row.cached_tokens]), pool, bucket=None)
+                layer.forward(x[at : at + tokens].to(dtype), meta, state, None)
+            out.append((state.conv[slot].clone(), state.ssm[slot].clone()))
+        return out
+
+    def _track_conv(self, step: TraceStep, recorded: Any, chunk: int, qsl: list[int]) -> list[TraceDivergence]:
+        """``track_conv_indices``: for each tracked row (row order), the ``W - 1`` flattened input positions
+        before its tracked position, ``qsl[b] + (L - cached) // C * C - (W - 1) + j`` (clamped into the step's
+        tokens), as sglang's ``_init_track_conv_indices`` gathers them."""
+        md = step.metadata or {}
+        width = int(self.rep.shadow.conv.shape[-1])
+        tracked = [i for i, m in enumerate(md["mamba_track_mask"]) if m]
+        if not isinstance(recorded, list) or len(recorded) != len(tracked):
+            return [
+                self._div(step, "track", f"track_conv_indices must hold one window per tracked row ({len(tracked)})")
+            ]
+        out: list[TraceDivergence] = []
+        for k, i in enumerate(tracked):
+            row = step.rows[i]
+            aligned = (md["mamba_track_seqlens"][i] - row.cached_tokens) // chunk * chunk
+            want = [min(max(qsl[i] + aligned - width + j, 0), qsl[-1] - 1) for j in range(width)]
+            if list(recorded[k]) != want:
+                detail = (
+                    f"row {i}: track_conv_indices[{k}] = {recorded[k]}, but its window before the tracked position "
+                    f"is {want}"
+                )
+                out.append(self._div(step, "track", detail, row.id, expected=want, got=recorded[k]))
         return out
 
     def _copies(self, step: TraceStep, pairs: list[list[int]], key: str) -> list[TraceDivergence]:
@@ -451,8 +598,14 @@ class CheckpointBook:
             # what the shadow now holds in dst: the float64 state after exactly these tokens (or unknown; a
             # window of D blocks holds a state per draft step, not only the request's)
             have = self.history.get(src_owner) if src_owner is not None else None
-            if rep.pool.slots_per_request > 1:
-                self._written.pop(dst, None)
+            if rep.pool.slots_per_request > 1:  # the tokens the source slot's state is of, when known
+                label = self._written.get(src) if src_owner is not None else None
+                if label is None and src in self.live:
+                    label = self.live[src].tokens
+                if label is None:
+                    self._written.pop(dst, None)
+                else:
+                    self._written[dst] = label
             elif src_owner is not None and have is not None and self.from_zeros.get(src_owner):
                 self._written[dst] = tuple(have)
             elif src in self.live:

@@ -27,7 +27,15 @@ from workbench import html
 from workbench.backends import MetadataBackend
 from workbench.batch import Batch
 from workbench.errors import MetadataError, WorkbenchError
-from workbench.layers import GatedDeltaNetLayer, GDNConfig, Intermediate, Mamba2Config, Mamba2Layer, float64_reference
+from workbench.layers import (
+    GatedDeltaNetLayer,
+    GDNConfig,
+    Intermediate,
+    LayerState,
+    Mamba2Config,
+    Mamba2Layer,
+    float64_reference,
+)
 from workbench.measure.integrity import check as integrity_check
 from workbench.metadata import Metadata, build_metadata, validate
 from workbench.pool import StatePool
@@ -221,6 +229,8 @@ class TraceReplayer:
         self.live: dict[int, int] = {}  # request id -> request-pool row
         self.tenants: dict[int, list[int]] = {}  # slot -> request ids that held it, in order
         self.accepted: dict[int, int] = {}  # vLLM: request id -> tokens accepted at its last verify
+        self.read_columns: dict[int, int] = {}  # vLLM verify: request id -> the column of its slots it read
+        self.step_inputs: tuple[TraceStep, torch.Tensor, tuple[LayerState, LayerState]] | None = None
         # the step's verify rows (request-pool rows, in batch order) with the runner's and the float64
         # reference's intermediate states, for sglang's tracking at commit; None after other steps
         self.verified_intermediates: tuple[list[int], Intermediate, Intermediate] | None = None
@@ -331,10 +341,12 @@ class TraceReplayer:
 
     def _with_accepted(self, batch: Batch) -> Batch:
         """vLLM's verify reads the slot of the last accepted draft: carry each request's count."""
+        self.read_columns = {}
         if batch.mode != "target_verify" or self.profile != "vllm":
             return batch
         ids = {row: rid for rid, row in self.live.items()}
         acc = [self.accepted.get(ids[int(r)], 1) for r in batch.req_pool_indices.tolist()]
+        self.read_columns = {ids[int(r)]: a - 1 for r, a in zip(batch.req_pool_indices.tolist(), acc, strict=True)}
         return replace(batch, num_accepted_tokens=torch.tensor(acc, dtype=torch.int32))
 
     # -- checks -----------------------------------------------------------------------------------------
@@ -399,6 +411,12 @@ class TraceReplayer:
                 x[at : at + row.new_tokens] = embed_tokens(self.book.table, list(row.tokens))
             at += row.new_tokens
         before = r.state.clone()
+        # the inputs and states before the step: the prefix cache's stand-in for the kernel's chunk states
+        self.step_inputs = (
+            step,
+            x,
+            (before, self.shadow.clone()) if "mamba_chunk_size" in (step.metadata or {}) else (before, self.shadow),
+        )
         if batch.mode in GRAPH_STEP_MODES and ("decode" if batch.mode == "idle" else batch.mode) in r.modes:
             res = r.replay(batch, x)
             if batch.mode == "idle":

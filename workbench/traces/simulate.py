@@ -86,15 +86,19 @@ The modelling choices, each as the engines make it or as the workbench can repla
     checkpoints evicted for them; the default pool is ``3 * max_running + 1`` slots). The 2-entry buffer
     is the overlap scheduler's (sglang keeps 1 entry, no flip, without it); the trace is otherwise
     non-overlapped (each step's result is processed before the next step).
-  - *extend tracking*: a prefill row is tracked when it feeds ``new >= cache_chunk`` tokens and the
-    tracked position ``cached + floor(new / cache_chunk) * cache_chunk`` is the chunk's end (``new`` a
-    multiple of ``cache_chunk``). sglang also tracks a position inside a chunk, reading the kernel's
-    chunk states ``h`` (or recomputing them): not modelled, such rows are untracked. So that tracking
-    happens, prompts are fed in chunks that are multiples of ``cache_chunk`` where they can be
-    (``min(remaining, chunk_size, budget left)`` rounded down to one when it is at least ``cache_chunk``);
-    a remainder that is not one is split into a tracked multiple and a short untracked tail, whose state
-    ends where sglang's ``h``-tracked position of the whole remainder would be. ``cache_chunk`` stands for
-    sglang's ``mamba_cache_chunk_size`` (with page size 1 also its checkpoint grid).
+  - *extend tracking* (sglang's ``_init_track_ssm_indices`` / ``_init_track_conv_indices``, non-DCP): a
+    prefill row that feeds ``new >= cache_chunk`` tokens tracks its last chunk boundary, ``cached +
+    floor(new / cache_chunk) * cache_chunk``, and records its chunk's end as ``mamba_track_seqlens`` (the
+    backend floors it). At the chunk's end (``new`` a multiple) the final state is copied after the step
+    (``copies_after``); inside the chunk the state comes from the kernel's chunk states ``h``, one grid per
+    sequence for GDN (row ``b``'s chunk ``j`` is ``h[offset_b + j]``, ``offset_b`` the
+    ``ceil(new / cache_chunk)`` chunks of the rows before it): ``mamba_chunk_size``, ``track_ssm_h_src``,
+    ``track_ssm_h_dst``, and ``track_conv_indices`` (the ``W - 1`` input positions before the tracked one,
+    for every tracked row). Prompts are fed in chunks that are multiples of ``cache_chunk`` where they can
+    be (``min(remaining, chunk_size, budget left)`` rounded down to one when it is at least ``cache_chunk``
+    and does not end the prompt), so the next chunk starts on the grid; a prompt's last chunk is fed
+    whole. ``cache_chunk`` stands for sglang's ``mamba_cache_chunk_size`` and the model's state chunk
+    (with page size 1 both 64 there; its checkpoint grid too).
   - *decode tracking*: after a decode step whose row leaves ``seq_len`` tokens in the state, a multiple
     of ``track_interval``.
   - *verify tracking* (at commit, sglang's ``fused_commit_track_indices`` for a chain, topk 1): a verify
@@ -174,12 +178,13 @@ import torch
 from workbench.batch import Batch
 from workbench.buckets import check_buckets
 from workbench.errors import WorkbenchError
-from workbench.layers import GatedDeltaNetLayer, Mamba2Layer
+from workbench.layers import GatedDeltaNetLayer, GDNConfig, Mamba2Layer
 from workbench.limits import INT32_MAX, check_int
 from workbench.metadata.record import GRAPH_MODES
 from workbench.pool import StatePool
 from workbench.profiles import Profile, get_profile
 from workbench.traces.model import (
+    CHUNK_TRACK_FIELDS,
     PREFIX_KEYS,
     TRACK_FIELDS,
     VERIFY_TRACK_FIELDS,
@@ -226,12 +231,16 @@ short simulated prompts track)."""
 DEFAULT_TRACK_INTERVAL = 32
 """``track_interval`` of ``extra_buffer`` (sglang's ``mamba_track_interval``, 256 there)."""
 
+CONV_WINDOW = GDNConfig.small().conv_kernel - 1
+"""Input positions in a conv window of the replayed GDN layer (``track_conv_indices`` gathers that many)."""
+
 EXTRA_BUFFER_SLOTS = 3
 """Pool slots an ``extra_buffer`` request holds while live: its running slot and 2 ping-pong track slots."""
 
-TRACK_KEYS = (*TRACK_FIELDS, *(k for k in VERIFY_TRACK_FIELDS if k not in TRACK_FIELDS))
-"""sglang's per-step track fields an ``extra_buffer`` step records (one entry per row, in row order): an
-extend or decode step's ``TRACK_FIELDS``, a verify's ``VERIFY_TRACK_FIELDS``."""
+TRACK_KEYS = (*TRACK_FIELDS, *(k for k in VERIFY_TRACK_FIELDS if k not in TRACK_FIELDS), *CHUNK_TRACK_FIELDS)
+"""sglang's per-step track fields an ``extra_buffer`` step records: an extend or decode step's
+``TRACK_FIELDS`` (one entry per row, in row order), a verify's ``VERIFY_TRACK_FIELDS``, an extend step's
+``CHUNK_TRACK_FIELDS`` for the positions it tracks inside a chunk."""
 
 
 def verify_track_step(pre: int, accepted: int, interval: int) -> int:
@@ -785,10 +794,11 @@ class _ExtraBuffer(_NoBuffer):
         req.next_track, req.last_track, req.prev_track, req.last_published = 0, None, None, False
 
     def chunk(self, req: _Request, n: int) -> int:
-        """``n`` rounded down to a multiple of ``cache_chunk`` when it is at least one (so the chunk's end is
-        a tracked position); a shorter ``n`` as it is."""
+        """``n`` rounded down to a multiple of ``cache_chunk`` when it is at least one and does not end the
+        prompt (so that the next chunk starts on the grid, as sglang's chunked prefill does); a prompt's last
+        chunk, and a shorter ``n``, as they are."""
         c = self.cache_chunk
-        return n // c * c if n >= c else n
+        return n // c * c if n >= c and req.cached + n < req.prompt_len else n
 
     def track(self, mode: str, rows: list[tuple[_Request, int | None, int]]) -> None:
         """Track each row that reaches a tracked position (``(request, chunk tokens or None, tokens kept)``,
@@ -800,10 +810,23 @@ class _ExtraBuffer(_NoBuffer):
         indices: list[int] = []
         seqlens: list[int] = []
         steps: list[int] = []
+        cc = self.cache_chunk
+        h_src: list[int] = []
+        h_dst: list[int] = []
+        conv: list[list[int]] = []
+        offset = start = 0  # the row's first chunk state in h (one grid per sequence), its first input token
         for req, n, kept in rows:
             at, step = req.cached, -1
-            if n is not None:  # a prefill chunk: its end is the tracked position
-                tracked = n >= self.cache_chunk and n % self.cache_chunk == 0
+            if n is not None:  # a prefill chunk: its last chunk boundary is the tracked position
+                tracked = n >= cc
+                at = req.cached - n + n // cc * cc
+                if tracked and n % cc:  # inside the chunk: from the kernel's chunk state h
+                    h_src.append(offset + n // cc)
+                    h_dst.append(req.pingpong[req.next_track])
+                if tracked:
+                    conv.append(
+                        [min(max(start + n // cc * cc - CONV_WINDOW + j, 0), start + n - 1) for j in range(CONV_WINDOW)]
+                    )
             elif verify:  # the last multiple the accepted tokens reach, if they cross one
                 step = verify_track_step(req.cached - kept, kept, self.track_interval)
                 tracked = step >= 0
@@ -812,13 +835,16 @@ class _ExtraBuffer(_NoBuffer):
                 tracked = req.cached % self.track_interval == 0
             else:  # a mixed step's decode tail: a one-token extend row to sglang, never tracked
                 tracked = False
+            new = n if n is not None else kept if verify else 1
+            offset, start = offset + (new - 1) // cc + 1, start + new
             dst = req.pingpong[req.next_track]
             mask.append(tracked)
             indices.append(dst)
-            seqlens.append(at if tracked else -1)
+            # sglang records the chunk's end; its backend floors it to the last chunk boundary
+            seqlens.append((req.cached if n is not None else at) if tracked else -1)
             steps.append(step)
             if tracked:
-                if not verify:
+                if not verify and at == req.cached:  # the final state: a copy after the step
                     self._record("copies_after", [req.slot, dst])
                 req.prev_track, req.last_track, req.last_published = req.last_track, (dst, at), False
                 req.next_track ^= 1
@@ -826,9 +852,13 @@ class _ExtraBuffer(_NoBuffer):
             return
         if verify:
             self.meta["mamba_track_indices"], self.meta["mamba_steps_to_track"] = indices, steps
-        else:
-            self.meta["mamba_track_mask"], self.meta["mamba_track_indices"] = mask, indices
-            self.meta["mamba_track_seqlens"] = seqlens
+            return
+        self.meta["mamba_track_mask"], self.meta["mamba_track_indices"] = mask, indices
+        self.meta["mamba_track_seqlens"] = seqlens
+        if h_src:
+            self.meta["mamba_chunk_size"] = cc  # type: ignore[assignment]  # an int among the lists
+            self.meta["track_ssm_h_src"], self.meta["track_ssm_h_dst"] = h_src, h_dst
+            self.meta["track_conv_indices"] = conv
 
     def _unpublished(self, req: _Request) -> tuple[int, int] | None:
         """``req``'s last tracked state when it is not in the tree yet (nor a state at exactly its tokens)."""
