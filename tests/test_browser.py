@@ -3,7 +3,7 @@
 that the widgets and figures render and react, and that the console stays free of errors.
 
 JupyterLab runs on a copy of ``notebooks/`` in a temp dir (it autosaves executed notebooks), on a free
-loopback port with a token. Every notebook runs, all at once, each in a page of its own; in every plotly
+loopback port with a token. Every notebook runs, one after another, each in a page of its own; in every plotly
 figure they draw (their own and their widgets') the text boxes are measured, and two labels drawn over
 each other, or one cut off by the figure's edge, fail the test by notebook, figure and text (the geometry is
 ``tests/_figure_labels.py``, tested without a browser in ``tests/test_figure_labels.py``). No green tick may
@@ -53,11 +53,9 @@ BENIGN_CONSOLE = ("Failed to load resource: the server responded with a status o
 VIEWPORT = {"width": 1400, "height": 1000}
 # every notebook, 06 and on included once they exist
 NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
-# started first: they run longest (the kernel checks in the Triton interpreter, the sweeps, the zoo)
-SLOW_FIRST = ["04_kernel_prototyping.ipynb", "05_timings.ipynb", "03_bug_zoo.ipynb"]
 # notebooks that must draw at least one plotly figure
 HAS_FIGURES = {n for n in NOTEBOOKS if not n.startswith("03_")}
-RUN_TIMEOUT_MS = 300_000  # a notebook's run-all, with the others running beside it
+RUN_TIMEOUT_MS = 300_000  # a notebook's run-all (the kernel checks of 04 in the Triton interpreter run longest)
 
 
 def _have_chromium() -> str | None:
@@ -267,9 +265,8 @@ class Opened:
 
 
 class Notebooks:
-    """The notebooks a test session needs, each open in a page of its own with run-all sent: started all at
-    once, so that the kernels run side by side (one after another they take about twice as long), and each
-    test waits for its own. A notebook no selected test named is opened when a test first asks for it."""
+    """The notebooks a test session needs, each open in a page of its own, run by the ``notebooks`` fixture one
+    after another; a notebook no selected test named is opened when a test first asks for it."""
 
     def __init__(self, browser, base: str, token: str) -> None:
         self.browser, self.base, self.token = browser, base, token
@@ -287,10 +284,8 @@ class Notebooks:
             nb.failure = f"{name}: {e}"
         return nb
 
-    def ran(self, name: str) -> Opened:
-        """The page of notebook ``name`` once all its cells ran (the first call waits); fails with the reason."""
-        if name not in NOTEBOOKS:
-            pytest.fail(f"{name} is not in notebooks/")
+    def run(self, name: str) -> Opened:
+        """Open notebook ``name`` (if not yet) and wait until all its cells ran; a failure is kept, not raised."""
         nb = self.start(name)
         if nb.failure is None and not nb.ran:
             try:
@@ -298,6 +293,13 @@ class Notebooks:
                 nb.ran = True
             except AssertionError as e:
                 nb.failure = str(e)
+        return nb
+
+    def ran(self, name: str) -> Opened:
+        """The page of notebook ``name`` once all its cells ran (the first call waits); fails with the reason."""
+        if name not in NOTEBOOKS:
+            pytest.fail(f"{name} is not in notebooks/")
+        nb = self.run(name)
         if nb.failure is not None:
             pytest.fail(nb.failure, pytrace=False)
         return nb
@@ -319,7 +321,10 @@ def _uses(name: str):
 
 @pytest.fixture(scope="module")
 def notebooks(request, browser, lab_server) -> Iterator[Notebooks]:
-    """Starts every notebook the selected tests of this module drive, the slowest first."""
+    """Runs every notebook the selected tests of this module drive, one after another, each in its own page
+    (kept open for the tests). Not all at once: with 8 kernels busy on 2 cores the browser is starved for
+    seconds, and a plotly FigureWidget's module (5 MB, one per widget) then misses anywidget's 2 s to
+    initialise, or its view is drawn before its figure arrives (``workbench/widgets/figure_sync.py``)."""
     here = request.module.__name__
     wanted = set()
     for item in request.session.items:
@@ -328,10 +333,9 @@ def notebooks(request, browser, lab_server) -> Iterator[Notebooks]:
         params = getattr(item, "callspec", None)
         wanted |= {params.params["name"]} if params and "name" in params.params else set()
         wanted |= {getattr(item.function, "notebook", None)} - {None}
-    first = [n for n in SLOW_FIRST if n in wanted] + sorted(wanted - set(SLOW_FIRST))
     started = Notebooks(browser, *lab_server)
-    for name in first:
-        started.start(name)
+    for name in sorted(wanted):
+        started.run(name)
     yield started
     started.close()
 

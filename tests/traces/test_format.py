@@ -321,6 +321,19 @@ STEP_REFUSALS = [
         (0, "metadata", {"moves": [{"request": 1, "slots": [4, -5]}]}),
         "line 2: metadata.moves[0].slots[1]: expected an int >= 0, got -5",
     ),
+    ((0, "metadata", {"mamba_chunk_size": 0}), "line 2: metadata.mamba_chunk_size: expected an int >= 1, got 0"),
+    (
+        (0, "metadata", {"track_conv_indices": [[1, 2], 3]}),
+        "line 2: metadata.track_conv_indices[1]: expected a list of ints, got 3",
+    ),
+    (
+        (0, "metadata", {"mamba_track_mask": [True, "yes"]}),
+        'line 2: metadata.mamba_track_mask[1]: expected true or false (or 1 or 0), got "yes"',
+    ),
+    (
+        (0, "metadata", {"mamba_steps_to_track": [-2]}),
+        "line 2: metadata.mamba_steps_to_track[0]: expected an int >= -1, got -2",
+    ),
     (
         (0, "rows.0.slots", [2, 1]),
         "line 2: rows[0].slots: expected distinct slots, the first the row's slot 1, got [2, 1]",

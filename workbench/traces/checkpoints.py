@@ -451,7 +451,7 @@ class CheckpointBook:
         self, step: TraceStep, rows: list[int], dsts: list[int], lengths: list[int]
     ) -> list[TraceDivergence]:
         """The rows tracked from the kernel's chunk states: row ``rows[k]``'s state after ``p = cached + (L -
-        cached) // C * C`` tokens goes to ``dsts[k]`` (conv window and recurrent state; ``rep.chunk_states``,
+        cached) // C * C`` tokens goes to ``dsts[k]`` (conv window and recurrent state; :meth:`chunk_state`,
         the replay's stand-in for the kernel's ``h``). GDN's ``h`` is one grid per sequence: row ``b``'s chunk
         ``j`` is ``h[offset_b + j]``, ``offset_b`` the chunks of the rows before it. Recorded
         ``track_ssm_h_src`` / ``track_ssm_h_dst`` (one entry per such row) are checked against that, and the

@@ -393,8 +393,30 @@ def _metadata(value: Any, line: int, n_rows: int) -> dict[str, Any] | None:
     return value
 
 
+def _track_keys(value: dict[str, Any], line: int) -> None:
+    """sglang's track fields (``TRACK_FIELDS``, ``VERIFY_TRACK_FIELDS``, ``CHUNK_TRACK_FIELDS``): their types;
+    their lengths and what they mean are checked by the replay."""
+    if "mamba_track_mask" in value:
+        for i, item in enumerate(_list(value["mamba_track_mask"], line, "metadata.mamba_track_mask", "bools")):
+            if not (isinstance(item, bool) or (isinstance(item, int) and item in (0, 1))):
+                raise _fail(line, f"metadata.mamba_track_mask[{i}]", "true or false (or 1 or 0)", item)
+    for key in ("mamba_track_indices", "mamba_track_seqlens", "mamba_steps_to_track"):
+        if key in value:
+            _int_list(value[key], line, f"metadata.{key}", -1)
+    for key in ("track_ssm_h_src", "track_ssm_h_dst"):
+        if key in value:
+            _int_list(value[key], line, f"metadata.{key}", 0)
+    if "mamba_chunk_size" in value:
+        _int(value["mamba_chunk_size"], line, "metadata.mamba_chunk_size", 1, INT32_MAX)
+    if "track_conv_indices" in value:
+        path = "metadata.track_conv_indices"
+        for i, window in enumerate(_list(value["track_conv_indices"], line, path, "windows (lists of positions)")):
+            _int_list(window, line, f"{path}[{i}]", 0)
+
+
 def _prefix_cache(value: dict[str, Any], line: int) -> None:
     """The prefix-cache keys (``PREFIX_KEYS``): their shapes; what they mean is checked by the replay."""
+    _track_keys(value, line)
     if "evict" in value:
         _int_list(value["evict"], line, "metadata.evict", 0)
     for key in ("copies_before", "copies_after"):

@@ -7,6 +7,12 @@ filled in one cell, on a busy machine) is dropped, and the view, drawn once the 
 the figure as it was built: an empty placeholder, for good. Plotly re-sends the full state
 (``_widget_data``, ``_widget_layout``: the traits a view is drawn from) only when the FigureWidget itself
 is displayed, never for one inside a box; :func:`updating` and :func:`refill` re-send it after each edit.
+
+Not fixed here, and seen only with the browser starved of CPU for seconds (8 notebooks' kernels at once on
+2 cores): plotly opens a FigureWidget's comm before its figure is set (the model is born empty, the figure
+follows in an update), and anywidget gives a model 2 s to load and initialise its module before it gives up
+("[anywidget] Failed to initialize model"); a view then shows plotly's empty default figure. The browser
+test runs the notebooks one after another for that reason.
 """
 
 from __future__ import annotations
