@@ -1042,8 +1042,8 @@ class _AlignSpec(_Align):
                 else:
                     self.releasing.append(left)
             else:
-                if w.pending is not None:  # never: the post-copy always came before the next slide
-                    self.pool.release(w.pending)
+                if w.pending is not None:  # never (its post-copy came before this slide): kept till finish
+                    w.spent.append(w.pending)  # as the replay keeps a kept block
                 self.pool.hold(left)
                 w.pending = left
                 move["keep"] = [left]
