@@ -293,7 +293,10 @@ def test_refusals_name_the_field_and_value(kw, field, value):
 
 
 # -- the command line ----------------------------------------------------------------------------------------
-def test_cli_passes_the_prefix_cache_through(monkeypatch, capsys):
+@pytest.fixture
+def simulated(monkeypatch) -> dict[str, Any]:
+    """``workbench trace run`` with its replay stubbed: the keywords the CLI passed to ``simulate`` (the trace
+    is still simulated, so a refused value still refuses)."""
     import workbench.traces.replay as replay_module
 
     seen: dict[str, Any] = {}
@@ -311,6 +314,11 @@ def test_cli_passes_the_prefix_cache_through(monkeypatch, capsys):
 
     monkeypatch.setattr(sim_module, "simulate", spy)
     monkeypatch.setattr(replay_module, "replay_trace", lambda trace, progress=None: Result())
+    return seen
+
+
+def test_cli_passes_the_prefix_cache_through(simulated, capsys):
+    seen = simulated
     assert cli.main(["trace", "run", "--steps", "3", "--prefix-cache", "no_buffer"]) == 0
     assert seen["prefix_cache"] == "no_buffer"
     assert cli.main(["trace", "run", "--steps", "3"]) == 0
@@ -546,24 +554,8 @@ def test_extra_buffer_traces_replay_clean_with_every_checkpoint_verified():
             assert n["verify tracks past the boundary"] > 0
 
 
-def test_cli_runs_extra_buffer(monkeypatch):
-    import workbench.traces.replay as replay_module
-
-    seen: dict[str, Any] = {}
-    real = sim_module.simulate
-
-    def spy(*args: Any, **kw: Any) -> Trace:
-        seen.update(kw)
-        return real(*args, **kw)
-
-    class Result:
-        ok = True
-
-        def __str__(self) -> str:
-            return "replayed"
-
-    monkeypatch.setattr(sim_module, "simulate", spy)
-    monkeypatch.setattr(replay_module, "replay_trace", lambda trace, progress=None: Result())
+def test_cli_runs_extra_buffer(simulated):
+    seen = simulated
     assert cli.main(["trace", "run", "--steps", "3", "--prefix-cache", "extra_buffer"]) == 0
     assert seen["prefix_cache"] == "extra_buffer"
 
@@ -688,24 +680,8 @@ def test_align_traces_replay_clean_with_every_checkpoint_verified():
         assert result.hits == n["hits"] > 0
 
 
-def test_cli_runs_align(monkeypatch, capsys):
-    import workbench.traces.replay as replay_module
-
-    seen: dict[str, Any] = {}
-    real = sim_module.simulate
-
-    def spy(*args: Any, **kw: Any) -> Trace:
-        seen.update(kw)
-        return real(*args, **kw)
-
-    class Result:
-        ok = True
-
-        def __str__(self) -> str:
-            return "replayed"
-
-    monkeypatch.setattr(sim_module, "simulate", spy)
-    monkeypatch.setattr(replay_module, "replay_trace", lambda trace, progress=None: Result())
+def test_cli_runs_align(simulated, capsys):
+    seen = simulated
     assert cli.main(["trace", "run", "--profile", "vllm", "--steps", "3", "--prefix-cache", "align"]) == 0
     assert seen["prefix_cache"] == "align"
     capsys.readouterr()

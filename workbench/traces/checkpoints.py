@@ -518,21 +518,16 @@ class CheckpointBook:
         step, x, before = rep.step_inputs
         row = step.rows[b]
         at = sum(r.new_tokens for r in step.rows[:b])
-        pool, srow = self._scratch_pool, self._scratch_row
-        slot = int(pool.mapping[srow, 0])
-        out = []
-        for layer, dtype, init in (
-            (rep.runner.layer, rep.runner.layer.dtype, before[0]),
-            (rep.ref, torch.float64, before[1]),
-        ):
-            state = layer.new_state(2, dtype=dtype)
-            if row.cached_tokens:
-                state.conv[slot], state.ssm[slot] = init.conv[row.slot], init.ssm[row.slot]
-            if tokens:
-                meta = build_metadata(Batch.extend([srow], [tokens], [row.cached_tokens]), pool, bucket=None)
-                layer.forward(x[at : at + tokens].to(dtype), meta, state, None)
-            out.append((state.conv[slot].clone(), state.ssm[slot].clone()))
-        return out
+        return [
+            self._run_scratch(
+                layer, dtype, x[at : at + tokens], row.cached_tokens,
+                (init.conv[row.slot], init.ssm[row.slot]) if row.cached_tokens else None,
+            )
+            for layer, dtype, init in (
+                (rep.runner.layer, rep.runner.layer.dtype, before[0]),
+                (rep.ref, torch.float64, before[1]),
+            )
+        ]  # fmt: skip
 
     def _track_conv(self, step: TraceStep, recorded: Any, chunk: int, qsl: list[int]) -> list[TraceDivergence]:
         """``track_conv_indices``: for each tracked row (row order), the ``W - 1`` flattened input positions
@@ -620,16 +615,29 @@ class CheckpointBook:
         if hit is not None:
             self._prefix.move_to_end(prefix)
             return hit
-        ref: Any = self.rep.ref
-        state: LayerState = ref.new_state(2, dtype=torch.float64)  # zeros
-        pool = self._scratch_pool
-        batch = Batch.extend([self._scratch_row], [len(prefix)], [0])
-        meta = build_metadata(batch, pool, bucket=None)
-        ref.forward(embed_tokens(self.table, list(prefix)).double(), meta, state, None)
-        slot = int(pool.mapping[self._scratch_row, 0])
-        got = (state.conv[slot].clone(), state.ssm[slot].clone())
+        got = self._run_scratch(self.rep.ref, torch.float64, embed_tokens(self.table, list(prefix)), 0, None)
         self._cache(prefix, got)
         return got
+
+    def _run_scratch(
+        self,
+        layer: Any,
+        dtype: torch.dtype,
+        x: torch.Tensor,
+        cached: int,
+        init: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The conv window and recurrent state ``layer`` leaves after the tokens ``x`` (``[n, hidden]``), from
+        ``init`` (a state after ``cached`` tokens) or zeros, on a scratch slot of its own."""
+        pool, row = self._scratch_pool, self._scratch_row
+        slot = int(pool.mapping[row, 0])
+        state: LayerState = layer.new_state(2, dtype=dtype)  # zeros
+        if init is not None:
+            state.conv[slot], state.ssm[slot] = init
+        if x.shape[0]:
+            meta = build_metadata(Batch.extend([row], [x.shape[0]], [cached]), pool, bucket=None)
+            layer.forward(x.to(dtype), meta, state, None)
+        return state.conv[slot].clone(), state.ssm[slot].clone()
 
     def _remember_shadow(self, rid: int, prefix: tuple[int, ...]) -> None:
         """The state after exactly ``prefix`` is ``rid``'s shadow now: keep it instead of recomputing it (the
