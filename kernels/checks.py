@@ -6,9 +6,18 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from kernels.dispatch import IMPLS, resolve_impl
 from kernels.dtypes import FLOAT_DTYPES, INDEX_DTYPES
+from kernels.padding import skipped_rows
+
+
+def value_checks(dev: torch.device) -> bool:
+    """Whether to read tensor values for validation: CPU tensors only (no host sync with an accelerator),
+    and not while a TorchDispatchMode (the CPU graph recorder) is active: values seen at capture are not
+    those of later replays, and the recorder must see the op alone."""
+    return dev.type == "cpu" and _get_current_dispatch_mode() is None
 
 
 class ArgChecker:
@@ -104,3 +113,48 @@ class ArgChecker:
     def pad_slot_id(self, pad_slot_id: object) -> None:
         if not (pad_slot_id is None or (isinstance(pad_slot_id, int) and not isinstance(pad_slot_id, bool))):
             self.fail(f"pad_slot_id must be an int or None, got {pad_slot_id!r}")
+
+    def varlen_rows(
+        self,
+        state: object,
+        doc: str,
+        slot_shape: Sequence[int | None],
+        state_indices: object,
+        cu_seqlens: object,
+        has_initial_state: object,
+        T: int,
+        pad_slot_id: object,
+        dev: torch.device,
+    ) -> int:
+        """A state pool and the rows of a packed batch (``state_indices`` [N], ``cu_seqlens`` [N+1],
+        ``has_initial_state`` [N] or None); values only where :func:`value_checks`. Returns N.
+
+        ``cu_seqlens[-1]`` may be < T: a graph's static buffers hold a bucket's worth of tokens and the tokens
+        past the last row belong to nobody (their outputs are written as zeros)."""
+        state = self.pool("state", state, doc, slot_shape, FLOAT_DTYPES, dev)
+        state_indices = self.layout("state_indices", state_indices, "[N]", 1)
+        N = state_indices.shape[0]
+        self.tensor("state_indices", state_indices, (N,), INDEX_DTYPES, dev)
+        cu_seqlens = self.tensor("cu_seqlens", cu_seqlens, (N + 1,), INDEX_DTYPES, dev)
+        if has_initial_state is not None:
+            self.tensor("has_initial_state", has_initial_state, (N,), (torch.bool, *INDEX_DTYPES), dev)
+        self.pad_slot_id(pad_slot_id)
+        if not value_checks(dev):
+            return N
+        cu = cu_seqlens.tolist()
+        if cu[0] != 0:
+            self.fail(f"cu_seqlens: must start at 0, got cu_seqlens[0] = {cu[0]}")
+        for n in range(N):
+            if cu[n + 1] < cu[n]:
+                self.fail(f"cu_seqlens: must be non-decreasing, row {n}: {cu[n]} -> {cu[n + 1]}")
+        if cu[-1] > T:
+            self.fail(f"cu_seqlens: last entry {cu[-1]} exceeds the number of tokens T={T}")
+        num_slots = state.shape[0]
+        skipped = skipped_rows(state_indices, pad_slot_id).tolist()  # type: ignore[arg-type]
+        for n, (slot, skip) in enumerate(zip(state_indices.tolist(), skipped, strict=True)):
+            if not skip and not 0 <= slot < num_slots:
+                self.fail(
+                    f"state_indices: row {n} has slot {slot}, outside [0, {num_slots}) "
+                    f"(and not a padding row under pad_slot_id={pad_slot_id})"
+                )
+        return N

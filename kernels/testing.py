@@ -137,6 +137,8 @@ OPS: dict[str, OpSpec] = {
                "kernels.causal_conv1d.triton_conv:varlen_triton", "channel"),
         OpSpec("mamba2.selective_state_update", "kernels.mamba2:selective_state_update", ("decode",),
                "kernels.mamba2.triton_ssu:selective_state_update_triton", "head"),
+        OpSpec("mamba2.chunk_scan", "kernels.mamba2:chunk_scan", ("extend",),
+               "kernels.mamba2.triton_scan:chunk_scan_triton", "head"),
         OpSpec("linear_attn.recurrent", "kernels.linear_attn:recurrent", ("decode", "extend"),
                "kernels.linear_attn.triton_recurrent:recurrent_triton", "value head"),
     )
@@ -661,6 +663,54 @@ def _mamba2(c: _Ctx, variant: str) -> tuple[dict[str, Any], dict[str, list[int]]
     return {"args": args, "storage": {"state": storage}}, {"out": list(range(b.n))}, cost
 
 
+def scan_chunk_size(extend: int) -> int:
+    """``chunk_size`` of a ``mamba2.chunk_scan`` case whose longest row has ``extend`` tokens: 4 for short
+    rows (they start on and off the grid, several entries each), 64 for long ones (an entry is a whole
+    state: the grid stays a fraction of the tokens)."""
+    return 4 if extend < 64 else 64
+
+
+def _mamba2_scan(c: _Ctx, variant: str) -> tuple[dict[str, Any], dict[str, list[int]], Cost]:
+    from kernels.mamba2 import chunk_scan_cost
+    from kernels.mamba2.chunk_grid import grid_owner, grid_size
+
+    s, d, b = c.spec, c.draw, c.batch
+    nh, hd, ds, ng = s["nheads"], s["headdim"], s["dstate"], s["ngroups"]
+    lens = _lens(b, _extend_lens(b.rows, s["extend"]), c.padded_tokens)
+    T = sum(lens) + c.tail
+    chunk = scan_chunk_size(s["extend"])
+    storage, state = _pool(d, b, c.guard, nh, hd, ds, scale=0.3)
+    f32 = torch.float32
+    cu = cu_seqlens(lens, d.device)
+    args = {
+        "x": d.randn(T, nh, hd),
+        "dt": d.uniform(T, nh, lo=-1.0, hi=1.0).to(d.dtype),
+        "A": -d.uniform(nh, lo=0.1, hi=1.0),
+        "B": d.randn(T, ng, ds),
+        "C": d.randn(T, ng, ds),
+        "D": d.randn(nh, dtype=f32),
+        "z": d.randn(T, nh, hd),
+        "dt_bias": d.randn(nh, scale=0.5, dtype=f32),
+        "dt_softplus": True,
+        "state": state,
+        "state_indices": d.ints(b.indices),
+        "cu_seqlens": cu,
+        "has_initial_state": d.ints([i % 3 != 1 for i in range(b.n)], dtype=torch.bool),
+        "pad_slot_id": b.convention.pad_slot_id,
+        "chunk_size": chunk,
+        "out": d.nan(T, nh, hd),
+        "chunk_states": d.nan(grid_size(T, chunk), nh, hd, ds, dtype=f32),
+    }
+    cu_list = cu.tolist()
+    owners = [grid_owner(cu_list, k, chunk) for k in range(grid_size(T, chunk))]
+    row_of = {
+        "out": _token_rows(lens, b.rows, T, c.padded_tokens),
+        "chunk_states": [-1 if o is None else o[0] for o in owners],
+    }
+    cost = chunk_scan_cost(sum(lens[: b.rows]), b.rows, nh, hd, ds, ng, d.dtype, num_chunks=len(owners), has_z=True)
+    return {"args": args, "storage": {"state": storage}}, row_of, cost
+
+
 def _linear_attn(c: _Ctx, variant: str) -> tuple[dict[str, Any], dict[str, list[int]], Cost]:
     from kernels.linear_attn import recurrent_cost
 
@@ -692,6 +742,7 @@ _BUILDERS: dict[str, Callable[[_Ctx, str], tuple[dict[str, Any], dict[str, list[
     "causal_conv1d.update": _conv_update,
     "causal_conv1d.varlen": _conv_varlen,
     "mamba2.selective_state_update": _mamba2,
+    "mamba2.chunk_scan": _mamba2_scan,
     "linear_attn.recurrent": _linear_attn,
 }
 

@@ -47,6 +47,9 @@ EXPECTED = {
         "every unfixed prefix case broke: True",
         "every fixed prefix case clean: True",
         "off the float64 state after exactly its first 8 tokens",
+        "entry of h -> (row, its tokens): {0: (0, 0), 1: (0, 16), 2: (1, 12), 3: (2, 8)}",
+        "OK: sglang mamba2: 150 steps",
+        "track_ssm_h_src[1] = 3, but h[3] is row 2's state after 8 tokens",
     ],
     "03_bug_zoo.ipynb": [
         "every unfixed run broke: True",

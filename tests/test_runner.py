@@ -142,6 +142,32 @@ def test_mamba2_decode_replay_clean():
     assert cmp.replayed and cmp.bucket == 8 and cmp.integrity.ok and cmp.bitwise_equal
 
 
+@pytest.mark.parametrize("impl", ["reference", "triton"])
+def test_mamba2_prefill_in_chunks_equals_one_pass_and_decode_steps(impl):
+    """Two rows of 6 prompt tokens, three ways on the same random pool: one extend, two chunks (2 + 4, the
+    second from the state the first left), one token then five decodes. Same states, same outputs; every
+    other slot bitwise unchanged."""
+    layer = Mamba2Layer(Mamba2Config.small(), seed=1, impl=impl)
+    x = torch.randn(2, 6, layer.config.hidden_size, generator=torch.Generator().manual_seed(5))
+    runners = [make_runner("sglang", layer=layer) for _ in range(3)]
+    before = snapshot(runners[0].state.tensors())
+    rows = [r.pool.alloc(2) for r in runners][0]
+    one, two, dec = runners
+    out_one = one.eager(Batch.extend(rows, [6, 6], [0, 0]), x.reshape(12, -1)).output.view(2, 6, -1)
+    a = two.eager(Batch.extend(rows, [2, 2], [0, 0]), x[:, :2].reshape(4, -1)).output.view(2, 2, -1)
+    b = two.eager(Batch.extend(rows, [4, 4], [2, 2]), x[:, 2:].reshape(8, -1)).output.view(2, 4, -1)
+    outs = [dec.eager(Batch.extend(rows, [1, 1], [0, 0]), x[:, 0]).output]
+    outs += [dec.eager(Batch.decode(rows, [t + 1, t + 1]), x[:, t]).output for t in range(1, 6)]
+    torch.testing.assert_close(torch.cat([a, b], dim=1), out_one, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(torch.stack(outs, dim=1), out_one, atol=1e-5, rtol=1e-4)
+    slots = [int(s) for s in one.pool.mapping[rows, 0]]
+    for other in (two, dec):
+        for name, t in other.state.tensors().items():
+            torch.testing.assert_close(t, one.state.tensors()[name], atol=1e-5, rtol=1e-4)
+    changed = {(c.tensor, c.slot) for c in changed_slots(before, one.state.tensors())}
+    assert changed == {(name, s) for name in ("conv", "ssm") for s in slots}
+
+
 def test_integrity_catches_a_corrupting_step():
     """A step that writes a foreign slot must be reported (the check can fail)."""
     runner = make_runner("sglang", modes=["decode"])

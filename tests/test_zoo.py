@@ -45,6 +45,7 @@ NAMES = [
     "publish_before_write",
     "unwritten_track_slot",
     "stale_track_mask",
+    "mamba2_chunk_grid",
     "backward_post_copy",
 ]
 

@@ -164,6 +164,12 @@ PREFIX_CASES = {
         "mamba_track_seqlens[0] = 8, but the state holds 10 tokens",
         "carries the track fields of extend step 0",
     ),
+    "mamba2_chunk_grid": (
+        0,
+        "track",
+        "track_ssm_h_src[1] = 3, but h[3] is row 2's state after 8 tokens",
+        "request 1's first 16 tokens (slot 5) is off the float64 state of exactly them by",
+    ),
     "backward_post_copy": (
         2,
         "copy",

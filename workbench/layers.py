@@ -79,6 +79,10 @@ class _SeededLayer:
 
     config_class: type
     supported_modes: tuple[str, ...] = ()
+    chunk_grid: str = "sequence"
+    """How the layer's prefill kernel lays out its chunk states ``h``: "sequence" (one grid per sequence,
+    GDN's chunked kernels) or "batch" (one grid over the flattened batch, Mamba2's scan:
+    ``kernels.mamba2.chunk_grid``). sglang's tracking reads ``h`` through it."""
 
     def __init__(
         self,
@@ -316,7 +320,9 @@ class GatedDeltaNetLayer(_SeededLayer):
 # -- Mamba2 --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Mamba2Config:
-    """Shapes of a Mamba2 layer (decode step). Defaults are engine-like."""
+    """Shapes of a Mamba2 layer. Defaults are engine-like; ``chunk_size`` is the prefill scan's chunk grid
+    (``mamba2.chunk_scan``; 256 in sglang's Mamba2 models, 16 in ``small`` to match the simulator's
+    ``cache_chunk``)."""
 
     hidden_size: int = 2048
     head_dim: int = 64
@@ -325,10 +331,11 @@ class Mamba2Config:
     state_size: int = 128
     conv_kernel: int = 4
     rms_eps: float = 1e-6
+    chunk_size: int = 256
 
     @classmethod
     def small(cls) -> Mamba2Config:
-        return cls(hidden_size=32, head_dim=8, num_heads=4, n_groups=2, state_size=8)
+        return cls(hidden_size=32, head_dim=8, num_heads=4, n_groups=2, state_size=8, chunk_size=16)
 
     @property
     def d_inner(self) -> int:
@@ -351,10 +358,12 @@ class Mamba2Config:
 
 
 class Mamba2Layer(_SeededLayer):
-    """Input projection -> short conv (update) -> selective state update -> gated norm -> output (decode)."""
+    """Input projection -> short conv -> SSM -> gated norm -> output: a decode step (conv update, selective
+    state update) or a prefill (varlen conv, chunk scan)."""
 
     config_class = Mamba2Config
-    supported_modes: tuple[str, ...] = ("decode", "idle")
+    supported_modes: tuple[str, ...] = ("decode", "extend", "idle")
+    chunk_grid = "batch"
 
     @staticmethod
     def _draw_weights(c: Mamba2Config, g: torch.Generator) -> dict[str, torch.Tensor]:
@@ -376,29 +385,44 @@ class Mamba2Layer(_SeededLayer):
     def forward(
         self, x: torch.Tensor, meta: Metadata, state: LayerState, intermediate: Intermediate | None = None
     ) -> torch.Tensor:
-        """One decode step: ``x`` ``[bs, hidden]`` -> ``[bs, hidden]``; updates ``state`` in place."""
+        """One step: ``x`` ``[T, hidden]`` -> ``[T, hidden]`` (decode: one token per row; extend: the packed
+        tokens); updates ``state`` in place. Reads only metadata tensors: safe to capture."""
         c, w, mode = self.config, self.weights, meta.forward_mode
         if mode not in self.supported_modes:
-            raise MetadataError(f"forward_mode: {mode!r} not supported by Mamba2Layer (decode and idle only)")
-        N = meta.state_indices.shape[0]
+            raise MetadataError(f"forward_mode: {mode!r} not supported by Mamba2Layer (decode, extend and idle)")
+        N, T = meta.state_indices.shape[0], x.shape[0]
         if N == 0:
             return x.new_zeros(0, c.hidden_size)
-        pad = meta.profile.kernel_pad_slot_id
+        pad, idx = meta.profile.kernel_pad_slot_id, meta.state_indices
         nh, hd, ng, ds = c.num_heads, c.head_dim, c.n_groups, c.state_size
         z, xbc, dt = (x @ w["w_in"]).split([c.d_inner, c.conv_dim, nh], dim=-1)
-        xbc = conv1d.update(
-            xbc.reshape(N, 1, c.conv_dim), state.conv, w["conv_w"], w["conv_b"],
-            state_indices=meta.state_indices, activation="silu", pad_slot_id=pad, impl=self.impl,
-        ).reshape(N, c.conv_dim)  # fmt: skip
-        xs, B, C = xbc.split([c.d_inner, ng * ds, ng * ds], dim=-1)
         A = -torch.exp(w["A_log"].float()).to(w["A_log"].dtype)
-        y = mamba2.selective_state_update(
-            state.ssm, xs.reshape(N, nh, hd), dt[:, :, None].expand(N, nh, hd),
-            A[:, None, None].expand(nh, hd, ds), B.reshape(N, ng, ds), C.reshape(N, ng, ds),
-            D=w["D"][:, None].expand(nh, hd), dt_bias=w["dt_bias"][:, None].expand(nh, hd), dt_softplus=True,
-            state_indices=meta.state_indices, pad_slot_id=pad, impl=self.impl,
-        )  # fmt: skip
-        y = _gated_rmsnorm(y.reshape(N, c.d_inner), z, w["norm_w"], c.rms_eps)
+        if mode == "extend":
+            xbc = conv1d.varlen(
+                xbc, w["conv_w"], w["conv_b"], conv_state=state.conv, state_indices=idx,
+                has_initial_state=meta.has_initial_state, cu_seqlens=meta.query_start_loc, activation="silu",
+                pad_slot_id=pad, impl=self.impl,
+            )  # fmt: skip
+            xs, B, C = xbc.split([c.d_inner, ng * ds, ng * ds], dim=-1)
+            y = mamba2.chunk_scan(
+                xs.reshape(T, nh, hd), dt.contiguous(), A, B.reshape(T, ng, ds), C.reshape(T, ng, ds),
+                D=w["D"], dt_bias=w["dt_bias"], dt_softplus=True, state=state.ssm, state_indices=idx,
+                cu_seqlens=meta.query_start_loc, has_initial_state=meta.has_initial_state, pad_slot_id=pad,
+                chunk_size=c.chunk_size, impl=self.impl,
+            )  # fmt: skip
+        else:
+            xbc = conv1d.update(
+                xbc.reshape(N, 1, c.conv_dim), state.conv, w["conv_w"], w["conv_b"],
+                state_indices=idx, activation="silu", pad_slot_id=pad, impl=self.impl,
+            ).reshape(N, c.conv_dim)  # fmt: skip
+            xs, B, C = xbc.split([c.d_inner, ng * ds, ng * ds], dim=-1)
+            y = mamba2.selective_state_update(
+                state.ssm, xs.reshape(N, nh, hd), dt[:, :, None].expand(N, nh, hd),
+                A[:, None, None].expand(nh, hd, ds), B.reshape(N, ng, ds), C.reshape(N, ng, ds),
+                D=w["D"][:, None].expand(nh, hd), dt_bias=w["dt_bias"][:, None].expand(nh, hd), dt_softplus=True,
+                state_indices=idx, pad_slot_id=pad, impl=self.impl,
+            )  # fmt: skip
+        y = _gated_rmsnorm(y.reshape(T, c.d_inner), z, w["norm_w"], c.rms_eps)
         return _live_tokens(y @ w["w_out"], meta)
 
 

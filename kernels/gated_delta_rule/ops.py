@@ -11,9 +11,8 @@ recording), allocate `out` when not given, call the op and return `out`.
 from __future__ import annotations
 
 import torch
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from kernels.checks import ArgChecker
+from kernels.checks import ArgChecker, value_checks
 from kernels.dispatch import implementation, inplace_custom_op
 from kernels.dtypes import FLOAT_DTYPES, INDEX_DTYPES, compute_dtype
 from kernels.gated_delta_rule import reference as ref
@@ -42,65 +41,12 @@ def _check_qkv(check: ArgChecker, q, k, v) -> tuple[int, int, int, int, int]:
     return T, H, K, HV, V
 
 
-def _value_checks(dev: torch.device) -> bool:
-    """Whether to read tensor values for validation: CPU tensors only (no host sync with an accelerator),
-    and not while a TorchDispatchMode (the CPU graph recorder) is active: values seen at capture are not
-    those of later replays, and the recorder must see the op alone."""
-    return dev.type == "cpu" and _get_current_dispatch_mode() is None
-
-
-def _check_rows(
-    check: ArgChecker,
-    state: torch.Tensor,
-    state_indices: torch.Tensor,
-    cu_seqlens: torch.Tensor,
-    has_initial_state: torch.Tensor | None,
-    T: int,
-    HV: int,
-    K: int,
-    V: int,
-    pad_slot_id: int | None,
-    dev: torch.device,
-) -> int:
-    """Pool and row metadata; values only where `_value_checks`. Returns N.
-
-    cu_seqlens[-1] may be < T: a graph's static buffers hold a bucket's worth of tokens and the tokens
-    past the last row belong to nobody (their outputs are written as zeros)."""
-    check.pool("state", state, "[num_slots, HV, K, V]", (HV, K, V), FLOAT_DTYPES, dev)
-    check.layout("state_indices", state_indices, "[N]", 1)
-    N = state_indices.shape[0]
-    check.tensor("state_indices", state_indices, (N,), INDEX_DTYPES, dev)
-    check.tensor("cu_seqlens", cu_seqlens, (N + 1,), INDEX_DTYPES, dev)
-    if has_initial_state is not None:
-        check.tensor("has_initial_state", has_initial_state, (N,), (torch.bool, *INDEX_DTYPES), dev)
-    check.pad_slot_id(pad_slot_id)
-    if not _value_checks(dev):
-        return N
-    cu = cu_seqlens.tolist()
-    if cu[0] != 0:
-        check.fail(f"cu_seqlens: must start at 0, got cu_seqlens[0] = {cu[0]}")
-    for n in range(N):
-        if cu[n + 1] < cu[n]:
-            check.fail(f"cu_seqlens: must be non-decreasing, row {n}: {cu[n]} -> {cu[n + 1]}")
-    if cu[-1] > T:
-        check.fail(f"cu_seqlens: last entry {cu[-1]} exceeds the number of tokens T={T}")
-    num_slots = state.shape[0]
-    skipped = skipped_rows(state_indices, pad_slot_id).tolist()
-    for n, (slot, skip) in enumerate(zip(state_indices.tolist(), skipped, strict=True)):
-        if not skip and not 0 <= slot < num_slots:
-            check.fail(
-                f"state_indices: row {n} has slot {slot}, outside [0, {num_slots}) "
-                f"(and not a padding row under pad_slot_id={pad_slot_id})"
-            )
-    return N
-
-
 def _check_intermediate(
     check: ArgChecker, inter, N: int, HV: int, K: int, V: int, cu_seqlens: torch.Tensor, dev: torch.device
 ) -> None:
     check.layout("intermediate_states", inter, "[N, D, HV, K, V]", 5)
     check.tensor("intermediate_states", inter, (N, None, HV, K, V), FLOAT_DTYPES, dev)
-    if _value_checks(dev) and N > 0:
+    if value_checks(dev) and N > 0:
         lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
         D = inter.shape[1]
         for n, length in enumerate(lengths):
@@ -147,7 +93,9 @@ def _validate(
     dev = q.device
     for name, t in gates.items():
         check.tensor(name, t, (T, HV), FLOAT_DTYPES, dev)
-    N = _check_rows(check, state, state_indices, cu_seqlens, has_initial_state, T, HV, K, V, pad_slot_id, dev)
+    N = check.varlen_rows(
+        state, "[num_slots, HV, K, V]", (HV, K, V), state_indices, cu_seqlens, has_initial_state, T, pad_slot_id, dev
+    )
     if intermediate_states is not None:
         _check_intermediate(check, intermediate_states, N, HV, K, V, cu_seqlens, dev)
     scale = _resolve_scale(check, scale, K)
@@ -547,7 +495,7 @@ def scatter_accepted(
         pad_slot_id: padding rule of kernels/padding.py.
 
     num_accepted is range-checked (ValueError naming the row) only for CPU tensors (and not under a
-    TorchDispatchMode, see `_value_checks`): on an accelerator the
+    TorchDispatchMode, see `kernels.checks.value_checks`): on an accelerator the
     check would need a host read, so there the triton kernel writes nothing for an out-of-range row and
     the reference (boolean-mask selection, one host sync) raises an indexing error.
     """
@@ -564,7 +512,7 @@ def scatter_accepted(
         for name, t in (("state", state), ("intermediate_states", intermediate_states)):
             if t.stride(-1) != 1 or t.stride(-2) != V:
                 check.fail(f"{name}: impl='triton' needs contiguous (K, V) dims, got strides {t.stride()}")
-    if _value_checks(dev):
+    if value_checks(dev):
         num_slots = state.shape[0]
         skipped = skipped_rows(state_indices, pad_slot_id).tolist()
         rows = zip(state_indices.tolist(), num_accepted.tolist(), skipped, strict=True)

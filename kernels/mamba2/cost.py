@@ -49,3 +49,38 @@ def selective_state_update_cost(
     per_chan = 1 + int(has_dt_bias) + 4 * int(dt_softplus) + 2 * int(has_D) + 5 * int(has_z)
     flops = 7 * chan * dstate + per_chan * chan
     return Cost(bytes=nbytes, flops=flops)
+
+
+def chunk_scan_cost(
+    T: int,
+    N: int,
+    nheads: int,
+    headdim: int,
+    dstate: int,
+    ngroups: int,
+    dtype: torch.dtype,
+    *,
+    num_chunks: int = 0,
+    state_dtype: torch.dtype = torch.float32,
+    has_D: bool = True,
+    has_z: bool = False,
+) -> Cost:
+    """Cost of one ``chunk_scan`` call over ``T`` tokens of ``N`` rows, writing ``num_chunks`` chunk states.
+
+    Per token the update is the selective state update's (7 FLOPs per state element, the per-head
+    ``exp(A dt)`` and softplus once per head); states are read and written once per row, chunk states
+    written once each. dt is per head, A, D and dt_bias per head.
+    """
+    es, ss = dtype.itemsize, state_dtype.itemsize
+    state = nheads * headdim * dstate
+    chan = T * nheads * headdim
+    nbytes = (
+        2 * N * state * ss  # each row's state in and out
+        + num_chunks * state * ss  # chunk states out
+        + chan * es * (2 + int(has_z))  # x, out, z
+        + T * nheads * es  # dt
+        + 2 * T * ngroups * dstate * es  # B, C
+        + nheads * 4 * (2 + int(has_D))  # A, dt_bias, D (float32)
+    )
+    flops = 7 * T * state + chan * (1 + 2 * int(has_D) + 5 * int(has_z)) + T * nheads * 7
+    return Cost(bytes=nbytes, flops=flops)

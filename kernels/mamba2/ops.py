@@ -1,4 +1,4 @@
-"""Public entry point of Mamba2's selective state update and its ``linattn::`` custom op.
+"""Public entry points of Mamba2's selective state update and chunk scan, each one ``linattn::`` custom op.
 
 The public function validates shapes, dtypes and devices only (never values: that would synchronise the
 host, which graph capture forbids), allocates ``out`` when it is None and calls ONE custom op, which is
@@ -13,7 +13,11 @@ from kernels.checks import ArgChecker
 from kernels.dispatch import implementation, inplace_custom_op
 from kernels.dtypes import FLOAT_DTYPES, INDEX_DTYPES, STATE_DTYPES
 
-from .reference import selective_state_update_reference
+from .chunk_grid import grid_size
+from .reference import chunk_scan_reference, selective_state_update_reference
+
+DEFAULT_CHUNK_SIZE = 256
+"""``chunk_size`` of :func:`chunk_scan` (the grid of its chunk states): Mamba2 checkpoints' usual chunk."""
 
 
 @inplace_custom_op("linattn::mamba2_selective_state_update", mutates_args=("state", "out"))
@@ -138,4 +142,120 @@ def selective_state_update(
         out=out,
         impl=check.impl(impl, dev),
     )
+    return out
+
+
+@inplace_custom_op("linattn::mamba2_chunk_scan", mutates_args=("state", "out", "chunk_states"))
+def _chunk_scan_op(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    state: torch.Tensor,
+    state_indices: torch.Tensor,
+    has_initial_state: torch.Tensor | None,
+    cu_seqlens: torch.Tensor,
+    pad_slot_id: int | None,
+    chunk_size: int,
+    out: torch.Tensor,
+    chunk_states: torch.Tensor | None,
+    impl: str,
+) -> None:
+    run = implementation(impl, reference=chunk_scan_reference, triton="kernels.mamba2.triton_scan:chunk_scan_triton")
+    run(
+        x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, state=state,
+        state_indices=state_indices, has_initial_state=has_initial_state, cu_seqlens=cu_seqlens,
+        pad_slot_id=pad_slot_id, chunk_size=chunk_size, out=out, chunk_states=chunk_states,
+    )  # fmt: skip
+
+
+def chunk_scan(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    *,
+    dt_softplus: bool = False,
+    state: torch.Tensor,
+    state_indices: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    has_initial_state: torch.Tensor | None = None,
+    pad_slot_id: int | None = -1,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    out: torch.Tensor | None = None,
+    chunk_states: torch.Tensor | None = None,
+    impl: str = "auto",
+) -> torch.Tensor:
+    """Mamba2's SSM over a packed prefill batch on a pool of states (mamba_ssm's ``mamba_chunk_scan_combined``
+    with ``cu_seqlens``, ``initial_states`` gathered from the pool, the final states scattered back).
+
+    Args:
+        x: [T, nheads, headdim] float, the packed tokens of N rows.
+        dt: [T, nheads] float, the per-head step (before ``dt_bias`` and softplus).
+        A: [nheads] float (``-exp(A_log)``).
+        B, C: [T, ngroups, dstate] float; head h uses group ``h // (nheads // ngroups)``.
+        D: [nheads] or None, skip connection ``+ D * x``; z: [T, nheads, headdim] or None, gate
+            ``out * silu(z)``; dt_bias: [nheads] or None, added to dt before softplus.
+        state: [num_slots, nheads, headdim, dstate] float32 pool (float64 accepted for ground truth): a row
+            starts from its slot (zeros where ``has_initial_state`` is false) and its final state is written
+            back there; skipped rows (``kernels.padding``) and zero-length rows write nothing.
+        state_indices: [N] int32/int64; cu_seqlens: [N+1] int32/int64, ``cu[0] = 0``, ``cu[N] <= T`` (tokens
+            past it output zeros); has_initial_state: [N] bool/int or None (every row starts from its slot).
+        chunk_size: the grid of ``chunk_states``.
+        out: [T, nheads, headdim] float, written in full; allocated like x when None.
+        chunk_states: [cdiv(T, chunk_size), nheads, headdim, dstate] float32 or None: the chunk states on
+            one grid over the flattened batch (:mod:`kernels.mamba2.chunk_grid`), zeros where no processed
+            row owns an entry.
+        impl: "auto" | "reference" | "triton".
+    """
+    check = ArgChecker("mamba2.chunk_scan", device_of="x")
+    check.leading("x", x, "[T, nheads, headdim]", 3)
+    T, nheads, headdim = x.shape
+    dev = x.device
+    check.layout("B", B, "[T, ngroups, dstate]", 3)
+    ngroups, dstate = B.shape[1], B.shape[2]
+    check.require(
+        ngroups >= 1 and nheads % ngroups == 0,
+        f"nheads ({nheads}) must be a multiple of ngroups = B.shape[1] ({ngroups})",
+    )
+    check.tensor("B", B, (T, ngroups, dstate), FLOAT_DTYPES, dev)
+    check.tensor("C", C, (T, ngroups, dstate), FLOAT_DTYPES, dev)
+    check.tensor("dt", dt, (T, nheads), FLOAT_DTYPES, dev)
+    check.tensor("A", A, (nheads,), FLOAT_DTYPES, dev)
+    for name, t in (("D", D), ("dt_bias", dt_bias)):
+        if t is not None:
+            check.tensor(name, t, (nheads,), FLOAT_DTYPES, dev)
+    if z is not None:
+        check.tensor("z", z, (T, nheads, headdim), FLOAT_DTYPES, dev)
+    check.require(
+        isinstance(chunk_size, int) and not isinstance(chunk_size, bool) and chunk_size >= 1,
+        f"chunk_size must be an int >= 1, got {chunk_size!r}",
+    )
+    check.varlen_rows(
+        state, "[num_slots, nheads, headdim, dstate]", (nheads, headdim, dstate), state_indices, cu_seqlens,
+        has_initial_state, T, pad_slot_id, dev,
+    )  # fmt: skip
+    check.tensor("state", state, (None, nheads, headdim, dstate), STATE_DTYPES, dev)
+    if chunk_states is not None:
+        check.tensor(
+            "chunk_states", chunk_states, (grid_size(T, chunk_size), nheads, headdim, dstate), STATE_DTYPES, dev
+        )
+    if out is None:
+        out = torch.empty_like(x)
+    check.tensor("out", out, (T, nheads, headdim), FLOAT_DTYPES, dev)
+    _chunk_scan_op(
+        x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias, dt_softplus=bool(dt_softplus), state=state,
+        state_indices=state_indices, has_initial_state=has_initial_state, cu_seqlens=cu_seqlens,
+        pad_slot_id=pad_slot_id, chunk_size=chunk_size, out=out, chunk_states=chunk_states,
+        impl=check.impl(impl, dev),
+    )  # fmt: skip
     return out

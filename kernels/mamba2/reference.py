@@ -1,4 +1,4 @@
-"""Torch reference of Mamba2's single-step selective state update (mamba_ssm semantics).
+"""Torch references of Mamba2's selective state update (decode) and chunk scan (prefill), mamba_ssm semantics.
 
 For each processed row n and head h, with state ``S = state[slot_n, h]`` of shape ``[headdim, dstate]``
 and ``g = h // (nheads // ngroups)`` the head's B/C group:
@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.dtypes import compute_dtype
+from kernels.mamba2.chunk_grid import grid_owner
 from kernels.padding import live_rows_and_slots
 
 
@@ -69,3 +70,77 @@ def selective_state_update_reference(
     if z is not None:
         y = y * F.silu(z[rows].to(ct))
     out[rows] = y.to(out.dtype)
+
+
+def chunk_scan_reference(
+    *,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    state: torch.Tensor,
+    state_indices: torch.Tensor,
+    has_initial_state: torch.Tensor | None,
+    cu_seqlens: torch.Tensor,
+    pad_slot_id: int | None,
+    chunk_size: int,
+    out: torch.Tensor,
+    chunk_states: torch.Tensor | None,
+) -> None:
+    """A packed prefill batch, token by token; updates ``state`` and writes ``out`` (and ``chunk_states``).
+
+    Row n feeds tokens ``cu_seqlens[n]:cu_seqlens[n+1]`` from ``state[slot_n]`` (zeros where
+    ``has_initial_state[n]`` is false). Per token t of head h, group g:
+
+        dt = softplus(dt[t, h] + dt_bias[h]);  S = S * exp(A[h] dt) + dt * x[t, h] (outer) B[t, g]
+        out[t, h] = S @ C[t, g] + D[h] x[t, h];  out = out * silu(z[t, h]) if z is given
+
+    x, z, out [T, nheads, headdim]; dt [T, nheads]; A, D, dt_bias [nheads]; B, C [T, ngroups, dstate];
+    state [num_slots, nheads, headdim, dstate]; chunk_states [cdiv(T, chunk_size), nheads, headdim, dstate]
+    or None, filled on the global grid of :mod:`kernels.mamba2.chunk_grid` (zeros where no processed row
+    owns an entry). Tokens of skipped rows and past ``cu_seqlens[-1]`` output zeros.
+    """
+    ct = compute_dtype(state, x, dt, A, B, C, D, z, dt_bias)
+    nheads, ngroups = x.shape[1], B.shape[1]
+    heads_per_group = nheads // ngroups
+    out.zero_()
+    if chunk_states is not None:
+        chunk_states.zero_()
+    cu = cu_seqlens.tolist()
+    rows, slots = live_rows_and_slots(state_indices, pad_slot_id, state.shape[0])
+    has_h0 = has_initial_state.tolist() if has_initial_state is not None else None
+    A_c = A.to(ct)
+    grid: dict[tuple[int, int], int] = {}  # (row, tokens) -> entry of chunk_states
+    h = chunk_states if chunk_states is not None else state.new_empty(0)
+    for k in range(h.shape[0]):
+        owner = grid_owner(cu, k, chunk_size)
+        if owner is not None:
+            grid[owner] = k
+    for n, slot in zip(rows.tolist(), slots.tolist(), strict=True):
+        start = has_h0 is None or bool(has_h0[n])
+        s = state[slot].to(ct) if start else torch.zeros(state.shape[1:], dtype=ct, device=state.device)
+        if (n, 0) in grid:
+            h[grid[(n, 0)]] = s.to(h.dtype)
+        for i, t in enumerate(range(cu[n], cu[n + 1])):
+            d = dt[t].to(ct) + (dt_bias.to(ct) if dt_bias is not None else 0)  # [nheads]
+            if dt_softplus:
+                d = F.softplus(d)
+            xt = x[t].to(ct)  # [nheads, headdim]
+            Bt = B[t].to(ct).repeat_interleave(heads_per_group, dim=0)  # [nheads, dstate]
+            Ct = C[t].to(ct).repeat_interleave(heads_per_group, dim=0)
+            s = s * torch.exp(A_c * d)[:, None, None] + (d[:, None] * xt)[:, :, None] * Bt[:, None, :]
+            y = (s * Ct[:, None, :]).sum(-1)
+            if D is not None:
+                y = y + D.to(ct)[:, None] * xt
+            if z is not None:
+                y = y * F.silu(z[t].to(ct))
+            out[t] = y.to(out.dtype)
+            if (n, i + 1) in grid:
+                h[grid[(n, i + 1)]] = s.to(h.dtype)
+        if cu[n + 1] > cu[n]:
+            state[slot] = s.to(state.dtype)

@@ -17,6 +17,7 @@ import torch
 
 from workbench import Batch, StatePool, build_metadata
 from workbench.engines.versions import installed_version
+from workbench.traces.model import RECOMPUTE_FIELDS
 
 pytestmark = [
     pytest.mark.engines,
@@ -267,19 +268,23 @@ def test_the_simulated_verify_track_step_is_sglangs_commit_index_math():
     assert crossings > 10  # the draws cross boundaries, also past them
 
 
-def test_the_simulated_extend_track_fields_are_sglangs_own(sg):
+@pytest.mark.parametrize("layer", ["gdn", "mamba2"])
+def test_the_simulated_extend_track_fields_are_sglangs_own(sg, layer):
     """The track fields a simulated ``extra_buffer`` trace records for its extend steps (``track_ssm_h_src`` /
-    ``track_ssm_h_dst`` inside a chunk, the final-state copies at a chunk's end, ``track_conv_indices``) against
-    sglang 0.5.23's own ``_init_track_ssm_indices`` and ``_init_track_conv_indices`` (GDN's path), fed the
-    step's rows as a ForwardBatch would carry them."""
+    ``track_ssm_h_dst`` inside a chunk, the final-state copies at a chunk's end, ``track_conv_indices``; for
+    Mamba2 the rows off the batch's chunk grid, ``track_ssm_seq_idx`` / ``track_ssm_end_locs`` /
+    ``track_ssm_recompute_dst``) against sglang 0.5.23's own ``_init_track_ssm_indices`` (GDN's path, and
+    Mamba2's for an instance of ``Mamba2AttnBackend``) and ``_init_track_conv_indices``, fed the step's rows
+    as a ForwardBatch would carry them."""
     from types import SimpleNamespace
 
-    from sglang.srt.layers.attention.hybrid_linear_attn_backend import MambaAttnBackendBase
+    from sglang.srt.layers.attention.hybrid_linear_attn_backend import Mamba2AttnBackend, MambaAttnBackendBase
 
     from workbench.traces.simulate import CONV_WINDOW, simulate
 
-    trace = simulate("sglang", "gdn", steps=300, seed=0, prefix_cache="extra_buffer", spec=2)
-    checked = inside = 0
+    spec = 2 if layer == "gdn" else 0  # Mamba2 has no verify step here
+    trace = simulate("sglang", layer, steps=300, seed=0, prefix_cache="extra_buffer", spec=spec)
+    checked = inside = recomputed = 0
     for step in trace.steps:
         md = step.metadata or {}
         if step.mode not in ("extend", "mixed") or "mamba_track_mask" not in md:
@@ -296,14 +301,23 @@ def test_the_simulated_extend_track_fields_are_sglangs_own(sg):
             extend_prefix_lens=prefix,
             mamba_track_aligned_lens=lambda s=seqlens, p=prefix, c=chunk: (s - p) // c * c,
         )
-        backend = SimpleNamespace(
-            mamba_chunk_size=chunk, device="cpu", conv_states_shape=(1, 1, CONV_WINDOW),
-            _has_cpu_prefill_track_metadata=lambda fb: False,
-        )  # fmt: skip
+        fields = dict(mamba_chunk_size=chunk, device="cpu", conv_states_shape=(1, 1, CONV_WINDOW))
+        if layer == "mamba2":  # sglang picks the grid by the backend's class: a bare instance carries it
+            backend = object.__new__(Mamba2AttnBackend)
+            del fields["mamba_chunk_size"]  # a property there, read from its cache
+            backend.__dict__.update(fields, _mamba_chunk_size=chunk, _has_cpu_prefill_track_metadata=lambda fb: False)
+        else:
+            backend = SimpleNamespace(**fields, _has_cpu_prefill_track_metadata=lambda fb: False)
         got = MambaAttnBackendBase._init_track_ssm_indices(backend, torch.tensor([r.slot for r in rows]), fb)
         h_src, h_dst, final_src, final_dst = got[1], got[2], got[4], got[5]
         assert h_src.tolist() == md.get("track_ssm_h_src", []), step.step
         assert h_dst.tolist() == md.get("track_ssm_h_dst", []), step.step
+        recompute = [None if t is None else t.tolist() for t in got[6:9]]
+        if layer == "mamba2":
+            assert recompute == [md.get(k, []) for k in RECOMPUTE_FIELDS], step.step
+            recomputed += len(recompute[0])
+        else:
+            assert recompute == [None] * 3 and not any(k in md for k in RECOMPUTE_FIELDS), step.step
         finals = [list(p) for p in zip(final_src.tolist(), final_dst.tolist(), strict=True)]
         assert finals == [p for p in md.get("copies_after", []) if p[1] in md["mamba_track_indices"]], step.step
         if "track_conv_indices" in md:
@@ -312,4 +326,4 @@ def test_the_simulated_extend_track_fields_are_sglangs_own(sg):
             assert conv.tolist() == md["track_conv_indices"], step.step
         checked += 1
         inside += len(md.get("track_ssm_h_src", []))
-    assert checked > 20 and inside > 5
+    assert checked > 20 and inside > 5 and (recomputed > 5 or layer == "gdn"), (checked, inside, recomputed)

@@ -15,7 +15,10 @@ from _kernel_helpers import IMPLS, is_varlen, launch_triton
 from kernels.testing import OPS, cu_seqlens, make_case, rel_err
 
 OP_VARIANTS = [(op, variant) for op, spec in OPS.items() for variant in spec.variants]
-GDN_KERNELS = ("gated_delta_rule.recurrent", "gated_delta_rule.chunked", "gated_delta_rule.scatter_accepted")
+# Kernels that read the rows through triton_common's row protocol (kernel_pad_slot_id: None becomes -1).
+NEGATIVE_SAFE = (
+    "gated_delta_rule.recurrent", "gated_delta_rule.chunked", "gated_delta_rule.scatter_accepted", "mamba2.chunk_scan"
+)  # fmt: skip
 
 GUARD_WRITES = [
     ("causal_conv1d.update", "decode"),
@@ -41,7 +44,7 @@ def _unguarded_call(op: str, variant: str):
     return case, case.check(call)
 
 
-@pytest.mark.parametrize("op,variant", [ov for ov in OP_VARIANTS if ov[0] not in GDN_KERNELS])
+@pytest.mark.parametrize("op,variant", [ov for ov in OP_VARIANTS if ov[0] not in NEGATIVE_SAFE])
 def test_an_unguarded_kernel_fails_the_check(op, variant):
     case, res = _unguarded_call(op, variant)
     assert not res.ok, res.summary()
@@ -54,10 +57,11 @@ def test_guard_band_catches_an_unguarded_kernel(op, variant):
     assert "guard band before" in res.summary()
 
 
-@pytest.mark.parametrize("op", GDN_KERNELS)
-def test_gdn_kernels_never_dereference_a_negative_slot(op):
-    """The gated-delta-rule kernels read pad_slot_id=None as -1 (triton_common.kernel_pad_slot_id): slots are
-    never negative, so even unguarded they skip sglang's -1 rows, inside the pool."""
+@pytest.mark.parametrize("op", NEGATIVE_SAFE)
+def test_row_protocol_kernels_never_dereference_a_negative_slot(op):
+    """The gated-delta-rule kernels and Mamba2's scan read pad_slot_id=None as -1
+    (triton_common.kernel_pad_slot_id): slots are never negative, so even unguarded they skip sglang's -1
+    rows, inside the pool."""
     case, res = _unguarded_call(op, OPS[op].variants[0])
     assert res.ok, res.summary()
 

@@ -326,7 +326,7 @@ def test_a_position_tracked_inside_a_chunk_is_the_state_after_exactly_its_prefix
     ("track", "says"),
     [
         (dict(track_ssm_h_src=[1]), "track_ssm_h_src[0] = 1, but its state after 20 tokens floored to C = 8 is h[2]"),
-        (dict(track_ssm_h_dst=[3]), "tracked from h into slot 2, but track_ssm_h_dst[0] = 3"),
+        (dict(track_ssm_h_dst=[3]), "track_ssm_h_dst[0] = 3, but no row tracked from h goes to slot 3"),
         (dict(track_conv_indices=[[14, 15, 16]]), "track_conv_indices[0] = [14, 15, 16], but its window"),
         (dict(mamba_track_indices=[1], track_ssm_h_dst=[1]), "writes the running slot of request 0"),
         (dict(track_ssm_h_src=[7]), "h[7] is past the step's 3 chunk states"),
@@ -362,3 +362,56 @@ def test_a_global_chunk_grid_index_reads_another_rows_chunk_and_its_checkpoint_i
     assert any(d.step == 1 and d.field == "checkpoint" and "off the float64 state" in d.detail for d in found)
     md["track_ssm_h_src"] = [5]
     assert replay_trace(Trace(HEADER, body), stop_at_first=False).ok
+
+
+# -- Mamba2: one chunk grid over the flattened batch, and the recompute path off it ---------------------------
+def mamba2_grid_trace(**track):
+    """Three rows of 20, 20 and 12 tokens in one Mamba2 extend step, C = 16 (``workbench.zoo.mamba2_chunk_grid``'s
+    fixed plan): row 0's 16 tokens end on the grid (h[1]), row 1's at flattened position 36, off it
+    (recomputed); both published as checkpoints of 16 tokens. ``track`` overrides the step's fields."""
+    from workbench.traces.script import scripted
+    from workbench.zoo.mamba2_chunk_grid import plan
+
+    steps = plan(fixed=True)
+    md = steps[0]["metadata"]
+    md.update(track)
+    steps[0]["metadata"] = {k: v for k, v in md.items() if v is not None}
+    return scripted("sglang", "mamba2", steps, num_slots=8, buckets={"decode": [1, 2, 4]}, tokens=True)
+
+
+@pytest.mark.parametrize(
+    "track",
+    [
+        dict(),
+        {
+            k: None
+            for k in (
+                "track_ssm_h_src",
+                "track_ssm_h_dst",
+                "track_ssm_seq_idx",
+                "track_ssm_end_locs",
+                "track_ssm_recompute_dst",
+            )
+        },
+    ],  # fmt: skip
+    ids=["recorded", "not-recorded"],
+)
+def test_mamba2_rows_on_and_off_the_batch_grid_publish_exact_checkpoints(track):
+    res = replay_trace(mamba2_grid_trace(**track), stop_at_first=False)
+    assert res.ok and (res.checkpoints, res.verified) == (2, 2), res
+
+
+@pytest.mark.parametrize(
+    ("track", "says"),
+    [
+        (dict(track_ssm_end_locs=[37]), "track_ssm_end_locs[0] = 37 recompute row 1's state after 17 tokens"),
+        (dict(track_ssm_seq_idx=[2], track_ssm_end_locs=[36]), "name no position of its rows"),
+        (dict(track_ssm_h_src=[2]), "is h[1] (one grid over the flattened batch, row 0 starts at token 0; h[2] is row"),
+        (dict(track_ssm_seq_idx=[], track_ssm_end_locs=[], track_ssm_recompute_dst=[]), "off the grid), but no entry"),
+        (dict(track_ssm_recompute_dst=[6, 5]), "track_ssm_seq_idx, track_ssm_end_locs, track_ssm_recompute_dst: lists"),
+    ],
+    ids=["end-off-by-one", "past-its-rows", "h-index", "recompute-missing", "ragged"],
+)  # fmt: skip
+def test_a_wrong_mamba2_grid_track_is_named_at_its_step(track, says):
+    found = replay_trace(mamba2_grid_trace(**track), stop_at_first=False).divergences
+    assert any((d.step, d.field) == (0, "track") and says in d.detail for d in found), found

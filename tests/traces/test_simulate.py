@@ -222,8 +222,9 @@ def test_idle_when_nothing_runs():
     assert "idle" in {s.mode for s in quiet.steps}
 
 
-def test_mamba2_models_a_decode_instance():
-    t = simulate("sglang", "mamba2", steps=300, seed=1)
+def test_mamba2_prefills_by_default_and_models_a_decode_instance_without():
+    assert "extend" in {s.mode for s in simulate("sglang", "mamba2", steps=300, seed=1).steps}
+    t = simulate("sglang", "mamba2", steps=300, seed=1, prefill=False)
     assert {s.mode for s in t.steps} <= {"decode", "idle"}
     firsts = [seen[0][1] for seen in rows_by_request(t).values()]
     assert all(r.cached_tokens >= 2 for r in firsts), "requests arrive prefilled"
@@ -242,7 +243,7 @@ def test_some_decode_steps_pass_the_largest_bucket_but_not_most():
     ("kwargs", "words"),
     [
         (dict(layer="mamba2", spec=2), ["spec", "mamba2", "target_verify"]),
-        (dict(layer="mamba2", mixed=True), ["mixed", "mamba2", "extend"]),
+        (dict(layer="mamba2", mixed=True, prefill=False), ["mixed", "prefill=False"]),
         (dict(mixed=True, spec=2), ["mixed", "spec"]),
         (dict(layer="mla"), ["layer", "mla"]),
         (dict(profile="trtllm"), ["profile", "trtllm"]),

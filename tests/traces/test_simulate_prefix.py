@@ -273,7 +273,7 @@ def test_two_thousand_steps_simulate_and_keep_the_cache_busy():
         (dict(prefix_cache="lru"), "prefix_cache", "'lru'"),
         (dict(prefix_cache=1), "prefix_cache", "1"),
         (dict(prefix_cache="no_buffer", profile="vllm"), "profile", "'vllm'"),
-        (dict(prefix_cache="no_buffer", layer="mamba2"), "layer", "'mamba2'"),
+        (dict(prefix_cache="no_buffer", layer="mamba2", spec=2), "spec", "2"),
         (dict(prefix_cache="no_buffer", prefill=False), "prefill", "False"),
         (dict(prefix_cache="no_buffer", shared_prefixes=0), "shared_prefixes", "0"),
         (dict(prefix_cache="no_buffer", prefix_len=(0, 4)), "prefix_len", r"\(0, 4\)"),
@@ -363,6 +363,8 @@ EB_CONFIGS = [
     dict(dp_dummies=True, followup_rate=1.0),
     dict(num_slots=13, max_cached=3, arrival_rate=1.0, seed=1),  # tight: admissions and donations evict
     dict(cache_chunk=8, track_interval=16, chunk_size=24),
+    dict(layer="mamba2"),
+    dict(layer="mamba2", mixed=True, seed=2),
 ]
 EB_IDS = ["-".join(f"{k}={v}" for k, v in c.items()) or "default" for c in EB_CONFIGS]
 
@@ -441,13 +443,31 @@ def audit_eb(
                 assert meta["mamba_track_seqlens"] == seqlens, f"step {step.step}: seqlens are each chunk's end"
                 assert "mamba_steps_to_track" not in meta
             indices = meta["mamba_track_indices"]
-            if h_rows:  # GDN's h: one grid per sequence, ceil(new_tokens / C) chunk states per row
+            if h_rows and trace.header.layer == "mamba2":  # one grid over the batch; rows off it recomputed
+                qsl = [0]
+                for r in step.rows:
+                    qsl.append(qsl[-1] + r.new_tokens)
+                ends = [(i, qsl[i] + r.new_tokens // cache_chunk * cache_chunk) for i, r in h_rows]
+                on, off = (
+                    [(i, e) for i, e in ends if e % cache_chunk == 0],
+                    [(i, e) for i, e in ends if e % cache_chunk],
+                )
+                assert meta["mamba_chunk_size"] == cache_chunk
+                assert meta.get("track_ssm_h_src", []) == [e // cache_chunk for _, e in on]
+                assert meta.get("track_ssm_h_dst", []) == [indices[i] for i, _ in on]
+                assert meta.get("track_ssm_seq_idx", []) == [i for i, _ in off]
+                assert meta.get("track_ssm_end_locs", []) == [e for _, e in off]
+                assert meta.get("track_ssm_recompute_dst", []) == [indices[i] for i, _ in off]
+                n["tracks recomputed off the grid"] += len(off)
+                assert len(meta["track_conv_indices"]) == sum(mask)
+            elif h_rows:  # GDN's h: one grid per sequence, ceil(new_tokens / C) chunk states per row
                 offsets = [0]
                 for r in step.rows:
                     offsets.append(offsets[-1] + (r.new_tokens - 1) // cache_chunk + 1)
                 assert meta["mamba_chunk_size"] == cache_chunk
                 assert meta["track_ssm_h_src"] == [offsets[i] + r.new_tokens // cache_chunk for i, r in h_rows]
                 assert meta["track_ssm_h_dst"] == [indices[i] for i, _ in h_rows]
+                assert "track_ssm_seq_idx" not in meta
                 assert len(meta["track_conv_indices"]) == sum(mask)
             else:
                 assert "track_ssm_h_src" not in meta and "mamba_chunk_size" not in meta
@@ -518,6 +538,8 @@ def test_extra_buffer_tracks_donates_and_records_by_the_rules(kw, monkeypatch):
         assert n["verify tracks"] > 0 and n["verify tracks past the boundary"] > 0
     elif not kw.get("mixed"):
         assert n["decode tracks"] > 0
+    if kw.get("layer") == "mamba2":  # rows that start off the batch's grid are recomputed
+        assert n["tracks recomputed off the grid"] > 0
 
 
 def test_extra_buffer_holds_three_slots_per_request_in_the_simulated_pool(monkeypatch):
@@ -542,7 +564,12 @@ def test_extra_buffer_holds_three_slots_per_request_in_the_simulated_pool(monkey
 def test_extra_buffer_traces_replay_clean_with_every_checkpoint_verified():
     from workbench.traces.replay import replay_trace
 
-    for kw in (dict(seed=2, spec=2, dp_dummies=True), dict(seed=3, profile="sglang-ascend", mixed=True)):
+    configs = (
+        dict(seed=2, spec=2, dp_dummies=True),
+        dict(seed=3, profile="sglang-ascend", mixed=True),
+        dict(seed=0, layer="mamba2"),  # its step 32 records recomputes and no h entries
+    )
+    for kw in configs:
         kw = dict(kw)
         trace = run_eb(steps=150, **kw)
         n = audit_eb(trace)
@@ -694,7 +721,7 @@ def test_cli_runs_align(simulated, capsys):
     "kw, field, value",
     [
         (dict(profile="sglang-ascend"), "profile", "'sglang-ascend'"),
-        (dict(layer="mamba2"), "layer", "'mamba2'"),
+        (dict(layer="mamba2", spec=2), "spec", "2"),
         (dict(block_size=0), "block_size", "0"),
         (dict(block_size=True), "block_size", "True"),
         (dict(block_size=64), "block_size", "64"),  # past chunk_size = 32

@@ -6,8 +6,8 @@ and checked against the float64 shadow of every request. The table gives the med
 each phase (simulate, replay, reference, check), the total, steps per second, and the median of the last
 half of the steps against the first (the cost per step must stay flat in the number of steps: no check
 that grows with history). The goal: 10,000 steps checked in under 60 s on the 2-core development machine.
-Then a prefix-cache trace per strategy (sglang ``no_buffer`` and ``extra_buffer`` with speculation, vLLM
-``align`` without and with it: ``PREFIX_RUNS``; a fifth of the steps each): hits, checkpoints verified,
+Then a prefix-cache trace per strategy (sglang ``no_buffer`` and ``extra_buffer`` with speculation, both again
+on Mamba2, vLLM ``align`` without and with it: ``PREFIX_RUNS``; a fifth of the steps each): hits, checkpoints verified,
 and its checkpoint checks and copies against its check phase (the goal: at most twice the check time).
 """
 
@@ -33,20 +33,22 @@ def _iqr(values: list[float]) -> float:
 
 
 PREFIX_RUNS = {
-    "no_buffer": ("sglang", "no_buffer", 0),
-    "extra_buffer": ("sglang", "extra_buffer", 2),
-    "align": ("vllm", "align", 0),
-    "align_spec": ("vllm", "align", 3),
+    "no_buffer": ("sglang", "gdn", "no_buffer", 0),
+    "extra_buffer": ("sglang", "gdn", "extra_buffer", 2),
+    "mamba2_no_buffer": ("sglang", "mamba2", "no_buffer", 0),
+    "mamba2_extra_buffer": ("sglang", "mamba2", "extra_buffer", 0),
+    "align": ("vllm", "gdn", "align", 0),
+    "align_spec": ("vllm", "gdn", "align", 3),
 }
-"""The prefix-cache traces timed: name -> (profile, strategy, spec)."""
+"""The prefix-cache traces timed: name -> (profile, layer, strategy, spec)."""
 
 
 def _prefix_cache_cost(
-    profile: str, strategy: str, steps: int, device: str, spec: int = 0
+    profile: str, layer: str, strategy: str, steps: int, device: str, spec: int = 0
 ) -> dict[str, float | int | bool]:
     """A prefix-cache trace: the cost of its checkpoint checks and copies against the trace's own check phase
     (the goal: verifying checkpoints at most doubles the check time)."""
-    trace = simulate(profile, "gdn", steps=steps, seed=0, prefix_cache=strategy, spec=spec)
+    trace = simulate(profile, layer, steps=steps, seed=0, prefix_cache=strategy, spec=spec)
     replayer = TraceReplayer(trace, backend="cpu" if device == "auto" else device)
     t0 = time.perf_counter()
     result = replayer.run(stop_at_first=False)
@@ -54,7 +56,8 @@ def _prefix_cache_cost(
     check, prefix = result.seconds["check"], result.seconds["prefix"]
     ratio = (check + prefix) / check if check else float("inf")
     print(
-        f"prefix cache ({profile} {strategy}{f', spec {spec}' if spec else ''}), {steps:,} steps: {result.hits} hits, "
+        f"prefix cache ({profile} {layer} {strategy}{f', spec {spec}' if spec else ''}), {steps:,} steps: "
+        f"{result.hits} hits, "
         f"{result.verified}/{result.checkpoints} checkpoints verified, {steps / seconds:,.0f} steps/s; "
         f"checks {check:.2f} s + checkpoints {prefix:.2f} s = {ratio:.2f}x the check time (goal: at most 2x); "
         f"{'OK' if result.ok else 'FAIL'}"
@@ -105,8 +108,8 @@ def run(
     print(f"total {total:.1f} s (+ capture {capture_s:.1f} s): {steps / total:,.0f} steps/s; goal 10,000 in 60 s")
     res.meta.update({"seconds": round(total, 2), "capture_seconds": round(capture_s, 2), "steps_per_s": steps / total})
     res.meta["prefix_cache"] = {
-        name: _prefix_cache_cost(profile, strategy, max(steps // 5, 100), device, spec)
-        for name, (profile, strategy, spec) in PREFIX_RUNS.items()
+        name: _prefix_cache_cost(profile, layer, strategy, max(steps // 5, 100), device, spec)
+        for name, (profile, layer, strategy, spec) in PREFIX_RUNS.items()
     }
     if json_path:
         print(f"wrote {res.save(json_path)}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kernels.conventions import CONVENTIONS
+from kernels.testing import scan_chunk_size
 
 CHECK_FACTOR = 5  # the case, the kernel's copy, the float64 reference (x2), temporaries
 FLOAT = 4  # bytes: activations, states and outputs are float32 in a check's case
@@ -63,6 +64,11 @@ def case_bytes(op: str, variant: str, sizes: Mapping[str, int], rows: int, padde
     elif op == "mamba2.selective_state_update":
         nh, hd, ds, ng = s["nheads"], s["headdim"], s["dstate"], s["ngroups"]
         elems = slots * nh * hd * ds + 3 * n * nh * hd + 2 * n * ng * ds + n * nh + 3 * nh
+    elif op == "mamba2.chunk_scan":
+        nh, hd, ds, ng = s["nheads"], s["headdim"], s["dstate"], s["ngroups"]
+        T = n * E + tail
+        grid = -(-T // scan_chunk_size(E))
+        elems = T * (3 * nh * hd + nh + 2 * ng * ds) + (grid + slots) * nh * hd * ds + 3 * nh
     elif op == "linear_attn.recurrent":
         T = n * (1 if variant == "decode" else min(E, 8)) + tail
         elems = T * (2 * H * K + 2 * HV * V) + slots * HV * K * V

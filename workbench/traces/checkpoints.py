@@ -44,12 +44,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from kernels.mamba2.chunk_grid import grid_index, grid_owner, grid_size
 from workbench.batch import Batch
 from workbench.errors import MetadataError
 from workbench.layers import LayerState
 from workbench.metadata import build_metadata
 from workbench.pool import StatePool
-from workbench.traces.model import PREFIX_KEYS, TRACK_FIELDS, VERIFY_TRACK_FIELDS, TraceStep
+from workbench.traces.model import PREFIX_KEYS, RECOMPUTE_FIELDS, TRACK_FIELDS, VERIFY_TRACK_FIELDS, TraceStep
 
 if TYPE_CHECKING:
     from workbench.traces.replay import TraceDivergence, TraceReplayer
@@ -71,6 +72,110 @@ def embedding_table(hidden: int, dtype: torch.dtype) -> torch.Tensor:
     """The fixed, seeded input embedding the replay feeds token ids through (never zeros)."""
     g = torch.Generator().manual_seed(EMBED_SEED)
     return torch.randn(EMBED_VOCAB, hidden, generator=g).to(dtype)
+
+
+@dataclass(frozen=True)
+class _ChunkGrid:
+    """Where an extend step's chunk states ``h`` hold which row's state (``chunk_grid`` of the layer): GDN's one
+    grid per sequence (row ``b``'s chunk ``j`` is ``h[offset_b + j]``, ``offset_b`` the ``ceil(new / C)``
+    chunks of the rows before it), or Mamba2's one grid over the flattened batch
+    (:mod:`kernels.mamba2.chunk_grid`)."""
+
+    chunk: int
+    batch: bool
+    qsl: list[int]
+    offsets: list[int]
+
+    @classmethod
+    def of(cls, step: TraceStep, chunk: int, layer: Any) -> _ChunkGrid:
+        offsets, qsl = [0], [0]
+        for r in step.rows:
+            offsets.append(offsets[-1] + (r.new_tokens - 1) // chunk + 1)
+            qsl.append(qsl[-1] + r.new_tokens)
+        return cls(chunk, getattr(layer, "chunk_grid", "sequence") == "batch", qsl, offsets)
+
+    @property
+    def size(self) -> int:
+        return grid_size(self.qsl[-1], self.chunk) if self.batch else self.offsets[-1]
+
+    def index(self, row: int, tokens: int) -> int | None:
+        """The entry holding ``row``'s state after ``tokens`` tokens of the step (None: off the grid)."""
+        if self.batch:
+            return grid_index(self.qsl, row, tokens, self.chunk)
+        return self.offsets[row] + tokens // self.chunk
+
+    def owner(self, src: int) -> tuple[int, int] | None:
+        """The row and its tokens whose state entry ``src`` holds; None past the grid."""
+        if not 0 <= src < self.size:
+            return None
+        if self.batch:
+            return grid_owner(self.qsl, src, self.chunk)
+        b = next(j for j in range(len(self.offsets) - 1) if self.offsets[j] <= src < self.offsets[j + 1])
+        return b, (src - self.offsets[b]) * self.chunk
+
+    def read(self, key: str, j: int, source: Any, want: _Tracked) -> tuple[tuple[int, int] | None, str | None]:
+        """What entry ``j`` of ``key`` copies (a row and its tokens; None when it names nothing), and why that is
+        not ``want`` (None when it is)."""
+        if key == "track_ssm_h_dst":
+            got = self.owner(source)
+            if got is None:
+                return None, f"h[{source}] is past the step's {self.size} chunk states"
+            if source == want.index:
+                return got, None
+            names = f"h[{source}] is row {got[0]}'s state after {got[1]} tokens"
+            if want.index is None:
+                return got, (
+                    f"track_ssm_h_src[{j}] = {source}, but {names}; row {want.row}'s state after {want.aligned} "
+                    f"tokens is on no entry of the grid over the flattened batch (position {want.end} is not a "
+                    f"multiple of C = {self.chunk}): it is recomputed ({', '.join(RECOMPUTE_FIELDS)})"
+                )
+            where = (
+                f"one grid over the flattened batch, row {want.row} starts at token {self.qsl[want.row]}"
+                if self.batch
+                else f"row {want.row}'s chunks start at h[{self.offsets[want.row]}]"
+            )
+            return got, (
+                f"track_ssm_h_src[{j}] = {source}, but its state after {want.length} tokens floored to C = "
+                f"{self.chunk} is h[{want.index}] ({where}; {names})"
+            )
+        b, e = source
+        if not (0 <= b < len(self.qsl) - 1 and self.qsl[b] <= e <= self.qsl[b + 1]):
+            return None, f"track_ssm_seq_idx[{j}] = {b}, track_ssm_end_locs[{j}] = {e} name no position of its rows"
+        got = (b, e - self.qsl[b])
+        if got == (want.row, want.aligned):
+            return got, None
+        return got, (
+            f"track_ssm_seq_idx[{j}] = {b}, track_ssm_end_locs[{j}] = {e} recompute row {b}'s state after {got[1]} "
+            f"tokens, but row {want.row}'s tracked state is after {want.aligned} (position {want.end})"
+        )
+
+
+@dataclass
+class _Tracked:
+    """A row tracked from the chunk states: its tracked length past its cached tokens (``length``), that floored
+    to the grid's chunk (``aligned``), the entry holding it (``index``; None off a Mamba2 grid), its flattened
+    end position."""
+
+    row: int
+    length: int
+    grid: _ChunkGrid
+    written: bool = False
+
+    @property
+    def aligned(self) -> int:
+        return self.length // self.grid.chunk * self.grid.chunk
+
+    @property
+    def index(self) -> int | None:
+        return self.grid.index(self.row, self.aligned)
+
+    @property
+    def end(self) -> int:
+        return self.grid.qsl[self.row] + self.aligned
+
+    @property
+    def source(self) -> str:
+        return f"h[{self.index}]" if self.index is not None else "a recompute: it is off the grid"
 
 
 @dataclass(frozen=True)
@@ -452,61 +557,93 @@ class CheckpointBook:
     ) -> list[TraceDivergence]:
         """The rows tracked from the kernel's chunk states: row ``rows[k]``'s state after ``p = cached + (L -
         cached) // C * C`` tokens goes to ``dsts[k]`` (conv window and recurrent state; :meth:`chunk_state`,
-        the replay's stand-in for the kernel's ``h``). GDN's ``h`` is one grid per sequence: row ``b``'s chunk
-        ``j`` is ``h[offset_b + j]``, ``offset_b`` the chunks of the rows before it. Recorded
-        ``track_ssm_h_src`` / ``track_ssm_h_dst`` (one entry per such row) are checked against that, and the
-        state copied is the one the recorded index names; ``track_conv_indices`` (one window of ``W - 1``
-        flattened input positions per tracked row) against the positions before ``p``."""
+        the replay's stand-in for the kernel's ``h``). Where ``h`` holds it depends on the layer
+        (:class:`_ChunkGrid`); a Mamba2 position off its grid is recomputed instead (``RECOMPUTE_FIELDS``).
+        Recorded entries are matched to the rows by their track slot, and the state each copies is the one it
+        names (so an index read on the wrong grid, sglang issue 31833, is named at its step and the
+        checkpoint published from it is off); ``track_conv_indices`` (one window of ``W - 1`` flattened
+        input positions per tracked row) against the positions before ``p``."""
         md = step.metadata or {}
-        rep, chunk = self.rep, int(md["mamba_chunk_size"])
-        offsets, qsl = [0], [0]
-        for r in step.rows:  # the per-sequence grid: ceil(new_tokens / C) chunk states per row
-            offsets.append(offsets[-1] + (r.new_tokens - 1) // chunk + 1)
-            qsl.append(qsl[-1] + r.new_tokens)
-        want = [
-            offsets[i] + (length - step.rows[i].cached_tokens) // chunk for i, length in zip(rows, lengths, strict=True)
-        ]
-        src, dst = md.get("track_ssm_h_src", want), md.get("track_ssm_h_dst", dsts)
+        grid = _ChunkGrid.of(step, int(md["mamba_chunk_size"]), self.rep.runner.layer)
+        want = {
+            dst: _Tracked(i, length - step.rows[i].cached_tokens, grid)
+            for i, dst, length in zip(rows, dsts, lengths, strict=True)
+        }
+        entries = self._chunk_entries(step, want)
+        if isinstance(entries, str):
+            return [self._div(step, "track", entries)]
         out: list[TraceDivergence] = []
-        if not (isinstance(src, list) and isinstance(dst, list) and len(src) == len(dst) == len(rows)):
-            detail = f"track_ssm_h_src, track_ssm_h_dst: lists of one entry per row tracked from h ({len(rows)})"
-            return [self._div(step, "track", detail)]
-        for k, i in enumerate(rows):
-            row = step.rows[i]
-            where = f"row {i}: tracked from h into slot {dsts[k]}"
-            if int(dst[k]) != dsts[k]:
-                out.append(self._div(step, "track", f"{where}, but track_ssm_h_dst[{k}] = {dst[k]}", row.id, dsts[k]))
+        for key, j, source, slot in entries:
+            tracked = want.get(slot)
+            if tracked is None:
+                detail = f"{key}[{j}] = {slot}, but no row tracked from h goes to slot {slot} (they go to {dsts})"
+                out.append(self._div(step, "track", detail, slot=slot))
                 continue
-            if int(src[k]) != want[k]:
-                detail = (
-                    f"{where}: track_ssm_h_src[{k}] = {src[k]}, but its state after {lengths[k] - row.cached_tokens} "
-                    f"tokens floored to C = {chunk} is h[{want[k]}] (row {i}'s chunks start at h[{offsets[i]}])"
-                )
-                out.append(self._div(step, "track", detail, row.id, dsts[k], expected=want[k], got=src[k]))
-            b = next((j for j in range(len(step.rows)) if offsets[j] <= int(src[k]) < offsets[j + 1]), None)
-            problem = self._kept_slot(dsts[k], after=True)
-            if dsts[k] == rep.pool.profile.dummy_slot or not 0 <= dsts[k] < rep.pool.num_slots:
+            row = step.rows[tracked.row]
+            got, wrong = grid.read(key, j, source, tracked)
+            problem = self._kept_slot(slot, after=True)
+            if slot == self.rep.pool.profile.dummy_slot or not 0 <= slot < self.rep.pool.num_slots:
                 problem = "writes the dummy (null) slot or a slot past the pool"
-            elif b is None:
-                problem = f"h[{src[k]}] is past the step's {offsets[-1]} chunk states"
-            if problem is not None:
-                out.append(self._div(step, "track", f"{where}: {problem}", row.id, dsts[k]))
-                continue
-            assert b is not None
-            tokens = (int(src[k]) - offsets[b]) * chunk  # into row b's chunk
-            states = self.chunk_state(b, tokens)
-            for pool, (conv, ssm) in zip((rep.runner.state, rep.shadow), states, strict=True):
-                pool.conv[dsts[k]], pool.ssm[dsts[k]] = conv.to(pool.conv.dtype), ssm.to(pool.ssm.dtype)
-            rb = step.rows[b]
-            have = self.history.get(rb.id)
-            if have is not None and rb.tokens is not None and self.from_zeros.get(rb.id):
-                self._written[dsts[k]] = (*have[: rb.cached_tokens], *rb.tokens[:tokens])
-            else:
-                self._written.pop(dsts[k], None)
+            for why in (wrong, problem):
+                if why is not None:
+                    detail = f"row {tracked.row}: tracked from h into slot {slot}: {why}"
+                    out.append(self._div(step, "track", detail, row.id, slot, expected=tracked.index, got=source))
+            if got is not None and problem is None:  # a wrong entry still copies the state it names
+                self._copy_chunk_state(step, *got, slot)
+                tracked.written = True
+        for slot, tracked in want.items():
+            if not tracked.written and not any(d.slot == slot for d in out):
+                detail = (
+                    f"row {tracked.row}: tracked from h into slot {slot} ({tracked.source}), but no entry of "
+                    f"track_ssm_h_dst or track_ssm_recompute_dst is {slot}"
+                )
+                out.append(self._div(step, "track", detail, step.rows[tracked.row].id, slot))
         conv_idx = md.get("track_conv_indices")
         if conv_idx is not None:
-            out += self._track_conv(step, conv_idx, chunk, qsl)
+            out += self._track_conv(step, conv_idx, grid.chunk, grid.qsl)
         return out
+
+    @staticmethod
+    def _chunk_entries(step: TraceStep, want: dict[int, _Tracked]) -> list[tuple[str, int, Any, int]] | str:
+        """The step's recorded chunk-state copies as ``(list, position, source, track slot)``: ``source`` an
+        index of ``h`` (``track_ssm_h_dst``) or a ``(row, end position)`` recompute (``track_ssm_recompute_dst``).
+        When none is recorded they stand for what the rows want; either kind alone means none of the other; a
+        malformed list is a message."""
+        md = step.metadata or {}
+        on = {dst: t for dst, t in want.items() if t.index is not None}
+        off = {dst: t for dst, t in want.items() if t.index is None}
+        src, dst = md.get("track_ssm_h_src"), md.get("track_ssm_h_dst")
+        recompute = [md.get(k) for k in RECOMPUTE_FIELDS]
+        if src is None and dst is None and all(v is None for v in recompute):  # none recorded: the rows' own
+            src, dst = [t.index for t in on.values()], list(on)
+            recompute = [[t.row for t in off.values()], [t.end for t in off.values()], list(off)]
+        elif all(v is None for v in recompute):  # h lists alone (GDN, or Mamba2 before sglang's fix)
+            recompute = [[], [], []]
+        elif src is None and dst is None:  # recomputes alone (a trace leaves out empty lists)
+            src, dst = [], []
+        if not (isinstance(src, list) and isinstance(dst, list) and len(src) == len(dst)):
+            return "track_ssm_h_src, track_ssm_h_dst: lists of one entry each per row tracked from h"
+        seq, end, rdst = recompute
+        if not (isinstance(seq, list) and isinstance(end, list) and isinstance(rdst, list)) or not (
+            len(seq) == len(end) == len(rdst)
+        ):
+            return f"{', '.join(RECOMPUTE_FIELDS)}: lists of one entry each per recomputed row"
+        return [("track_ssm_h_dst", j, int(a), int(b)) for j, (a, b) in enumerate(zip(src, dst, strict=True))] + [
+            ("track_ssm_recompute_dst", j, (int(a), int(e)), int(b))
+            for j, (a, e, b) in enumerate(zip(seq, end, rdst, strict=True))
+        ]
+
+    def _copy_chunk_state(self, step: TraceStep, b: int, tokens: int, slot: int) -> None:
+        """Row ``b``'s state after ``tokens`` tokens of the step's chunk into ``slot``, runner and shadow alike."""
+        rep = self.rep
+        for pool, (conv, ssm) in zip((rep.runner.state, rep.shadow), self.chunk_state(b, tokens), strict=True):
+            pool.conv[slot], pool.ssm[slot] = conv.to(pool.conv.dtype), ssm.to(pool.ssm.dtype)
+        rb = step.rows[b]
+        have = self.history.get(rb.id)
+        if have is not None and rb.tokens is not None and self.from_zeros.get(rb.id):
+            self._written[slot] = (*have[: rb.cached_tokens], *rb.tokens[:tokens])
+        else:
+            self._written.pop(slot, None)
 
     def chunk_state(self, b: int, tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Row ``b``'s conv window and recurrent state after the first ``tokens`` tokens of the step's chunk,

@@ -403,7 +403,13 @@ def _track_keys(value: dict[str, Any], line: int) -> None:
     for key in ("mamba_track_indices", "mamba_track_seqlens", "mamba_steps_to_track"):
         if key in value:
             _int_list(value[key], line, f"metadata.{key}", -1)
-    for key in ("track_ssm_h_src", "track_ssm_h_dst"):
+    for key in (
+        "track_ssm_h_src",
+        "track_ssm_h_dst",
+        "track_ssm_seq_idx",
+        "track_ssm_end_locs",
+        "track_ssm_recompute_dst",
+    ):
         if key in value:
             _int_list(value[key], line, f"metadata.{key}", 0)
     if "mamba_chunk_size" in value:

@@ -24,11 +24,19 @@ admissions that start from a checkpoint, copies before the forward, running stat
 TRACK_FIELDS = ("mamba_track_mask", "mamba_track_indices", "mamba_track_seqlens")
 """sglang's track metadata of an extend or decode step (``ForwardBatch``), one entry per row in row order:
 tracked or not, the track slot, the tracked length (-1 when untracked)."""
-CHUNK_TRACK_FIELDS = ("mamba_chunk_size", "track_ssm_h_src", "track_ssm_h_dst", "track_conv_indices")
+CHUNK_TRACK_FIELDS = (
+    "mamba_chunk_size", "track_ssm_h_src", "track_ssm_h_dst", "track_ssm_seq_idx", "track_ssm_end_locs",
+    "track_ssm_recompute_dst", "track_conv_indices",
+)  # fmt: skip
 """sglang's tracking inside an extend chunk (``_init_track_ssm_indices``, ``_init_track_conv_indices``): the
 state chunk size ``C``; for each tracked row whose tracked length is not a multiple of ``C`` past its cached
-tokens, the index of its chunk state in the kernel's ``h`` (one grid per sequence for GDN) and its track
-slot; for each tracked row, the ``W - 1`` flattened input positions of its conv window."""
+tokens, the index of its chunk state in the kernel's ``h`` and its track slot (GDN: one grid per sequence;
+Mamba2: one grid over the flattened batch, where a row whose position is off that grid has its state
+recomputed instead: its row index, its flattened end position, its track slot); for each tracked row, the
+``W - 1`` flattened input positions of its conv window."""
+RECOMPUTE_FIELDS = ("track_ssm_seq_idx", "track_ssm_end_locs", "track_ssm_recompute_dst")
+"""The ``CHUNK_TRACK_FIELDS`` of sglang's Mamba2 rows tracked off the chunk grid (their state recomputed by
+``mamba_chunk_scan_combined``'s track path): row index, flattened end position, track slot, one entry each."""
 VERIFY_TRACK_FIELDS = ("mamba_track_indices", "mamba_steps_to_track")
 """sglang's track metadata of a verify step, one entry per row: the track slot, and the draft step whose
 intermediate state goes there at commit (``mamba_steps_to_track``; -1 when the row crosses no track

@@ -47,12 +47,13 @@ The modelling choices, each as the engines make it or as the workbench can repla
   With ``dp_dummies``, this engine is one data-parallel rank: with probability ``dp_dummy_rate`` a step
   carries none of its rows while its requests hold their slots (the other ranks run; this one runs a dummy
   batch), the case of vLLM PR #37728 / #49757 (dummy runs writing through stale rows).
-* **Layers without extend.** Mamba2 runs decode and idle only (``Mamba2Layer.supported_modes``): by
-  default (``prefill=None``) its trace models a disaggregated decode instance, where a request arrives
-  with its prompt prefilled elsewhere (``cached_tokens = prompt_len``, first token sampled) and decodes
-  from its first step. ``spec`` and ``mixed`` are refused for it, naming the field.
+* **Disaggregated decode.** With ``prefill=False`` a trace models a decode instance, where a request arrives
+  with its prompt prefilled elsewhere (``cached_tokens = prompt_len``, first token sampled) and decodes from
+  its first step; ``mixed`` and a prefix cache are refused with it. Both layers prefill by default (Mamba2's
+  extend is the chunk scan, ``kernels.mamba2.chunk_scan``); Mamba2 has no verify step, so ``spec`` is
+  refused for it, naming the field.
 * **Prefix caching** (``prefix_cache="no_buffer"``: sglang's mamba radix cache, strategy ``no_buffer``,
-  ``docs/traces.md`` "Prefix caching"; profiles sglang and sglang-ascend, layer gdn). Every row carries its
+  ``docs/traces.md`` "Prefix caching"; profiles sglang and sglang-ascend, layers gdn and mamba2). Every row carries its
   ``tokens``. ``shared_prefixes`` system prompts (lengths uniform in ``prefix_len``, ids below ``vocab``)
   are drawn once per trace; a request's prompt is the first ``prompt_len`` tokens of one of them, then its
   own random ids up to ``prompt_len`` (so prompts share prefixes, and a short one ends inside one). With
@@ -186,6 +187,7 @@ from workbench.profiles import Profile, get_profile
 from workbench.traces.model import (
     CHUNK_TRACK_FIELDS,
     PREFIX_KEYS,
+    RECOMPUTE_FIELDS,
     TRACK_FIELDS,
     VERIFY_TRACK_FIELDS,
     Trace,
@@ -232,7 +234,8 @@ DEFAULT_TRACK_INTERVAL = 32
 """``track_interval`` of ``extra_buffer`` (sglang's ``mamba_track_interval``, 256 there)."""
 
 CONV_WINDOW = GDNConfig.small().conv_kernel - 1
-"""Input positions in a conv window of the replayed GDN layer (``track_conv_indices`` gathers that many)."""
+"""Input positions in a conv window of the replayed layers (``track_conv_indices`` gathers that many; GDN's and
+Mamba2's small configs share ``conv_kernel`` 4)."""
 
 EXTRA_BUFFER_SLOTS = 3
 """Pool slots an ``extra_buffer`` request holds while live: its running slot and 2 ping-pong track slots."""
@@ -341,10 +344,9 @@ def _check_prefix_cache(value: object, profile: str, layer: str, prefill: bool) 
             f"profile = {profile!r}: prefix_cache = {value!r} is sglang's mamba radix cache "
             f"(profiles {PREFIX_PROFILES}); vLLM's mamba prefix cache is prefix_cache='align'"
         )
-    if layer != "gdn":
+    if "extend" not in LAYERS[layer].supported_modes:  # type: ignore[attr-defined]
         raise SimulationError(
-            f"layer = {layer!r}: prefix_cache = {value!r} checkpoints prefilled prompts, and only 'gdn' has "
-            "extend steps here"
+            f"layer = {layer!r}: prefix_cache = {value!r} checkpoints prefilled prompts, and it has no extend step"
         )
     if not prefill:
         raise SimulationError(f"prefill = False: prefix_cache = {value!r} checkpoints prefilled prompts")
@@ -577,7 +579,8 @@ def simulate(
         elif align:
             cache = _Align(pool, rng, block_size=bs, **common)
         elif extra:
-            cache = _ExtraBuffer(pool, rng, cache_chunk=cc, track_interval=interval, **common)
+            batch_grid = LAYERS[layer].chunk_grid == "batch"  # type: ignore[attr-defined]
+            cache = _ExtraBuffer(pool, rng, cache_chunk=cc, track_interval=interval, batch_grid=batch_grid, **common)
         else:
             cache = _NoBuffer(pool, rng, **common)
     elif max_cached is not None:
@@ -783,10 +786,12 @@ class _ExtraBuffer(_NoBuffer):
         *,
         cache_chunk: int,
         track_interval: int,
+        batch_grid: bool,
         **kw: Any,
     ) -> None:
         super().__init__(pool, rng, **kw)
         self.cache_chunk, self.track_interval = cache_chunk, track_interval
+        self.batch_grid = batch_grid  # Mamba2: the kernel's chunk states lie on one grid over the batch
 
     def _admitted(self, req: _Request) -> None:
         """The request's ping-pong track buffer: two held slots (``admit`` made room for them)."""
@@ -813,6 +818,7 @@ class _ExtraBuffer(_NoBuffer):
         cc = self.cache_chunk
         h_src: list[int] = []
         h_dst: list[int] = []
+        recompute: tuple[list[int], list[int], list[int]] = ([], [], [])  # Mamba2 off the grid: row, end, slot
         conv: list[list[int]] = []
         offset = start = 0  # the row's first chunk state in h (one grid per sequence), its first input token
         for req, n, kept in rows:
@@ -821,8 +827,13 @@ class _ExtraBuffer(_NoBuffer):
                 tracked = n >= cc
                 at = req.cached - n + n // cc * cc
                 if tracked and n % cc:  # inside the chunk: from the kernel's chunk state h
-                    h_src.append(offset + n // cc)
-                    h_dst.append(req.pingpong[req.next_track])
+                    end = start + n // cc * cc  # the tracked position in the flattened batch
+                    if not self.batch_grid or end % cc == 0:
+                        h_src.append(end // cc if self.batch_grid else offset + n // cc)
+                        h_dst.append(req.pingpong[req.next_track])
+                    else:  # Mamba2, off the batch's grid: sglang recomputes the state
+                        for lst, v in zip(recompute, (len(mask), end, req.pingpong[req.next_track]), strict=True):
+                            lst.append(v)
                 if tracked:
                     conv.append(
                         [min(max(start + n // cc * cc - CONV_WINDOW + j, 0), start + n - 1) for j in range(CONV_WINDOW)]
@@ -855,9 +866,11 @@ class _ExtraBuffer(_NoBuffer):
             return
         self.meta["mamba_track_mask"], self.meta["mamba_track_indices"] = mask, indices
         self.meta["mamba_track_seqlens"] = seqlens
-        if h_src:
+        if h_src or recompute[0]:
             self.meta["mamba_chunk_size"] = cc  # type: ignore[assignment]  # an int among the lists
             self.meta["track_ssm_h_src"], self.meta["track_ssm_h_dst"] = h_src, h_dst
+            if self.batch_grid:
+                self.meta.update(zip(RECOMPUTE_FIELDS, recompute, strict=True))
             self.meta["track_conv_indices"] = conv
 
     def _unpublished(self, req: _Request) -> tuple[int, int] | None:

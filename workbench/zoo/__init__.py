@@ -62,6 +62,7 @@ MODULES = (
     "publish_before_write",
     "unwritten_track_slot",
     "stale_track_mask",
+    "mamba2_chunk_grid",
     "backward_post_copy",
 )
 

@@ -21,8 +21,9 @@ EXPLANATION = (
     "request whose later chunk happens to be alone in its step continues from zeros: the chunks "
     "before it are forgotten, with no error and an output that is merely worse; the same prompt beside "
     "another request's chunk is right, so the bug comes and goes with the load. Here the same condition "
-    "sits in a backend's metadata, run on the Gated DeltaNet layer (the workbench's Mamba2 layer has no "
-    "prefill): request 0's 20-token prompt is fed in chunks of 8, 8 and 4, the second alone, the third beside "
+    "sits in a backend's metadata, run on the Mamba2 layer (its prefill is the chunk scan, "
+    "`kernels.mamba2.chunk_scan`): request 0's 20-token prompt is fed in chunks of 8, 8 and 4, the second "
+    "alone, the third beside "
     "request 1's first chunk. The replay's float64 shadow, which carries every request's state over all of "
     "its tokens, names the step and the chunk. PR 22034 removed the condition; related chunk-boundary bugs "
     "are vLLM PR 23279 (the decay of the initial state counted from the Mamba chunk, not the sequence) and "
@@ -40,8 +41,8 @@ PLAN = (
 
 def scenario_trace(profile: str) -> Trace:
     """Request 0's 20 prompt tokens in chunks of 8 (alone), 8 (alone) and 4 (beside request 1's 6), then
-    two decode steps of both (Gated DeltaNet, 4 slots, decode buckets 1, 2, 4)."""
-    return scripted(profile, "gdn", PLAN, num_slots=4, buckets={"decode": [1, 2, 4]})
+    two decode steps of both (Mamba2, 4 slots, decode buckets 1, 2, 4)."""
+    return scripted(profile, "mamba2", PLAN, num_slots=4, buckets={"decode": [1, 2, 4]})
 
 
 class DropsLoneInitialState(MetadataBackend):
@@ -101,7 +102,7 @@ CASE = ZooCase(
     scenario=scenario,
     variant=variant,
     mechanism=(TraceEvidence,),
-    steps="a scripted 5-step trace on a pool of 4 slots, GDN layer (small, seed 0), decode buckets 1, 2, 4: "
+    steps="a scripted 5-step trace on a pool of 4 slots, Mamba2 layer (small, seed 0), decode buckets 1, 2, 4: "
     "request 0's 20-token prompt in chunks of 8 (alone), 8 (alone) and 4 (beside request 1's 6-token first "
     "chunk), then two decode steps of both; every step checked against the float64 shadow of every request",
 )
