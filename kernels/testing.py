@@ -135,7 +135,7 @@ OPS: dict[str, OpSpec] = {
                "kernels.causal_conv1d.triton_conv:update_triton", "channel"),
         OpSpec("causal_conv1d.varlen", "kernels.causal_conv1d:varlen", ("extend",),
                "kernels.causal_conv1d.triton_conv:varlen_triton", "channel"),
-        OpSpec("mamba2.selective_state_update", "kernels.mamba2:selective_state_update", ("decode",),
+        OpSpec("mamba2.selective_state_update", "kernels.mamba2:selective_state_update", ("decode", "verify"),
                "kernels.mamba2.triton_ssu:selective_state_update_triton", "head"),
         OpSpec("mamba2.chunk_scan", "kernels.mamba2:chunk_scan", ("extend",),
                "kernels.mamba2.triton_scan:chunk_scan_triton", "head"),
@@ -641,26 +641,37 @@ def _mamba2(c: _Ctx, variant: str) -> tuple[dict[str, Any], dict[str, list[int]]
 
     s, d, b = c.spec, c.draw, c.batch
     nh, hd, ds, ng = s["nheads"], s["headdim"], s["dstate"], s["ngroups"]
+    verify = variant == "verify"
+    lead = (b.n, s["D"]) if verify else (b.n,)  # a verify's D draft tokens per row
     storage, state = _pool(d, b, c.guard, nh, hd, ds, scale=0.3)
     f32 = torch.float32
     args = {
         "state": state,
-        "x": d.randn(b.n, nh, hd),
+        "x": d.randn(*lead, nh, hd),
         # per-head parameters expanded over headdim (stride 0), as the engines pass them
-        "dt": d.uniform(b.n, nh, 1, lo=0.0, hi=1.0).expand(b.n, nh, hd),
+        "dt": d.uniform(*lead, nh, 1, lo=0.0, hi=1.0).expand(*lead, nh, hd),
         "A": (-d.uniform(nh, 1, 1, lo=0.1, hi=1.0)).expand(nh, hd, ds),
-        "B": d.randn(b.n, ng, ds),
-        "C": d.randn(b.n, ng, ds),
+        "B": d.randn(*lead, ng, ds),
+        "C": d.randn(*lead, ng, ds),
         "D": d.randn(nh, 1, dtype=f32).expand(nh, hd),
-        "z": d.randn(b.n, nh, hd),
+        "z": d.randn(*lead, nh, hd),
         "dt_bias": d.randn(nh, 1, scale=0.5, dtype=f32).expand(nh, hd),
         "dt_softplus": True,
         "state_indices": d.ints(b.indices),
         "pad_slot_id": b.convention.pad_slot_id,
-        "out": d.nan(b.n, nh, hd),
+        "out": d.nan(*lead, nh, hd),
     }
-    cost = selective_state_update_cost(b.rows, nh, hd, ds, ng, d.dtype)
-    return {"args": args, "storage": {"state": storage}}, {"out": list(range(b.n))}, cost
+    row_of = {"out": list(range(b.n))}
+    built: dict[str, Any] = {"args": args, "storage": {"state": storage}}
+    if verify:  # the state after each draft step, by batch row; the pool itself is left alone
+        args["intermediate_states"] = d.nan(*lead, nh, hd, ds, dtype=f32)
+        args["disable_state_update"] = True
+        row_of["intermediate_states"] = list(range(b.n))
+        built["transfers"] = 1 + s["D"]
+    cost = selective_state_update_cost(
+        b.rows, nh, hd, ds, ng, d.dtype, steps=s["D"] if verify else 1, state_update=not verify, intermediate=verify
+    )
+    return built, row_of, cost
 
 
 def scan_chunk_size(extend: int) -> int:

@@ -27,9 +27,10 @@ def vllm():
 
 
 # -- accept ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("layer", ["gdn", "mamba2"])
 @pytest.mark.parametrize("profile", list(PROFILES))
-def test_accept_holds_the_reference_state_under_every_profile(profile):
-    m = captured(profile=profile, draft_tokens=3)
+def test_accept_holds_the_reference_state_under_every_profile(profile, layer):
+    m = captured(profile=profile, draft_tokens=3, layer=layer)
     rep = m.step(3, "target_verify", seed=2, time_it=False)
     assert rep is not None and rep.clean, m.error
     res = m.accept([3, 1, 2])

@@ -57,7 +57,7 @@ def test_an_input_change_clears_what_was_shown():
     assert list(lab.heatmap.data[0].y) == ["(nothing yet)"] and lab.progress.value == 0
     assert lab.replay_button.disabled and lab.accept_button.disabled and not lab.capture_button.disabled
     lab.capture_button.click()
-    assert "captured 2 graphs" in lab.result.value and lab.mode.options == ("decode",)
+    assert "captured 4 graphs" in lab.result.value and lab.mode.options == ("decode", "target_verify")
 
 
 def test_bucket_100000_is_refused_beside_its_control_at_once():

@@ -94,10 +94,12 @@ def test_replay_keeps_every_static_address(captured):
     assert not torch.equal(out1, out2)  # the same tensor, overwritten with the new step
 
 
+@pytest.mark.parametrize("layer", ["gdn", "mamba2"])
 @pytest.mark.parametrize("profile", ["sglang", "sglang-ascend"])
 @pytest.mark.parametrize("raw", [3, BUCKETS[-1] + 1], ids=["replayed", "eager-fallback"])
-def test_verify_then_accept_equals_decoding_one_by_one(profile, raw):
-    runner = make_runner(profile)
+def test_verify_then_accept_equals_decoding_one_by_one(profile, raw, layer):
+    mamba = Mamba2Layer(Mamba2Config.small(), seed=3, impl="reference") if layer == "mamba2" else None
+    runner = make_runner(profile, layer=mamba)
     runner.capture(progress=False)
     rows = runner.pool.alloc(raw)
     x = torch.randn(raw * D, runner.layer.config.hidden_size)
@@ -107,7 +109,7 @@ def test_verify_then_accept_equals_decoding_one_by_one(profile, raw):
     assert res.replayed == (raw <= BUCKETS[-1])
     runner.accept(acc)
     # reference: decode the accepted tokens of each request one by one, eagerly
-    ref = make_runner(profile)
+    ref = make_runner(profile, layer=mamba)
     ref.state = ref_state
     ref.pool = runner.pool
     ref.meta_backend.pool = runner.pool
@@ -135,7 +137,7 @@ def test_host_sync_in_a_step_is_refused_at_capture():
 def test_mamba2_decode_replay_clean():
     layer = Mamba2Layer(Mamba2Config.small(), seed=1, impl="reference")
     runner = make_runner("sglang", layer=layer)
-    assert runner.modes == ("decode",)
+    assert runner.modes == ("decode", "target_verify")
     runner.capture(progress=False)
     rows = runner.pool.alloc(5)
     cmp = runner.compare(Batch.decode(rows, [3, 4, 5, 6, 7]), torch.randn(5, layer.config.hidden_size))

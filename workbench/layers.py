@@ -125,6 +125,54 @@ class _SeededLayer:
         g = torch.Generator().manual_seed(seed)
         return LayerState(*(0.5 * torch.randn(s, generator=g).to(dtype=dtype, device=self.device) for s in (conv, ssm)))
 
+    def new_intermediate(self, max_bs: int, draft_tokens: int, dtype: torch.dtype = torch.float32) -> Intermediate:
+        """Verify buffers for ``max_bs`` rows of ``draft_tokens`` steps: each step's conv window and state."""
+        conv, ssm = self._state_shapes(max_bs)
+        return Intermediate(
+            torch.zeros(conv[0], draft_tokens, *conv[1:], dtype=dtype, device=self.device),
+            torch.zeros(ssm[0], draft_tokens, *ssm[1:], dtype=dtype, device=self.device),
+        )
+
+    @staticmethod
+    def _write_steps_to_slots(
+        state: LayerState, inter_conv: torch.Tensor, inter_ssm: torch.Tensor, slots: torch.Tensor, pad, dummy: int
+    ) -> None:
+        """vLLM spec decode: the state after draft step t of row n goes to slot ``slots[n, t]``.
+
+        Entries the kernels skip (``<= pad``) are aimed at the dummy slot and write back its own current
+        value, so nothing changes there: a fixed-shape write with no host read, as a graph needs.
+        """
+        flat = slots.reshape(-1).long()
+        keep = ~skipped_rows(flat, pad)
+        target = torch.where(keep, flat, torch.full_like(flat, dummy))
+        for pool, steps in ((state.ssm, inter_ssm), (state.conv, inter_conv)):
+            new = steps.reshape(flat.numel(), *steps.shape[2:]).to(pool.dtype)
+            mask = keep.view(-1, *([1] * (new.dim() - 1)))
+            pool.index_copy_(0, target, torch.where(mask, new, pool.index_select(0, target)))
+
+    def accept(self, state: LayerState, intermediate: Intermediate, meta: Metadata, num_accepted: torch.Tensor) -> None:
+        """After verify (sglang): the last accepted step's conv window and SSM state go back to live slots.
+
+        ``num_accepted``: int ``[raw_bs]`` in 1..D, checked on the host first (one small read; this runs
+        eagerly, outside the graph, like the engine's), so the SSM and conv scatters always agree.
+        vLLM's per-slot layout needs no accept step (every draft step already has its slot).
+        """
+        r, d = meta.raw_batch_size, meta.draft_tokens
+        if meta.state_indices.dim() == 2:
+            return
+        if tuple(num_accepted.shape) != (r,):
+            raise MetadataError(f"num_accepted: expected shape ({r},), got {tuple(num_accepted.shape)}")
+        for i, a in enumerate(num_accepted.tolist()):
+            if not 1 <= a <= d:
+                raise MetadataError(f"num_accepted[{i}] = {a}: must be in 1..D={d}")
+        idx = meta.state_indices[:r]
+        acc = num_accepted.to(device=idx.device)
+        gdn.scatter_accepted(
+            state.ssm, intermediate.ssm[:r], idx, acc, pad_slot_id=meta.profile.kernel_pad_slot_id, impl=self.impl
+        )
+        windows = intermediate.conv[torch.arange(r, device=idx.device), acc.long() - 1]
+        state.conv.index_copy_(0, idx.long(), windows.to(state.conv.dtype))
+
     def __repr__(self) -> str:
         dtype = str(self.dtype).removeprefix("torch.")
         return f"{type(self).__name__}({self.config.summary()}, impl={self.impl!r}, {dtype}, device={self.device})"
@@ -213,15 +261,6 @@ class GatedDeltaNetLayer(_SeededLayer):
         c = self.config
         return (num_slots, c.conv_dim, c.conv_kernel - 1), (num_slots, c.num_v_heads, c.head_k_dim, c.head_v_dim)
 
-    def new_intermediate(self, max_bs: int, draft_tokens: int, dtype: torch.dtype = torch.float32) -> Intermediate:
-        c = self.config
-        return Intermediate(
-            torch.zeros(max_bs, draft_tokens, c.conv_dim, c.conv_kernel - 1, dtype=dtype, device=self.device),
-            torch.zeros(
-                max_bs, draft_tokens, c.num_v_heads, c.head_k_dim, c.head_v_dim, dtype=dtype, device=self.device
-            ),
-        )
-
     def forward(
         self, x: torch.Tensor, meta: Metadata, state: LayerState, intermediate: Intermediate | None = None
     ) -> torch.Tensor:
@@ -276,46 +315,6 @@ class GatedDeltaNetLayer(_SeededLayer):
         o = _gated_rmsnorm(o, z.reshape(T, HV, V), w["norm_w"], c.rms_eps)
         return _live_tokens(o.reshape(T, HV * V) @ w["w_out"], meta)
 
-    @staticmethod
-    def _write_steps_to_slots(
-        state: LayerState, inter_conv: torch.Tensor, inter_ssm: torch.Tensor, slots: torch.Tensor, pad, dummy: int
-    ) -> None:
-        """vLLM spec decode: the state after draft step t of row n goes to slot ``slots[n, t]``.
-
-        Entries the kernels skip (``<= pad``) are aimed at the dummy slot and write back its own current
-        value, so nothing changes there: a fixed-shape write with no host read, as a graph needs.
-        """
-        flat = slots.reshape(-1).long()
-        keep = ~skipped_rows(flat, pad)
-        target = torch.where(keep, flat, torch.full_like(flat, dummy))
-        for pool, steps in ((state.ssm, inter_ssm), (state.conv, inter_conv)):
-            new = steps.reshape(flat.numel(), *steps.shape[2:]).to(pool.dtype)
-            mask = keep.view(-1, *([1] * (new.dim() - 1)))
-            pool.index_copy_(0, target, torch.where(mask, new, pool.index_select(0, target)))
-
-    def accept(self, state: LayerState, intermediate: Intermediate, meta: Metadata, num_accepted: torch.Tensor) -> None:
-        """After verify (sglang): the last accepted step's conv window and SSM state go back to live slots.
-
-        ``num_accepted``: int ``[raw_bs]`` in 1..D, checked on the host first (one small read; this runs
-        eagerly, outside the graph, like the engine's), so the SSM and conv scatters always agree.
-        vLLM's per-slot layout needs no accept step (every draft step already has its slot).
-        """
-        r, d = meta.raw_batch_size, meta.draft_tokens
-        if meta.state_indices.dim() == 2:
-            return
-        if tuple(num_accepted.shape) != (r,):
-            raise MetadataError(f"num_accepted: expected shape ({r},), got {tuple(num_accepted.shape)}")
-        for i, a in enumerate(num_accepted.tolist()):
-            if not 1 <= a <= d:
-                raise MetadataError(f"num_accepted[{i}] = {a}: must be in 1..D={d}")
-        idx = meta.state_indices[:r]
-        acc = num_accepted.to(device=idx.device)
-        gdn.scatter_accepted(
-            state.ssm, intermediate.ssm[:r], idx, acc, pad_slot_id=meta.profile.kernel_pad_slot_id, impl=self.impl
-        )
-        windows = intermediate.conv[torch.arange(r, device=idx.device), acc.long() - 1]
-        state.conv.index_copy_(0, idx.long(), windows.to(state.conv.dtype))
-
 
 # -- Mamba2 --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -358,11 +357,11 @@ class Mamba2Config:
 
 
 class Mamba2Layer(_SeededLayer):
-    """Input projection -> short conv -> SSM -> gated norm -> output: a decode step (conv update, selective
-    state update) or a prefill (varlen conv, chunk scan)."""
+    """Input projection -> short conv -> SSM -> gated norm -> output: a decode step or a verify's D steps (conv
+    update, selective state update, per-step buffers in verify) or a prefill (varlen conv, chunk scan)."""
 
     config_class = Mamba2Config
-    supported_modes: tuple[str, ...] = ("decode", "extend", "idle")
+    supported_modes: tuple[str, ...] = ("decode", "target_verify", "extend", "idle")
     chunk_grid = "batch"
 
     @staticmethod
@@ -385,15 +384,25 @@ class Mamba2Layer(_SeededLayer):
     def forward(
         self, x: torch.Tensor, meta: Metadata, state: LayerState, intermediate: Intermediate | None = None
     ) -> torch.Tensor:
-        """One step: ``x`` ``[T, hidden]`` -> ``[T, hidden]`` (decode: one token per row; extend: the packed
-        tokens); updates ``state`` in place. Reads only metadata tensors: safe to capture."""
+        """One step: ``x`` ``[T, hidden]`` -> ``[T, hidden]`` (decode: one token per row; verify: D per row;
+        extend: the packed tokens); updates ``state`` (or, in verify, ``intermediate``) in place. Reads only
+        metadata tensors: safe to capture."""
         c, w, mode = self.config, self.weights, meta.forward_mode
         if mode not in self.supported_modes:
-            raise MetadataError(f"forward_mode: {mode!r} not supported by Mamba2Layer (decode, extend and idle)")
+            raise MetadataError(f"forward_mode: {mode!r} not supported by Mamba2Layer")
         N, T = meta.state_indices.shape[0], x.shape[0]
         if N == 0:
             return x.new_zeros(0, c.hidden_size)
+        verify = mode == "target_verify"
+        if verify and intermediate is None:
+            raise MetadataError("intermediate: target_verify needs per-step buffers (layer.new_intermediate)")
         pad, idx = meta.profile.kernel_pad_slot_id, meta.state_indices
+        per_slot = verify and idx.dim() == 2  # vLLM spec decode: one slot per draft position
+        if per_slot:
+            assert meta.num_accepted_tokens is not None  # validate() guarantees it for [bs, D] indices
+            # read the state the previous step accepted: slot indices[n, num_accepted[n] - 1]
+            pick = (meta.num_accepted_tokens.long() - 1).clamp(min=0).unsqueeze(1)
+            idx = meta.state_indices.gather(1, pick).squeeze(1)
         nh, hd, ng, ds = c.num_heads, c.head_dim, c.n_groups, c.state_size
         z, xbc, dt = (x @ w["w_in"]).split([c.d_inner, c.conv_dim, nh], dim=-1)
         A = -torch.exp(w["A_log"].float()).to(w["A_log"].dtype)
@@ -411,17 +420,27 @@ class Mamba2Layer(_SeededLayer):
                 chunk_size=c.chunk_size, impl=self.impl,
             )  # fmt: skip
         else:
+            L = T // N  # 1 in decode, D in verify
+            inter_conv = intermediate.conv[:N] if intermediate is not None and verify else None
+            inter_ssm = intermediate.ssm[:N] if intermediate is not None and verify else None
             xbc = conv1d.update(
-                xbc.reshape(N, 1, c.conv_dim), state.conv, w["conv_w"], w["conv_b"],
-                state_indices=idx, activation="silu", pad_slot_id=pad, impl=self.impl,
-            ).reshape(N, c.conv_dim)  # fmt: skip
-            xs, B, C = xbc.split([c.d_inner, ng * ds, ng * ds], dim=-1)
-            y = mamba2.selective_state_update(
-                state.ssm, xs.reshape(N, nh, hd), dt[:, :, None].expand(N, nh, hd),
-                A[:, None, None].expand(nh, hd, ds), B.reshape(N, ng, ds), C.reshape(N, ng, ds),
-                D=w["D"][:, None].expand(nh, hd), dt_bias=w["dt_bias"][:, None].expand(nh, hd), dt_softplus=True,
-                state_indices=idx, pad_slot_id=pad, impl=self.impl,
+                xbc.reshape(N, L, c.conv_dim), state.conv, w["conv_w"], w["conv_b"], state_indices=idx,
+                activation="silu", intermediate_conv_windows=inter_conv, disable_state_update=verify,
+                pad_slot_id=pad, impl=self.impl,
             )  # fmt: skip
+            xs, B, C = xbc.split([c.d_inner, ng * ds, ng * ds], dim=-1)
+            lead = (N, L) if verify else (N,)  # the op's step axis: a verify keeps every step's state
+            y = mamba2.selective_state_update(
+                state.ssm, xs.reshape(*lead, nh, hd), dt.reshape(*lead, nh, 1).expand(*lead, nh, hd),
+                A[:, None, None].expand(nh, hd, ds), B.reshape(*lead, ng, ds), C.reshape(*lead, ng, ds),
+                D=w["D"][:, None].expand(nh, hd), dt_bias=w["dt_bias"][:, None].expand(nh, hd), dt_softplus=True,
+                state_indices=idx, pad_slot_id=pad, intermediate_states=inter_ssm, disable_state_update=verify,
+                impl=self.impl,
+            )  # fmt: skip
+            if per_slot and inter_conv is not None and inter_ssm is not None:
+                self._write_steps_to_slots(
+                    state, inter_conv, inter_ssm, meta.state_indices, pad, meta.profile.dummy_slot
+                )
         y = _gated_rmsnorm(y.reshape(T, c.d_inner), z, w["norm_w"], c.rms_eps)
         return _live_tokens(y @ w["w_out"], meta)
 

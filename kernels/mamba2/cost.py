@@ -28,18 +28,25 @@ def selective_state_update_cost(
     has_dt_bias: bool = True,
     dt_softplus: bool = True,
     tied: bool = True,
+    steps: int = 1,
+    state_update: bool = True,
+    intermediate: bool = False,
 ) -> Cost:
-    """Cost of one ``selective_state_update`` call.
+    """Cost of one ``selective_state_update`` call of ``N`` rows of ``steps`` tokens each.
 
     ``dtype``: x, dt, B, C, z and out; ``param_dtype``: A, D, dt_bias. ``tied``: A, dt, D and dt_bias
     are per-head scalars expanded over headdim (and dstate for A), as engines pass them, so only
-    ``nheads`` values are read (dt: ``N * nheads``).
+    ``nheads`` values are read (dt: ``N * nheads`` per step). A verify (``steps`` = D) reads each slot once,
+    writes it back only with ``state_update`` and, with ``intermediate``, writes the state after every step.
     """
     es, ss, ps = dtype.itemsize, state_dtype.itemsize, param_dtype.itemsize
+    slot = nheads * headdim * dstate * ss
+    state_bytes = (1 + int(state_update)) * N * slot + (N * steps * slot if intermediate else 0)
+    N = N * steps  # the per-token inputs and work below
     chan = N * nheads * headdim
     per_head = nheads if tied else nheads * headdim
     nbytes = (
-        2 * N * nheads * headdim * dstate * ss  # state in and out
+        state_bytes  # state in (and out), per-step states
         + chan * es * (2 + int(has_z))  # x, out, z
         + (N * nheads if tied else chan) * es  # dt
         + 2 * N * ngroups * dstate * es  # B, C

@@ -20,7 +20,7 @@ DEFAULT_CHUNK_SIZE = 256
 """``chunk_size`` of :func:`chunk_scan` (the grid of its chunk states): Mamba2 checkpoints' usual chunk."""
 
 
-@inplace_custom_op("linattn::mamba2_selective_state_update", mutates_args=("state", "out"))
+@inplace_custom_op("linattn::mamba2_selective_state_update", mutates_args=("state", "out", "intermediate_states"))
 def _ssu_op(
     state: torch.Tensor,
     x: torch.Tensor,
@@ -35,6 +35,8 @@ def _ssu_op(
     state_indices: torch.Tensor,
     pad_slot_id: int | None,
     out: torch.Tensor,
+    intermediate_states: torch.Tensor | None,
+    disable_state_update: bool,
     impl: str,
 ) -> None:
     run = implementation(
@@ -56,6 +58,8 @@ def _ssu_op(
         state_indices=state_indices,
         pad_slot_id=pad_slot_id,
         out=out,
+        intermediate_states=intermediate_states,
+        disable_state_update=disable_state_update,
     )
 
 
@@ -74,58 +78,71 @@ def selective_state_update(
     state_indices: torch.Tensor,
     pad_slot_id: int | None = -1,
     out: torch.Tensor | None = None,
+    intermediate_states: torch.Tensor | None = None,
+    disable_state_update: bool = False,
     impl: str = "auto",
 ) -> torch.Tensor:
-    """Mamba2 single-step SSM update on a pool of states (mamba_ssm's ``selective_state_update``).
+    """Mamba2 SSM update on a pool of states (mamba_ssm's ``selective_state_update``): one decode step per row,
+    or a verify's L steps per row with the state after each kept (sglang's ``intermediate_states_buffer``).
 
     Args:
         state: [num_slots, nheads, headdim, dstate] float32 pool (float64 accepted for ground truth),
-            updated in place for processed rows.
-        x: [N, nheads, headdim] float.
-        dt: [N, nheads, headdim] float (engines pass a per-head value expanded with stride 0: fine).
+            updated in place for processed rows unless ``disable_state_update``.
+        x: [N, nheads, headdim] float (one step), or [N, L, nheads, headdim] (L steps: a verify's draft tokens).
+        dt: like x (engines pass a per-head value expanded with stride 0: fine).
         A: [nheads, headdim, dstate] float (usually -exp(A_log) expanded).
-        B, C: [N, ngroups, dstate] float; head h uses group ``h // (nheads // ngroups)``.
+        B, C: [N, ngroups, dstate] float, or [N, L, ngroups, dstate]; head h uses group
+            ``h // (nheads // ngroups)``.
         D: [nheads, headdim] or None, skip connection ``+ D * x``.
-        z: [N, nheads, headdim] or None, gate ``out * silu(z)``.
+        z: like x, or None: gate ``out * silu(z)``.
         dt_bias: [nheads, headdim] or None, added to dt (before softplus).
         dt_softplus: apply ``softplus`` (linear above 20) to ``dt + dt_bias``.
         state_indices: [N] int32/int64 slot of each row; rows skipped per ``pad_slot_id``
             (``kernels.padding``) read and write no slot and output zeros.
         pad_slot_id: the padding sentinel; None processes every row.
-        out: [N, nheads, headdim] float, written in full; allocated like x when None.
+        out: like x, written in full; allocated like x when None.
+        intermediate_states: [N, L, nheads, headdim, dstate] float32 or None: the state after each step, by
+            batch row (skipped rows leave theirs untouched); only with the step axis.
+        disable_state_update: leave ``state`` unchanged (a verify keeps its steps in ``intermediate_states``).
         impl: "auto" | "reference" | "triton".
 
     Returns:
         out: ``sum_s state'[slot, h, p, s] * C[n, g, s] (+ D x) (* silu(z))`` with
-        ``state' = state * exp(A dt) + dt x B``.
+        ``state' = state * exp(A dt) + dt x B``, per step.
     """
     check = ArgChecker("mamba2.selective_state_update", device_of="x")
-    check.leading("x", x, "[N, nheads, headdim]", 3)
-    N, nheads, headdim = x.shape
+    x = check.is_tensor("x", x)
+    steps = x.dim() == 4
+    check.leading("x", x, "[N, nheads, headdim] or [N, L, nheads, headdim]", 4 if steps else 3)
+    N, nheads, headdim = x.shape[0], x.shape[-2], x.shape[-1]
+    lead = tuple(x.shape[:-2])  # (N,) or (N, L)
     dev = x.device
     check.pool("state", state, "[num_slots, nheads, headdim, dstate]", (nheads, headdim, None), STATE_DTYPES, dev)
     dstate = state.shape[3]
-    check.layout("B", B, "[N, ngroups, dstate]", 3)
-    ngroups = B.shape[1]
+    check.layout("B", B, f"[N, {'L, ' if steps else ''}ngroups, dstate]", len(lead) + 2)
+    ngroups = B.shape[-2]
     check.require(
         ngroups >= 1 and nheads % ngroups == 0,
-        f"nheads ({nheads}) must be a multiple of ngroups = B.shape[1] ({ngroups})",
+        f"nheads ({nheads}) must be a multiple of ngroups = B.shape[-2] ({ngroups})",
     )
-    check.tensor("B", B, (N, ngroups, dstate), FLOAT_DTYPES, dev)
-    check.tensor("C", C, (N, ngroups, dstate), FLOAT_DTYPES, dev)
-    check.tensor("dt", dt, (N, nheads, headdim), FLOAT_DTYPES, dev)
+    check.tensor("B", B, (*lead, ngroups, dstate), FLOAT_DTYPES, dev)
+    check.tensor("C", C, (*lead, ngroups, dstate), FLOAT_DTYPES, dev)
+    check.tensor("dt", dt, (*lead, nheads, headdim), FLOAT_DTYPES, dev)
     check.tensor("A", A, (nheads, headdim, dstate), FLOAT_DTYPES, dev)
     if D is not None:
         check.tensor("D", D, (nheads, headdim), FLOAT_DTYPES, dev)
     if z is not None:
-        check.tensor("z", z, (N, nheads, headdim), FLOAT_DTYPES, dev)
+        check.tensor("z", z, (*lead, nheads, headdim), FLOAT_DTYPES, dev)
     if dt_bias is not None:
         check.tensor("dt_bias", dt_bias, (nheads, headdim), FLOAT_DTYPES, dev)
     check.tensor("state_indices", state_indices, (N,), INDEX_DTYPES, dev)
     check.pad_slot_id(pad_slot_id)
+    if intermediate_states is not None:
+        check.require(steps, "intermediate_states needs the step axis: x [N, L, nheads, headdim]")
+        check.tensor("intermediate_states", intermediate_states, (*lead, nheads, headdim, dstate), STATE_DTYPES, dev)
     if out is None:
         out = torch.empty_like(x)
-    check.tensor("out", out, (N, nheads, headdim), FLOAT_DTYPES, dev)
+    check.tensor("out", out, (*lead, nheads, headdim), FLOAT_DTYPES, dev)
     _ssu_op(
         state=state,
         x=x,
@@ -140,6 +157,8 @@ def selective_state_update(
         state_indices=state_indices,
         pad_slot_id=pad_slot_id,
         out=out,
+        intermediate_states=intermediate_states,
+        disable_state_update=bool(disable_state_update),
         impl=check.impl(impl, dev),
     )
     return out

@@ -35,41 +35,49 @@ def selective_state_update_reference(
     state_indices: torch.Tensor,
     pad_slot_id: int | None,
     out: torch.Tensor,
+    intermediate_states: torch.Tensor | None = None,
+    disable_state_update: bool = False,
 ) -> None:
-    """One decode step of every row; updates ``state`` and writes ``out`` in place.
+    """One decode step of every row, or a verify's L steps; updates ``state`` (unless disabled), writes ``out``
+    and ``intermediate_states`` in place.
 
-    state [num_slots, nheads, headdim, dstate]; x, dt, z, out [N, nheads, headdim];
-    A [nheads, headdim, dstate]; B, C [N, ngroups, dstate]; D, dt_bias [nheads, headdim];
-    state_indices [N] int.
+    state [num_slots, nheads, headdim, dstate]; x, dt, z, out [N, nheads, headdim] (one step) or
+    [N, L, nheads, headdim]; A [nheads, headdim, dstate]; B, C [N, (L,) ngroups, dstate]; D, dt_bias
+    [nheads, headdim]; state_indices [N] int; intermediate_states [N, L, nheads, headdim, dstate] or None (the
+    state after each step, by batch row; skipped rows leave theirs untouched).
     """
+    if x.dim() == 3:  # decode: one step per row
+        x, dt, B, C, out = (t.unsqueeze(1) for t in (x, dt, B, C, out))
+        z = z.unsqueeze(1) if z is not None else None
     ct = compute_dtype(state, x, dt, A, B, C, D, z, dt_bias)
-    nheads, ngroups = x.shape[1], B.shape[1]
+    nheads, ngroups = x.shape[2], B.shape[2]
     heads_per_group = nheads // ngroups
 
     out.zero_()  # skipped rows keep these zeros
     rows, slots = live_rows_and_slots(state_indices, pad_slot_id, state.shape[0])
-
-    x_r = x[rows].to(ct)  # [R, nheads, headdim]
-    dt_r = dt[rows].to(ct)
-    if dt_bias is not None:
-        dt_r = dt_r + dt_bias.to(ct)
-    if dt_softplus:
-        dt_r = F.softplus(dt_r)  # beta 1, linear above 20, as mamba_ssm
-    # Each head reads its group's B and C: repeat every group heads_per_group times along the head axis.
-    B_r = B[rows].to(ct).repeat_interleave(heads_per_group, dim=1)  # [R, nheads, dstate]
-    C_r = C[rows].to(ct).repeat_interleave(heads_per_group, dim=1)
-
     s = state[slots].to(ct)  # [R, nheads, headdim, dstate]
-    decay = torch.exp(A.to(ct) * dt_r.unsqueeze(-1))  # [R, nheads, headdim, dstate]
-    s = s * decay + (dt_r * x_r).unsqueeze(-1) * B_r.unsqueeze(2)
-    state[slots] = s.to(state.dtype)
-
-    y = (s * C_r.unsqueeze(2)).sum(-1)  # [R, nheads, headdim]
-    if D is not None:
-        y = y + D.to(ct) * x_r
-    if z is not None:
-        y = y * F.silu(z[rows].to(ct))
-    out[rows] = y.to(out.dtype)
+    for t in range(x.shape[1]):
+        x_r = x[rows, t].to(ct)  # [R, nheads, headdim]
+        dt_r = dt[rows, t].to(ct)
+        if dt_bias is not None:
+            dt_r = dt_r + dt_bias.to(ct)
+        if dt_softplus:
+            dt_r = F.softplus(dt_r)  # beta 1, linear above 20, as mamba_ssm
+        # Each head reads its group's B and C: repeat every group heads_per_group times along the head axis.
+        B_r = B[rows, t].to(ct).repeat_interleave(heads_per_group, dim=1)  # [R, nheads, dstate]
+        C_r = C[rows, t].to(ct).repeat_interleave(heads_per_group, dim=1)
+        decay = torch.exp(A.to(ct) * dt_r.unsqueeze(-1))  # [R, nheads, headdim, dstate]
+        s = s * decay + (dt_r * x_r).unsqueeze(-1) * B_r.unsqueeze(2)
+        if intermediate_states is not None:
+            intermediate_states[rows, t] = s.to(intermediate_states.dtype)
+        y = (s * C_r.unsqueeze(2)).sum(-1)  # [R, nheads, headdim]
+        if D is not None:
+            y = y + D.to(ct) * x_r
+        if z is not None:
+            y = y * F.silu(z[rows, t].to(ct))
+        out[rows, t] = y.to(out.dtype)
+    if not disable_state_update:
+        state[slots] = s.to(state.dtype)
 
 
 def chunk_scan_reference(

@@ -1,8 +1,10 @@
-"""Triton kernel of Mamba2's selective state update (one decode step per row).
+"""Triton kernel of Mamba2's selective state update (a decode step per row, or a verify's D steps).
 
 Grid ``(cdiv(headdim, BLOCK_P), N, nheads)``: a program owns a ``[BLOCK_P, dstate]`` tile of one row's
-head state, loads it, updates it elementwise and stores it back to the same addresses (each element
-is read and written by the same lane, so no barrier is needed), then reduces over dstate for the output.
+head state, loads it, updates it elementwise once per step (storing each step's state into the verify's
+intermediate buffer when given) and reduces over dstate for each step's output, then stores the tile back
+to the same addresses unless the state update is disabled (each element is read and written by the same
+lane, so no barrier is needed).
 Inputs are read through their strides, so the "tied" layouts engines pass (A, dt, D, dt_bias expanded
 from per-head scalars with stride 0) cost no copy.
 
@@ -50,6 +52,8 @@ def _selective_state_update_kernel(
     dt_bias_ptr,
     indices_ptr,
     out_ptr,
+    inter_ptr,
+    num_steps,
     headdim,
     dstate,
     heads_per_group,
@@ -59,30 +63,41 @@ def _selective_state_update_kernel(
     stride_s_p,
     stride_s_s,
     stride_x_n,
+    stride_x_l,
     stride_x_h,
     stride_x_p,
     stride_dt_n,
+    stride_dt_l,
     stride_dt_h,
     stride_dt_p,
     stride_A_h,
     stride_A_p,
     stride_A_s,
     stride_B_n,
+    stride_B_l,
     stride_B_g,
     stride_B_s,
     stride_C_n,
+    stride_C_l,
     stride_C_g,
     stride_C_s,
     stride_D_h,
     stride_D_p,
     stride_z_n,
+    stride_z_l,
     stride_z_h,
     stride_z_p,
     stride_db_h,
     stride_db_p,
     stride_o_n,
+    stride_o_l,
     stride_o_h,
     stride_o_p,
+    stride_i_n,
+    stride_i_l,
+    stride_i_h,
+    stride_i_p,
+    stride_i_s,
     BLOCK_P: tl.constexpr,
     BLOCK_S: tl.constexpr,
     HAS_D: tl.constexpr,
@@ -90,6 +105,8 @@ def _selective_state_update_kernel(
     HAS_DT_BIAS: tl.constexpr,
     DT_SOFTPLUS: tl.constexpr,
     HAS_PAD: tl.constexpr,
+    STORE_INTER: tl.constexpr,
+    STORE_STATE: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     n = tl.program_id(1).to(tl.int64)
@@ -108,37 +125,55 @@ def _selective_state_update_kernel(
         live = live & ((slot + 0 * p) > pad_slot_id)
     tile_mask = live[:, None] & s_mask[None, :]
 
-    x = tl.load(x_ptr + n * stride_x_n + h * stride_x_h + p * stride_x_p, mask=p_mask, other=0.0).to(tl.float32)
-    dt = tl.load(dt_ptr + n * stride_dt_n + h * stride_dt_h + p * stride_dt_p, mask=p_mask, other=0.0).to(tl.float32)
-    if HAS_DT_BIAS:
-        dt += tl.load(dt_bias_ptr + h * stride_db_h + p * stride_db_p, mask=p_mask, other=0.0).to(tl.float32)
-    if DT_SOFTPLUS:
-        dt = _softplus(dt)
     A = tl.load(
         A_ptr + h * stride_A_h + p[:, None] * stride_A_p + s[None, :] * stride_A_s,
         mask=p_mask[:, None] & s_mask[None, :],
         other=0.0,
     ).to(tl.float32)
-    B = tl.load(B_ptr + n * stride_B_n + g * stride_B_g + s * stride_B_s, mask=s_mask, other=0.0).to(tl.float32)
-    C = tl.load(C_ptr + n * stride_C_n + g * stride_C_g + s * stride_C_s, mask=s_mask, other=0.0).to(tl.float32)
-
+    if HAS_DT_BIAS:
+        dt_bias = tl.load(dt_bias_ptr + h * stride_db_h + p * stride_db_p, mask=p_mask, other=0.0).to(tl.float32)
+    if HAS_D:
+        D = tl.load(D_ptr + h * stride_D_h + p * stride_D_p, mask=p_mask, other=0.0).to(tl.float32)
     state_tile = state_ptr + slot * stride_s_n + h * stride_s_h + p[:, None] * stride_s_p + s[None, :] * stride_s_s
     S = tl.load(state_tile, mask=tile_mask, other=0.0).to(tl.float32)
-    S = S * tl.exp(A * dt[:, None]) + (dt * x)[:, None] * B[None, :]
-    tl.store(state_tile, S.to(state_ptr.dtype.element_ty), mask=tile_mask)
 
-    y = tl.sum(S * C[None, :], axis=1)  # [BLOCK_P]
-    if HAS_D:
-        y += x * tl.load(D_ptr + h * stride_D_h + p * stride_D_p, mask=p_mask, other=0.0).to(tl.float32)
-    if HAS_Z:
-        z = tl.load(z_ptr + n * stride_z_n + h * stride_z_h + p * stride_z_p, mask=p_mask, other=0.0).to(tl.float32)
-        y = y * (z * sigmoid(z))
-    y = tl.where(live, y, 0.0)  # skipped rows: zeros, never garbage
-    tl.store(
-        out_ptr + n * stride_o_n + h * stride_o_h + p * stride_o_p,
-        y.to(out_ptr.dtype.element_ty),
-        mask=p_mask,
-    )
+    for t in range(num_steps):  # one token per row in decode; D of them in a verify
+        x = tl.load(x_ptr + n * stride_x_n + t * stride_x_l + h * stride_x_h + p * stride_x_p, mask=p_mask, other=0.0)
+        x = x.to(tl.float32)
+        dt = tl.load(
+            dt_ptr + n * stride_dt_n + t * stride_dt_l + h * stride_dt_h + p * stride_dt_p, mask=p_mask, other=0.0
+        ).to(tl.float32)
+        if HAS_DT_BIAS:
+            dt += dt_bias
+        if DT_SOFTPLUS:
+            dt = _softplus(dt)
+        B = tl.load(
+            B_ptr + n * stride_B_n + t * stride_B_l + g * stride_B_g + s * stride_B_s, mask=s_mask, other=0.0
+        ).to(tl.float32)
+        C = tl.load(
+            C_ptr + n * stride_C_n + t * stride_C_l + g * stride_C_g + s * stride_C_s, mask=s_mask, other=0.0
+        ).to(tl.float32)
+        S = S * tl.exp(A * dt[:, None]) + (dt * x)[:, None] * B[None, :]
+        if STORE_INTER:  # the state after step t, by batch row (not slot); skipped rows write nothing
+            i_tile = inter_ptr + n * stride_i_n + t * stride_i_l + h * stride_i_h
+            tl.store(i_tile + p[:, None] * stride_i_p + s[None, :] * stride_i_s, S, mask=tile_mask)
+
+        y = tl.sum(S * C[None, :], axis=1)  # [BLOCK_P]
+        if HAS_D:
+            y += x * D
+        if HAS_Z:
+            z = tl.load(
+                z_ptr + n * stride_z_n + t * stride_z_l + h * stride_z_h + p * stride_z_p, mask=p_mask, other=0.0
+            ).to(tl.float32)
+            y = y * (z * sigmoid(z))
+        y = tl.where(live, y, 0.0)  # skipped rows: zeros, never garbage
+        tl.store(
+            out_ptr + n * stride_o_n + t * stride_o_l + h * stride_o_h + p * stride_o_p,
+            y.to(out_ptr.dtype.element_ty),
+            mask=p_mask,
+        )
+    if STORE_STATE:  # each element is read and written by the same lane: no barrier needed
+        tl.store(state_tile, S.to(state_ptr.dtype.element_ty), mask=tile_mask)
 
 
 def selective_state_update_triton(
@@ -156,13 +191,18 @@ def selective_state_update_triton(
     state_indices: torch.Tensor,
     pad_slot_id: int | None,
     out: torch.Tensor,
+    intermediate_states: torch.Tensor | None = None,
+    disable_state_update: bool = False,
 ) -> object:
     """Launch; same arguments and shapes as ``reference.selective_state_update_reference``.
 
     Returns the launch's compiled kernel (None in the interpreter), for its ``n_regs`` / ``n_spills``.
     """
-    N, nheads, headdim = x.shape
-    ngroups, dstate = B.shape[1], B.shape[2]
+    if x.dim() == 3:  # decode: one step per row, given the step axis as a view
+        x, dt, B, C, out = (t.unsqueeze(1) for t in (x, dt, B, C, out))
+        z = z.unsqueeze(1) if z is not None else None
+    N, L, nheads, headdim = x.shape
+    ngroups, dstate = B.shape[2], B.shape[3]
     if N == 0:
         return None
     block_s = triton.next_power_of_2(dstate)
@@ -180,20 +220,23 @@ def selective_state_update_triton(
         dt_bias_ptr=dt_bias if dt_bias is not None else x,
         indices_ptr=state_indices,
         out_ptr=out,
+        inter_ptr=intermediate_states if intermediate_states is not None else state,
+        num_steps=L,
         headdim=headdim,
         dstate=dstate,
         heads_per_group=nheads // ngroups,
         pad_slot_id=pad_slot_id if pad_slot_id is not None else 0,
         **named_strides("s", state, "nhps"),
-        **named_strides("x", x, "nhp"),
-        **named_strides("dt", dt, "nhp"),
+        **named_strides("x", x, "nlhp"),
+        **named_strides("dt", dt, "nlhp"),
         **named_strides("A", A, "hps"),
-        **named_strides("B", B, "ngs"),
-        **named_strides("C", C, "ngs"),
+        **named_strides("B", B, "nlgs"),
+        **named_strides("C", C, "nlgs"),
         **named_strides("D", D, "hp"),
-        **named_strides("z", z, "nhp"),
+        **named_strides("z", z, "nlhp"),
         **named_strides("db", dt_bias, "hp"),
-        **named_strides("o", out, "nhp"),
+        **named_strides("o", out, "nlhp"),
+        **named_strides("i", intermediate_states, "nlhps"),
         BLOCK_P=block_p,
         BLOCK_S=block_s,
         HAS_D=D is not None,
@@ -201,4 +244,6 @@ def selective_state_update_triton(
         HAS_DT_BIAS=dt_bias is not None,
         DT_SOFTPLUS=bool(dt_softplus),
         HAS_PAD=pad_slot_id is not None,
+        STORE_INTER=intermediate_states is not None,
+        STORE_STATE=not disable_state_update,
     )

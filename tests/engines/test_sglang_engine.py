@@ -282,8 +282,7 @@ def test_the_simulated_extend_track_fields_are_sglangs_own(sg, layer):
 
     from workbench.traces.simulate import CONV_WINDOW, simulate
 
-    spec = 2 if layer == "gdn" else 0  # Mamba2 has no verify step here
-    trace = simulate("sglang", layer, steps=300, seed=0, prefix_cache="extra_buffer", spec=spec)
+    trace = simulate("sglang", layer, steps=300, seed=0, prefix_cache="extra_buffer", spec=2)
     checked = inside = recomputed = 0
     for step in trace.steps:
         md = step.metadata or {}

@@ -12,7 +12,7 @@ from _kernel_helpers import IMPLS, OpLog, conformance, opcheck_mutations
 
 from kernels import mamba2
 from kernels.cost import Cost
-from kernels.testing import make_case
+from kernels.testing import make_case, rel_err
 
 OP = "mamba2.selective_state_update"
 OPTIONAL = ("D", "z", "dt_bias")
@@ -127,7 +127,11 @@ def test_each_call_is_one_custom_op(impl):
 def test_custom_op_schema_declares_the_mutations():
     i = inputs(2)
     args = (i["state"], i["x"], i["dt"], i["A"], i["B"], i["C"], i["D"], i["z"], i["dt_bias"], True, i["state_indices"])
-    opcheck_mutations(torch.ops.linattn.mamba2_selective_state_update.default, (*args, -1, i["out"], "reference"))
+    op = torch.ops.linattn.mamba2_selective_state_update.default
+    opcheck_mutations(op, (*args, -1, i["out"], None, False, "reference"))
+    v = make_case(OP, "verify", rows=2, padded=0, convention="vllm").fresh().args
+    args = (v["state"], v["x"], v["dt"], v["A"], v["B"], v["C"], v["D"], v["z"], v["dt_bias"], True, v["state_indices"])
+    opcheck_mutations(op, (*args, 0, v["out"], v["intermediate_states"], True, "reference"))
 
 
 BAD = [
@@ -175,3 +179,51 @@ def test_cost():
     assert c == Cost(bytes=state_bytes + io_bytes, flops=7 * 2 * 4 * 8 * 16 + 2 * 4 * 8)
     untied = mamba2.selective_state_update_cost(2, 4, 8, 16, 1, torch.bfloat16, tied=False)
     assert untied.bytes > mamba2.selective_state_update_cost(2, 4, 8, 16, 1, torch.bfloat16).bytes
+
+
+# --- verify: L steps with the state after each kept -----------------------------------------------
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_verify_steps_are_successive_decode_steps(impl):
+    """A verify of L = 3 steps against 3 decode calls on a copy of the pool: each step's output, the state after
+    each step in ``intermediate_states``, and the pool bitwise unchanged under ``disable_state_update``."""
+    case = make_case(OP, "verify", convention="sglang", rows=2, padded=1, shapes={"D": 3})
+    call = case.fresh()
+    a = call.args
+    before = a["state"].clone()
+    mamba2.selective_state_update(**a, impl=impl)
+    assert torch.equal(a["state"], before)
+    pool = before.double()
+    live = [i for i, s in enumerate(a["state_indices"].tolist()) if s > a["pad_slot_id"]]
+    for t in range(3):
+        step = {k: a[k][:, t].double() for k in ("x", "dt", "B", "C", "z")}
+        y = mamba2.selective_state_update(
+            pool, **step, A=a["A"].double(), D=a["D"].double(), dt_bias=a["dt_bias"].double(), dt_softplus=True,
+            state_indices=a["state_indices"], pad_slot_id=a["pad_slot_id"], impl="reference",
+        )  # fmt: skip
+        assert rel_err(a["out"][:, t], y) < 1e-4, t
+        for n in live:
+            slot = int(a["state_indices"][n])
+            assert rel_err(a["intermediate_states"][n, t], pool[slot]) < 1e-4, (t, n)
+    assert a["intermediate_states"][2].isnan().all()  # the padded row's buffer: untouched
+    assert (a["out"][2] == 0).all()
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (lambda a: {"intermediate_states": a["intermediate_states"][:, :2]}, r"intermediate_states must have shape"),
+        (
+            lambda a: {k: a[k][:, 0] for k in ("x", "dt", "B", "C", "z", "out")},
+            r"intermediate_states needs the step axis",
+        ),
+        (lambda a: {"B": a["B"][:, 0]}, r"B must be \[N, L, ngroups, dstate\]"),
+    ],
+    ids=["depth", "no-step-axis", "B-without-steps"],
+)
+def test_verify_rejects_bad_inputs(change, match):
+    a = make_case(OP, "verify", convention="vllm", rows=2, padded=0).fresh().args
+    a.update(change(a))
+    with pytest.raises(ValueError, match=rf"mamba2.selective_state_update: {match}"):
+        mamba2.selective_state_update(**a, impl="reference")

@@ -66,14 +66,14 @@ def test_header_names_what_the_steps_run_on():
     assert sorted(t.header.buckets) == ["decode", "target_verify"]
     assert simulate("vllm", steps=5).header.draft_tokens == 2  # no speculation: the model's default D
     m = simulate("vllm", "mamba2", steps=5)
-    assert list(m.header.buckets) == ["decode"]  # Mamba2 captures decode only
+    assert list(m.header.buckets) == ["decode", "target_verify"]  # Mamba2 captures both, as GDN does
     custom = simulate("sglang", steps=5, buckets=[1, 3, 5])
     assert custom.header.buckets == {"decode": [1, 3, 5], "target_verify": [1, 3, 5]}
     # vLLM verify keeps D slots per request: the header alone rebuilds that pool
     v = simulate("vllm", steps=5, spec=3)
     assert slots_per_request(v.header) == 3 and new_pool(v.header).slots_per_request == 3
     assert slots_per_request(simulate("sglang", steps=5, spec=3).header) == 1
-    assert slots_per_request(m.header) == 1
+    assert slots_per_request(m.header) == 2  # vLLM: D slots per request wherever the verify graph is captured
 
 
 # -- the pool: reuse, fragmentation, ownership --------------------------------------------------------------
@@ -242,7 +242,6 @@ def test_some_decode_steps_pass_the_largest_bucket_but_not_most():
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
-        (dict(layer="mamba2", spec=2), ["spec", "mamba2", "target_verify"]),
         (dict(layer="mamba2", mixed=True, prefill=False), ["mixed", "prefill=False"]),
         (dict(mixed=True, spec=2), ["mixed", "spec"]),
         (dict(layer="mla"), ["layer", "mla"]),
@@ -264,6 +263,14 @@ def test_bad_arguments_are_refused_naming_the_field(kwargs, words):
     msg = str(info.value)
     assert all(w in msg for w in words), msg
     assert "\n" not in msg
+
+
+def test_spec_is_refused_for_a_layer_without_a_verify_step(monkeypatch):
+    from workbench.layers import Mamba2Layer
+
+    monkeypatch.setattr(Mamba2Layer, "supported_modes", ("decode", "extend", "idle"))
+    with pytest.raises(WorkbenchError, match=r"spec = 2: layer 'mamba2' has no target_verify step"):
+        simulate("sglang", "mamba2", steps=5, spec=2)
 
 
 # -- every step as a Batch, its metadata built --------------------------------------------------------------

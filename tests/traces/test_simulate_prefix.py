@@ -273,7 +273,7 @@ def test_two_thousand_steps_simulate_and_keep_the_cache_busy():
         (dict(prefix_cache="lru"), "prefix_cache", "'lru'"),
         (dict(prefix_cache=1), "prefix_cache", "1"),
         (dict(prefix_cache="no_buffer", profile="vllm"), "profile", "'vllm'"),
-        (dict(prefix_cache="no_buffer", layer="mamba2", spec=2), "spec", "2"),
+        (dict(prefix_cache="no_buffer", layer="mamba2", prefill=False), "prefill", "False"),
         (dict(prefix_cache="no_buffer", prefill=False), "prefill", "False"),
         (dict(prefix_cache="no_buffer", shared_prefixes=0), "shared_prefixes", "0"),
         (dict(prefix_cache="no_buffer", prefix_len=(0, 4)), "prefix_len", r"\(0, 4\)"),
@@ -721,7 +721,7 @@ def test_cli_runs_align(simulated, capsys):
     "kw, field, value",
     [
         (dict(profile="sglang-ascend"), "profile", "'sglang-ascend'"),
-        (dict(layer="mamba2", spec=2), "spec", "2"),
+        (dict(layer="kda"), "layer", "'kda'"),
         (dict(block_size=0), "block_size", "0"),
         (dict(block_size=True), "block_size", "True"),
         (dict(block_size=64), "block_size", "64"),  # past chunk_size = 32

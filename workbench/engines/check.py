@@ -190,7 +190,7 @@ def _subject(
         draft_tokens=draft_tokens,
         state_seed=1,
     )
-    graph_modes = list(runner.modes)  # the layer's own: Mamba2 captures decode only
+    graph_modes = list(runner.modes)  # the layer's own graph modes
     runner.pool.alloc(min(runner.pool.capacity, 2 * max(buckets)))
     try:
         runner.capture(progress=False)

@@ -63,7 +63,9 @@ def case_bytes(op: str, variant: str, sizes: Mapping[str, int], rows: int, padde
         elems = 2 * (n * E + tail) * dim + slots * dim * (W - 1) + dim * (W + 1)
     elif op == "mamba2.selective_state_update":
         nh, hd, ds, ng = s["nheads"], s["headdim"], s["dstate"], s["ngroups"]
-        elems = slots * nh * hd * ds + 3 * n * nh * hd + 2 * n * ng * ds + n * nh + 3 * nh
+        L = D if variant == "verify" else 1
+        elems = slots * nh * hd * ds + n * L * (3 * nh * hd + 2 * ng * ds + nh) + 3 * nh
+        elems += n * L * nh * hd * ds if variant == "verify" else 0
     elif op == "mamba2.chunk_scan":
         nh, hd, ds, ng = s["nheads"], s["headdim"], s["dstate"], s["ngroups"]
         T = n * E + tail

@@ -50,8 +50,8 @@ The modelling choices, each as the engines make it or as the workbench can repla
 * **Disaggregated decode.** With ``prefill=False`` a trace models a decode instance, where a request arrives
   with its prompt prefilled elsewhere (``cached_tokens = prompt_len``, first token sampled) and decodes from
   its first step; ``mixed`` and a prefix cache are refused with it. Both layers prefill by default (Mamba2's
-  extend is the chunk scan, ``kernels.mamba2.chunk_scan``); Mamba2 has no verify step, so ``spec`` is
-  refused for it, naming the field.
+  extend is the chunk scan, ``kernels.mamba2.chunk_scan``) and verify with ``spec`` (Mamba2's through the
+  selective state update's per-step states); a layer without a verify step would refuse ``spec``.
 * **Prefix caching** (``prefix_cache="no_buffer"``: sglang's mamba radix cache, strategy ``no_buffer``,
   ``docs/traces.md`` "Prefix caching"; profiles sglang and sglang-ascend, layers gdn and mamba2). Every row carries its
   ``tokens``. ``shared_prefixes`` system prompts (lengths uniform in ``prefix_len``, ids below ``vocab``)
@@ -410,7 +410,7 @@ def simulate(
 
     Args:
         profile: engine conventions, a name of ``workbench.profiles.PROFILES``: pool, row order of mixed steps.
-        layer: "gdn" (Gated DeltaNet: decode, verify, extend) or "mamba2" (decode and idle only).
+        layer: "gdn" (Gated DeltaNet) or "mamba2": both decode, verify and extend.
         steps: scheduler steps to record (idle ones included).
         seed: of the one ``random.Random`` every draw comes from.
         spec: D, draft tokens per verify step (0: no speculation, plain decode steps).

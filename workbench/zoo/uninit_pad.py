@@ -105,7 +105,7 @@ class EngineMamba2(Mamba2Layer):
             xs.reshape(n, nh, hd), dt[:, :, None].expand(n, nh, hd), A[:, None, None].expand(nh, hd, ds),
             B.reshape(n, ng, ds), C.reshape(n, ng, ds),
         )  # fmt: skip
-        kw = {"D": w["D"][:, None].expand(nh, hd), "dt_bias": w["dt_bias"][:, None].expand(nh, hd)}
+        kw: dict[str, Any] = {"D": w["D"][:, None].expand(nh, hd), "dt_bias": w["dt_bias"][:, None].expand(nh, hd)}
         y_live = mamba2.selective_state_update(
             state.ssm, *args, **kw, dt_softplus=True, state_indices=meta.state_indices, pad_slot_id=pad,
             impl=self.impl,
