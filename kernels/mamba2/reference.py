@@ -17,7 +17,6 @@ import torch
 import torch.nn.functional as F
 
 from kernels.dtypes import compute_dtype
-from kernels.mamba2.chunk_grid import grid_owner
 from kernels.padding import live_rows_and_slots
 
 
@@ -100,7 +99,7 @@ def chunk_scan_reference(
     out: torch.Tensor,
     chunk_states: torch.Tensor | None,
 ) -> None:
-    """A packed prefill batch, token by token; updates ``state`` and writes ``out`` (and ``chunk_states``).
+    """A packed prefill batch; updates ``state`` and writes ``out`` (and ``chunk_states``).
 
     Row n feeds tokens ``cu_seqlens[n]:cu_seqlens[n+1]`` from ``state[slot_n]`` (zeros where
     ``has_initial_state[n]`` is false). Per token t of head h, group g:
@@ -111,44 +110,76 @@ def chunk_scan_reference(
     x, z, out [T, nheads, headdim]; dt [T, nheads]; A, D, dt_bias [nheads]; B, C [T, ngroups, dstate];
     state [num_slots, nheads, headdim, dstate]; chunk_states [cdiv(T, chunk_size), nheads, headdim, dstate]
     or None, filled on the global grid of :mod:`kernels.mamba2.chunk_grid` (zeros where no processed row
-    owns an entry). Tokens of skipped rows and past ``cu_seqlens[-1]`` output zeros.
+    owns an entry). Tokens of skipped rows and past ``cu_seqlens[-1]`` output zeros. Each row runs in blocks of
+    :data:`_BLOCK` tokens, the recurrence summed in closed form inside a block (:func:`_scan_block`); the
+    tests check it against the decode step, token by token.
     """
     ct = compute_dtype(state, x, dt, A, B, C, D, z, dt_bias)
     nheads, ngroups = x.shape[1], B.shape[1]
     heads_per_group = nheads // ngroups
     out.zero_()
-    if chunk_states is not None:
-        chunk_states.zero_()
-    cu = cu_seqlens.tolist()
+    h = chunk_states
+    if h is not None:
+        h.zero_()
     rows, slots = live_rows_and_slots(state_indices, pad_slot_id, state.shape[0])
-    has_h0 = has_initial_state.tolist() if has_initial_state is not None else None
-    A_c = A.to(ct)
-    grid: dict[tuple[int, int], int] = {}  # (row, tokens) -> entry of chunk_states
-    h = chunk_states if chunk_states is not None else state.new_empty(0)
-    for k in range(h.shape[0]):
-        owner = grid_owner(cu, k, chunk_size)
-        if owner is not None:
-            grid[owner] = k
+    cu = cu_seqlens.tolist()
+    h0 = has_initial_state.tolist() if has_initial_state is not None else None
+    # per-token factors of every token at once; the blocks below carry only the state
+    d = dt.to(ct) + (dt_bias.to(ct) if dt_bias is not None else 0)  # [T, nheads]
+    if dt_softplus:
+        d = F.softplus(d)
+    log_decay = A.to(ct) * d  # [T, nheads]: S is scaled by exp of it at each token
+    dx = d[:, :, None] * x.to(ct)  # [T, nheads, headdim]
+    Bh = B.to(ct).repeat_interleave(heads_per_group, dim=1)  # [T, nheads, dstate]: each head its group's
+    Ch = C.to(ct).repeat_interleave(heads_per_group, dim=1)
+    y = torch.zeros(x.shape, dtype=ct, device=x.device)
     for n, slot in zip(rows.tolist(), slots.tolist(), strict=True):
-        start = has_h0 is None or bool(has_h0[n])
-        s = state[slot].to(ct) if start else torch.zeros(state.shape[1:], dtype=ct, device=state.device)
-        if (n, 0) in grid:
-            h[grid[(n, 0)]] = s.to(h.dtype)
-        for i, t in enumerate(range(cu[n], cu[n + 1])):
-            d = dt[t].to(ct) + (dt_bias.to(ct) if dt_bias is not None else 0)  # [nheads]
-            if dt_softplus:
-                d = F.softplus(d)
-            xt = x[t].to(ct)  # [nheads, headdim]
-            Bt = B[t].to(ct).repeat_interleave(heads_per_group, dim=0)  # [nheads, dstate]
-            Ct = C[t].to(ct).repeat_interleave(heads_per_group, dim=0)
-            s = s * torch.exp(A_c * d)[:, None, None] + (d[:, None] * xt)[:, :, None] * Bt[:, None, :]
-            y = (s * Ct[:, None, :]).sum(-1)
-            if D is not None:
-                y = y + D.to(ct)[:, None] * xt
-            if z is not None:
-                y = y * F.silu(z[t].to(ct))
-            out[t] = y.to(out.dtype)
-            if (n, i + 1) in grid:
-                h[grid[(n, i + 1)]] = s.to(h.dtype)
+        s = state[slot].to(ct) if h0 is None or h0[n] else torch.zeros(state.shape[1:], dtype=ct, device=x.device)
+        if h is not None and n == 0 and h.shape[0]:
+            h[0] = s.to(h.dtype)  # entry 0: the first row's initial state
+        for a in range(cu[n], cu[n + 1], _BLOCK):
+            e = min(a + _BLOCK, cu[n + 1])
+            # tokens of this block that end a chunk of the grid over the flattened batch (entry (t + 1) / C)
+            grid = [
+                t
+                for t in range(a, e)
+                if (t + 1) % chunk_size == 0 and h is not None and (t + 1) // chunk_size < h.shape[0]
+            ]
+            y[a:e], after = _scan_block(s, log_decay[a:e], dx[a:e], Bh[a:e], Ch[a:e], [t - a for t in grid])
+            for t, st in zip(grid, after[:-1], strict=True):
+                if h is not None:  # (grid is empty without it)
+                    h[(t + 1) // chunk_size] = st.to(h.dtype)
+            s = after[-1]
         if cu[n + 1] > cu[n]:
             state[slot] = s.to(state.dtype)
+    if D is not None:
+        y = y + D.to(ct)[:, None] * x.to(ct)
+    if z is not None:
+        y = y * F.silu(z.to(ct))
+    for n in rows.tolist():  # tokens of skipped rows and past the last row keep their zeros
+        out[cu[n] : cu[n + 1]] = y[cu[n] : cu[n + 1]].to(out.dtype)
+
+
+_BLOCK = 64
+"""Tokens per block of :func:`_scan_block`: bounds its ``[L, L, nheads]`` decay matrix."""
+
+
+def _scan_block(
+    s0: torch.Tensor, log_decay: torch.Tensor, dx: torch.Tensor, B: torch.Tensor, C: torch.Tensor, at: list[int]
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """L tokens of one row from state ``s0`` ``[nheads, headdim, dstate]``, the recurrence written out: with
+    ``c_t = log_decay[0] + ... + log_decay[t]`` (``[L, nheads]``),
+
+        S_t = exp(c_t) S_0 + sum_{j <= t} exp(c_t - c_j) dx_j (outer) B_j,     y_t = S_t @ C_t
+
+    dx ``[L, nheads, headdim]``, B, C ``[L, nheads, dstate]``. Returns y ``[L, nheads, headdim]`` (before D and
+    the gate) and the states after the tokens ``at`` and after the last one."""
+    L = log_decay.shape[0]
+    c = log_decay.cumsum(0)  # [L, nheads]
+    causal = torch.ones(L, L, dtype=torch.bool, device=c.device).tril()[:, :, None]  # j <= t
+    seg = (c[:, None, :] - c[None, :, :]).masked_fill(~causal, float("-inf"))  # [L(t), L(j), nheads]
+    w = seg.exp()  # exp(c_t - c_j) for j <= t, else 0
+    cb = torch.einsum("thn,jhn->tjh", C, B)  # C_t . B_j
+    y = torch.einsum("tjh,jhp->thp", w * cb, dx) + c.exp()[:, :, None] * torch.einsum("thn,hpn->thp", C, s0)
+    states = [c[t].exp()[:, None, None] * s0 + torch.einsum("jh,jhp,jhn->hpn", w[t], dx, B) for t in (*at, L - 1)]
+    return y, states

@@ -127,8 +127,8 @@ def prefix_state(a, lens, row, tokens):
 
 @pytest.mark.parametrize(
     "lens,chunk,seed",
-    [([20, 20, 12], 16, 0), ([5, 7, 6, 13], 4, 1), ([33, 1, 17, 9], 8, 2), ([64], 16, 3)],
-    ids=["off-grid", "many-boundaries", "one-token-row", "one-row"],
+    [([20, 20, 12], 16, 0), ([5, 7, 6, 13], 4, 1), ([33, 1, 17, 9], 8, 2), ([64], 16, 3), ([100, 45], 16, 5)],
+    ids=["off-grid", "many-boundaries", "one-token-row", "one-row", "past-a-block"],
 )
 @pytest.mark.parametrize("impl", ["reference", "triton"])
 def test_chunk_states_and_final_states_are_sglangs_kernels(ssd, lens, chunk, seed, impl):

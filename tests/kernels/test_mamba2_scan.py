@@ -48,9 +48,11 @@ def test_conforms(run):
     run.check()
 
 
-def test_reference_is_the_decode_step_token_by_token():
-    """Independent of the scan's code: each row fed one token at a time through selective_state_update."""
-    a = batch([5, 3, 6])
+@pytest.mark.parametrize("lens", [[5, 3, 6], [150, 7]], ids=["short", "past-a-block"])
+def test_reference_is_the_decode_step_token_by_token(lens):
+    """Independent of the scan's code: each row fed one token at a time through selective_state_update (a
+    150-token row spans the reference's blocks of 64, each summed in closed form)."""
+    a = batch(lens, chunk=16)
     state = a["state"].clone()
     out = mamba2.chunk_scan(**a, impl="reference")
     nh, hd, ds = state.shape[1:]
@@ -116,7 +118,7 @@ def test_per_sequence_offsets_read_another_state_on_this_grid():
 def test_long_rows_split_headdim_across_programs():
     """Rows longer than several chunks, headdim split across programs (block_p=2): the Triton launcher
     against the reference, every state and chunk state."""
-    a32 = batch([19, 1, 23], headdim=5, chunk=8, dtype=torch.float32, seed=3)
+    a32 = batch([19, 1, 83], headdim=5, chunk=8, dtype=torch.float32, seed=3)  # past a reference block
     a64 = {k: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in a32.items()}
     from kernels.mamba2.triton_scan import chunk_scan_triton
 

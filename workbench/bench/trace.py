@@ -7,8 +7,9 @@ each phase (simulate, replay, reference, check), the total, steps per second, an
 half of the steps against the first (the cost per step must stay flat in the number of steps: no check
 that grows with history). The goal: 10,000 steps checked in under 60 s on the 2-core development machine.
 Then a prefix-cache trace per strategy (sglang ``no_buffer`` and ``extra_buffer`` with speculation, both again
-on Mamba2, vLLM ``align`` without and with speculation: ``PREFIX_RUNS``; a fifth of the steps each): hits, checkpoints verified,
-and its checkpoint checks and copies against its check phase (the goal: at most twice the check time).
+on Mamba2, vLLM ``align`` without and with speculation: ``PREFIX_RUNS``; a fifth of the steps each): hits,
+checkpoints verified, and its checkpoint checks and copies against its check phase (the goal: at most twice
+the check time).
 """
 
 from __future__ import annotations
