@@ -706,14 +706,15 @@ def test_serving_timeline_draws_and_its_step_slider_moves_the_selection(notebook
 @_uses("07_prefix_caching.ipynb")
 def test_prefix_cache_timelines_draw_checkpoints_and_copies(notebooks):
     """Notebook 07's timelines draw: the hand-written trace's checkpoint cells in green with the cache's copies
-    as arrows, the over-reuse case's checkpoint in vermillion; its step line names the cache's work; no label
-    over another."""
+    as arrows, the over-reuse case's checkpoint in vermillion, the Mamba2 grid case's two checkpoints one green
+    (on the grid) and one vermillion (read with per-request offsets); its step line names the cache's work; no
+    label over another."""
     name = "07_prefix_caching.ipynb"
     nb = notebooks.ran(name)
     page = nb.page
     views = page.locator(".widget-vbox", has=page.locator(".widget-html-content b", has_text="Serving timeline"))
-    views.nth(2).wait_for(timeout=120_000)  # the trace by hand, the workload, the zoo case
-    for i in range(3):
+    views.nth(3).wait_for(timeout=120_000)  # the trace by hand, the workload, two zoo cases
+    for i in range(4):
         views.nth(i).locator(".js-plotly-plot").first.wait_for(timeout=60_000)
     _settled(page, ".jupyter-widgets")
     _check_labels(page, f"{name} (timelines)")
@@ -723,11 +724,12 @@ def test_prefix_cache_timelines_draw_checkpoints_and_copies(notebooks):
         ".map(e => ({arrows: (e.layout.annotations || []).length, z: e.data[0].z}))"
     )
     drawn = page.evaluate(figures)
-    assert len(drawn) == 3, drawn
+    assert len(drawn) == 4, drawn
     green, vermillion = 3, 2  # CHECKPOINT and FOREIGN codes of workbench.viz.timeline
-    by_hand, _, over_reuse = drawn
+    by_hand, _, over_reuse, grid = drawn
     assert by_hand["arrows"] == 2 and any(green in line for line in by_hand["z"])
     assert any(vermillion in line for line in over_reuse["z"])
+    assert grid["z"][4][0] == green and grid["z"][5][0] == vermillion  # slots 4 and 5 after step 0
     line = views.first.locator(".wb-timeline-step").first
     assert "prefix cache: copies 1 -> 5 after, publishes request 0's first 8 tokens in slot 5" in line.inner_text()
     views.first.scroll_into_view_if_needed()
