@@ -319,6 +319,8 @@ def test_the_simulated_extend_track_fields_are_sglangs_own(sg, layer):
             assert recompute == [None] * 3 and not any(k in md for k in RECOMPUTE_FIELDS), step.step
         finals = [list(p) for p in zip(final_src.tolist(), final_dst.tolist(), strict=True)]
         assert finals == [p for p in md.get("copies_after", []) if p[1] in md["mamba_track_indices"]], step.step
+        assert final_src.tolist() == md.get("track_ssm_final_src", []), step.step  # as the trace records them
+        assert final_dst.tolist() == md.get("track_ssm_final_dst", []), step.step
         if "track_conv_indices" in md:
             qsl = torch.tensor([0, *torch.cumsum(fb.extend_seq_lens, 0).tolist()])
             conv = MambaAttnBackendBase._init_track_conv_indices(backend, qsl, fb)

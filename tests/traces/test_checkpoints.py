@@ -415,3 +415,25 @@ def test_mamba2_rows_on_and_off_the_batch_grid_publish_exact_checkpoints(track):
 def test_a_wrong_mamba2_grid_track_is_named_at_its_step(track, says):
     found = replay_trace(mamba2_grid_trace(**track), stop_at_first=False).divergences
     assert any((d.step, d.field) == (0, "track") and says in d.detail for d in found), found
+
+
+@pytest.mark.parametrize(
+    "finals,ok",
+    [(dict(), True), (dict(track_ssm_final_src=[1], track_ssm_final_dst=[2]), True),
+     (dict(track_ssm_final_src=[1], track_ssm_final_dst=[3]), False), (dict(track_ssm_final_src=[1]), False)],
+    ids=["not-recorded", "recorded", "wrong-slot", "ragged"],
+)  # fmt: skip
+def test_sglang_final_state_lists_name_the_chunk_end_copies(finals, ok):
+    """A row tracked at its chunk's end (16 tokens, C = 8: on the chunk boundary) copies its running slot 1
+    into track slot 2; ``track_ssm_final_src`` / ``_dst`` name that copy."""
+    md = {"mamba_chunk_size": 8, "mamba_track_mask": [True], "mamba_track_indices": [2], "mamba_track_seqlens": [16],
+          "copies_after": [[1, 2]], **finals}  # fmt: skip
+    body = [
+        TraceStep(0, "extend", (row(0, 1, 1, 0, LONG[:16]),), (0,), (), md),
+        TraceStep(1, "decode", (row(0, 1, 1, 16, (3,)),), (), (0,),
+                  {"checkpoints": [{"request": 0, "tokens": 16, "slot": 2}]}),
+    ]  # fmt: skip
+    res = replay_trace(Trace(HEADER, body), stop_at_first=False)
+    assert res.ok is ok, res.divergences
+    if not ok:
+        assert any(d.step == 0 and "track_ssm_final_src, track_ssm_final_dst" in d.detail for d in res.divergences)

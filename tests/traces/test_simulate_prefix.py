@@ -15,7 +15,7 @@ from workbench import cli
 from workbench.pool import StatePool
 from workbench.traces import simulate as sim_module
 from workbench.traces.format import read_trace, write_trace
-from workbench.traces.model import PREFIX_KEYS, Trace
+from workbench.traces.model import FINAL_TRACK_FIELDS, PREFIX_KEYS, Trace
 from workbench.traces.simulate import SimulationError, simulate
 
 STEPS = 400
@@ -492,6 +492,9 @@ def audit_eb(
         else:
             assert not any(k in meta for k in sim_module.TRACK_KEYS)
         assert meta.get("copies_after", []) == expected_copies, f"step {step.step}: a copy for each tracked row"
+        finals = expected_copies if step.mode in ("extend", "mixed") else []  # sglang's lists name the same copies
+        assert [list(p) for p in zip(*(meta.get(k, []) for k in FINAL_TRACK_FIELDS), strict=True)] == finals
+        n["final-state copies named"] += len(finals)
         assert "copies_before" not in meta or len(meta["copies_before"]) == len(meta.get("hits", []))
         copied_now = {d for _, d in expected_copies}
         for c in meta.get("checkpoints", []):
@@ -538,6 +541,7 @@ def test_extra_buffer_tracks_donates_and_records_by_the_rules(kw, monkeypatch):
         assert n["verify tracks"] > 0 and n["verify tracks past the boundary"] > 0
     elif not kw.get("mixed"):
         assert n["decode tracks"] > 0
+    assert n["final-state copies named"] > 0
     if kw.get("layer") == "mamba2":  # rows that start off the batch's grid are recomputed
         assert n["tracks recomputed off the grid"] > 0
 

@@ -50,7 +50,14 @@ from workbench.errors import MetadataError
 from workbench.layers import LayerState
 from workbench.metadata import build_metadata
 from workbench.pool import StatePool
-from workbench.traces.model import PREFIX_KEYS, RECOMPUTE_FIELDS, TRACK_FIELDS, VERIFY_TRACK_FIELDS, TraceStep
+from workbench.traces.model import (
+    FINAL_TRACK_FIELDS,
+    PREFIX_KEYS,
+    RECOMPUTE_FIELDS,
+    TRACK_FIELDS,
+    VERIFY_TRACK_FIELDS,
+    TraceStep,
+)
 
 if TYPE_CHECKING:
     from workbench.traces.replay import TraceDivergence, TraceReplayer
@@ -550,7 +557,26 @@ class CheckpointBook:
                 out.append(self._div(step, "track", detail, row.id, int(slots[i]), expected=held, got=lengths[i]))
         if h_rows and chunk:
             out += self._track_chunk(step, h_rows, [int(slots[i]) for i in h_rows], [lengths[i] for i in h_rows])
+        if step.mode in ("extend", "mixed") and any(k in md for k in FINAL_TRACK_FIELDS):
+            finals = [(row.slot, int(slots[i])) for i, row in enumerate(step.rows) if mask[i] and i not in h_rows]
+            out += self._track_finals(step, finals)
         return out
+
+    def _track_finals(self, step: TraceStep, want: list[tuple[int, int]]) -> list[TraceDivergence]:
+        """``track_ssm_final_src`` / ``track_ssm_final_dst``: one pair per extend row tracked at its chunk's end,
+        in row order, its running slot and its track slot (the copy itself is checked with the copies)."""
+        md = step.metadata or {}
+        src, dst = (md.get(k, []) for k in FINAL_TRACK_FIELDS)
+        if not (isinstance(src, list) and isinstance(dst, list) and len(src) == len(dst)):
+            return [self._div(step, "track", f"{', '.join(FINAL_TRACK_FIELDS)}: lists of one entry each")]
+        got = [(int(a), int(b)) for a, b in zip(src, dst, strict=True)]
+        if got == want:
+            return []
+        detail = (
+            f"{', '.join(FINAL_TRACK_FIELDS)} name the copies {[list(p) for p in got]}, but the rows tracked at their "
+            f"chunk's end copy {[list(p) for p in want]} (running slot -> track slot, row order)"
+        )
+        return [self._div(step, "track", detail, expected=[list(p) for p in want], got=[list(p) for p in got])]
 
     def _track_chunk(
         self, step: TraceStep, rows: list[int], dsts: list[int], lengths: list[int]

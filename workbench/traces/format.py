@@ -40,7 +40,17 @@ from typing import IO, Any
 from workbench.errors import WorkbenchError
 from workbench.limits import INT32_MAX, INT64_MAX
 from workbench.profiles import PROFILES
-from workbench.traces.model import FORMAT, STEP_MODES, VERSION, Trace, TraceHeader, TraceRow, TraceStep
+from workbench.traces.model import (
+    CHUNK_TRACK_FIELDS,
+    FINAL_TRACK_FIELDS,
+    FORMAT,
+    STEP_MODES,
+    VERSION,
+    Trace,
+    TraceHeader,
+    TraceRow,
+    TraceStep,
+)
 
 LAYERS = ("gdn", "mamba2")
 GRAPH_MODES = ("decode", "target_verify")
@@ -403,13 +413,7 @@ def _track_keys(value: dict[str, Any], line: int) -> None:
     for key in ("mamba_track_indices", "mamba_track_seqlens", "mamba_steps_to_track"):
         if key in value:
             _int_list(value[key], line, f"metadata.{key}", -1)
-    for key in (
-        "track_ssm_h_src",
-        "track_ssm_h_dst",
-        "track_ssm_seq_idx",
-        "track_ssm_end_locs",
-        "track_ssm_recompute_dst",
-    ):
+    for key in (*FINAL_TRACK_FIELDS, *CHUNK_TRACK_FIELDS[1:-1]):  # slots, indices and positions
         if key in value:
             _int_list(value[key], line, f"metadata.{key}", 0)
     if "mamba_chunk_size" in value:

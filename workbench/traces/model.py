@@ -34,6 +34,10 @@ tokens, the index of its chunk state in the kernel's ``h`` and its track slot (G
 Mamba2: one grid over the flattened batch, where a row whose position is off that grid has its state
 recomputed instead: its row index, its flattened end position, its track slot); for each tracked row, the
 ``W - 1`` flattened input positions of its conv window."""
+FINAL_TRACK_FIELDS = ("track_ssm_final_src", "track_ssm_final_dst")
+"""sglang's extend rows tracked at their chunk's end (``_init_track_ssm_indices``): the final state is copied
+from the running slot (``track_ssm_final_src``) into the track slot (``track_ssm_final_dst``), one entry each
+per such row in row order."""
 RECOMPUTE_FIELDS = ("track_ssm_seq_idx", "track_ssm_end_locs", "track_ssm_recompute_dst")
 """The ``CHUNK_TRACK_FIELDS`` of sglang's Mamba2 rows tracked off the chunk grid (their state recomputed by
 ``mamba_chunk_scan_combined``'s track path): row index, flattened end position, track slot, one entry each."""

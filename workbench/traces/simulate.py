@@ -186,6 +186,7 @@ from workbench.pool import StatePool
 from workbench.profiles import Profile, get_profile
 from workbench.traces.model import (
     CHUNK_TRACK_FIELDS,
+    FINAL_TRACK_FIELDS,
     PREFIX_KEYS,
     RECOMPUTE_FIELDS,
     TRACK_FIELDS,
@@ -240,10 +241,14 @@ Mamba2's small configs share ``conv_kernel`` 4)."""
 EXTRA_BUFFER_SLOTS = 3
 """Pool slots an ``extra_buffer`` request holds while live: its running slot and 2 ping-pong track slots."""
 
-TRACK_KEYS = (*TRACK_FIELDS, *(k for k in VERIFY_TRACK_FIELDS if k not in TRACK_FIELDS), *CHUNK_TRACK_FIELDS)
+TRACK_KEYS = (
+    *TRACK_FIELDS, *(k for k in VERIFY_TRACK_FIELDS if k not in TRACK_FIELDS), *FINAL_TRACK_FIELDS,
+    *CHUNK_TRACK_FIELDS,
+)  # fmt: skip
 """sglang's per-step track fields an ``extra_buffer`` step records: an extend or decode step's
 ``TRACK_FIELDS`` (one entry per row, in row order), a verify's ``VERIFY_TRACK_FIELDS``, an extend step's
-``CHUNK_TRACK_FIELDS`` for the positions it tracks inside a chunk."""
+``FINAL_TRACK_FIELDS`` for the rows tracked at their chunk's end and ``CHUNK_TRACK_FIELDS`` for the
+positions it tracks inside a chunk."""
 
 
 def verify_track_step(pre: int, accepted: int, interval: int) -> int:
@@ -819,6 +824,7 @@ class _ExtraBuffer(_NoBuffer):
         h_src: list[int] = []
         h_dst: list[int] = []
         recompute: tuple[list[int], list[int], list[int]] = ([], [], [])  # Mamba2 off the grid: row, end, slot
+        final: tuple[list[int], list[int]] = ([], [])  # extend rows tracked at their chunk's end: running, track
         conv: list[list[int]] = []
         offset = start = 0  # the row's first chunk state in h (one grid per sequence), its first input token
         for req, n, kept in rows:
@@ -857,6 +863,9 @@ class _ExtraBuffer(_NoBuffer):
             if tracked:
                 if not verify and at == req.cached:  # the final state: a copy after the step
                     self._record("copies_after", [req.slot, dst])
+                    if n is not None:  # an extend row: sglang's final-state lists name the copy
+                        final[0].append(req.slot)
+                        final[1].append(dst)
                 req.prev_track, req.last_track, req.last_published = req.last_track, (dst, at), False
                 req.next_track ^= 1
         if not any(mask):
@@ -866,6 +875,7 @@ class _ExtraBuffer(_NoBuffer):
             return
         self.meta["mamba_track_mask"], self.meta["mamba_track_indices"] = mask, indices
         self.meta["mamba_track_seqlens"] = seqlens
+        self.meta.update(zip(FINAL_TRACK_FIELDS, final, strict=True))
         if h_src or recompute[0]:
             self.meta["mamba_chunk_size"] = cc  # type: ignore[assignment]  # an int among the lists
             self.meta["track_ssm_h_src"], self.meta["track_ssm_h_dst"] = h_src, h_dst
