@@ -713,7 +713,7 @@ def _mamba2_scan(c: _Ctx, variant: str) -> tuple[dict[str, Any], dict[str, list[
         "chunk_states": d.nan(grid_size(T, chunk), nh, hd, ds, dtype=f32),
     }
     cu_list = cu.tolist()
-    owners = [grid_owner(cu_list, k, chunk) for k in range(grid_size(T, chunk))]
+    owners = [grid_owner(cu_list, k, chunk, T) for k in range(grid_size(T, chunk))]
     row_of = {
         "out": _token_rows(lens, b.rows, T, c.padded_tokens),
         "chunk_states": [-1 if o is None else o[0] for o in owners],

@@ -125,6 +125,20 @@ class _SeededLayer:
         g = torch.Generator().manual_seed(seed)
         return LayerState(*(0.5 * torch.randn(s, generator=g).to(dtype=dtype, device=self.device) for s in (conv, ssm)))
 
+    @staticmethod
+    def _read_slots(meta: Metadata, intermediate: Intermediate | None) -> tuple[torch.Tensor, bool]:
+        """The slot each row reads, and whether the step is vLLM's per-slot verify (one slot per draft
+        position: the row reads slot ``indices[n, num_accepted[n] - 1]``, the state the previous step
+        accepted). A verify without its per-step buffers is refused."""
+        verify = meta.forward_mode == "target_verify"
+        if verify and intermediate is None:
+            raise MetadataError("intermediate: target_verify needs per-step buffers (layer.new_intermediate)")
+        if not (verify and meta.state_indices.dim() == 2):
+            return meta.state_indices, False
+        assert meta.num_accepted_tokens is not None  # validate() guarantees it for [bs, D] indices
+        pick = (meta.num_accepted_tokens.long() - 1).clamp(min=0).unsqueeze(1)
+        return meta.state_indices.gather(1, pick).squeeze(1), True
+
     def new_intermediate(self, max_bs: int, draft_tokens: int, dtype: torch.dtype = torch.float32) -> Intermediate:
         """Verify buffers for ``max_bs`` rows of ``draft_tokens`` steps: each step's conv window and state."""
         conv, ssm = self._state_shapes(max_bs)
@@ -274,20 +288,11 @@ class GatedDeltaNetLayer(_SeededLayer):
             return x.new_zeros(0, c.hidden_size)
         pad = meta.profile.kernel_pad_slot_id
         verify = mode == "target_verify"
-        if verify and intermediate is None:
-            raise MetadataError("intermediate: target_verify needs per-step buffers (layer.new_intermediate)")
+        idx, per_slot = self._read_slots(meta, intermediate)
         H, HV, K, V = c.num_k_heads, c.num_v_heads, c.head_k_dim, c.head_v_dim
         mixed, z = (x @ w["w_qkvz"]).split([c.conv_dim, HV * V], dim=-1)
         b, a = (x @ w["w_ba"]).split([HV, HV], dim=-1)
-        idx, qsl = meta.state_indices, meta.query_start_loc
-        per_slot = verify and idx.dim() == 2  # vLLM spec decode: one slot per draft position
-        if per_slot:
-            assert meta.num_accepted_tokens is not None  # validate() guarantees it for [bs, D] indices
-            # read the state the previous step accepted: slot indices[n, num_accepted[n] - 1]
-            pick = (meta.num_accepted_tokens.long() - 1).clamp(min=0).unsqueeze(1)
-            idx = meta.state_indices.gather(1, pick).squeeze(1)
-        if verify and intermediate is None:
-            raise MetadataError("intermediate: a target_verify step needs the verify intermediate buffers")
+        qsl = meta.query_start_loc
         inter_conv = intermediate.conv[:N] if intermediate is not None and verify else None
         inter_ssm = intermediate.ssm[:N] if intermediate is not None and verify else None
         if mode == "extend":
@@ -394,15 +399,8 @@ class Mamba2Layer(_SeededLayer):
         if N == 0:
             return x.new_zeros(0, c.hidden_size)
         verify = mode == "target_verify"
-        if verify and intermediate is None:
-            raise MetadataError("intermediate: target_verify needs per-step buffers (layer.new_intermediate)")
-        pad, idx = meta.profile.kernel_pad_slot_id, meta.state_indices
-        per_slot = verify and idx.dim() == 2  # vLLM spec decode: one slot per draft position
-        if per_slot:
-            assert meta.num_accepted_tokens is not None  # validate() guarantees it for [bs, D] indices
-            # read the state the previous step accepted: slot indices[n, num_accepted[n] - 1]
-            pick = (meta.num_accepted_tokens.long() - 1).clamp(min=0).unsqueeze(1)
-            idx = meta.state_indices.gather(1, pick).squeeze(1)
+        pad = meta.profile.kernel_pad_slot_id
+        idx, per_slot = self._read_slots(meta, intermediate)
         nh, hd, ng, ds = c.num_heads, c.head_dim, c.n_groups, c.state_size
         z, xbc, dt = (x @ w["w_in"]).split([c.d_inner, c.conv_dim, nh], dim=-1)
         A = -torch.exp(w["A_log"].float()).to(w["A_log"].dtype)

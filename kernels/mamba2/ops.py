@@ -101,8 +101,8 @@ def selective_state_update(
             (``kernels.padding``) read and write no slot and output zeros.
         pad_slot_id: the padding sentinel; None processes every row.
         out: like x, written in full; allocated like x when None.
-        intermediate_states: [N, L, nheads, headdim, dstate] float32 or None: the state after each step, by
-            batch row (skipped rows leave theirs untouched); only with the step axis.
+        intermediate_states: [N, L, nheads, headdim, dstate] float32 (float64 accepted) or None: the state
+            after each step, by batch row (skipped rows leave theirs untouched); only with the step axis.
         disable_state_update: leave ``state`` unchanged (a verify keeps its steps in ``intermediate_states``).
         impl: "auto" | "reference" | "triton".
 
@@ -138,7 +138,7 @@ def selective_state_update(
     check.tensor("state_indices", state_indices, (N,), INDEX_DTYPES, dev)
     check.pad_slot_id(pad_slot_id)
     if intermediate_states is not None:
-        check.require(steps, "intermediate_states needs the step axis: x [N, L, nheads, headdim]")
+        check.require(steps, f"intermediate_states needs the step axis: x [N, L, nheads, headdim], got {list(x.shape)}")
         check.tensor("intermediate_states", intermediate_states, (*lead, nheads, headdim, dstate), STATE_DTYPES, dev)
     if out is None:
         out = torch.empty_like(x)

@@ -7,8 +7,10 @@ and ``g = h // (nheads // ngroups)`` the head's B/C group:
     S    = S * exp(A[h] * dt[:, None]) + (dt * x[n, h])[:, None] * B[n, g][None, :]
     out  = S @ C[n, g]  (+ D[h] * x[n, h]);  out = out * silu(z[n, h]) if z is given
 
-Computed in float32, or float64 when any input is float64 (the tests' ground truth). Reads the slot
-indices on the host, so it synchronises on an accelerator; the Triton kernel does not.
+A verify runs L such steps per row (keeping the state after each); the chunk scan runs every token of a
+packed prefill batch through the same recurrence (``chunk_scan_reference``). Computed in float32, or float64
+when any input is float64 (the tests' ground truth). Reads the slot indices on the host, so it synchronises
+on an accelerator; the Triton kernels do not.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ def chunk_scan_reference(
     Row n feeds tokens ``cu_seqlens[n]:cu_seqlens[n+1]`` from ``state[slot_n]`` (zeros where
     ``has_initial_state[n]`` is false). Per token t of head h, group g:
 
-        dt = softplus(dt[t, h] + dt_bias[h]);  S = S * exp(A[h] dt) + dt * x[t, h] (outer) B[t, g]
+        dt = dt[t, h] (+ dt_bias[h]), softplus-ed if dt_softplus;  S = S * exp(A[h] dt) + dt * x[t, h] (outer) B[t, g]
         out[t, h] = S @ C[t, g] + D[h] x[t, h];  out = out * silu(z[t, h]) if z is given
 
     x, z, out [T, nheads, headdim]; dt [T, nheads]; A, D, dt_bias [nheads]; B, C [T, ngroups, dstate];

@@ -178,7 +178,7 @@ def chunk_scan_triton(
     N = state_indices.shape[0]
     if chunk_states is not None:
         chunk_states.zero_()  # entries no processed row owns (skipped rows, padding tokens) read as zeros
-    if N == 0:
+    if N == 0 or T == 0:  # nothing to scan (no row writes a state without tokens)
         out.zero_()
         return None
     block_s = triton.next_power_of_2(dstate)

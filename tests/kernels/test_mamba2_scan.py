@@ -76,8 +76,9 @@ def test_reference_is_the_decode_step_token_by_token(lens):
 @pytest.mark.parametrize("impl", IMPLS)
 def test_chunk_states_lie_on_one_grid_over_the_flattened_batch(impl):
     """Entry k is the state of the row owning flattened token k*C - 1 after its tokens up to there: checked
-    against the scan of that row's first tokens alone. Rows of 5, 7 and 6 tokens with C = 4: rows 1 and 2
-    start off the grid, so their entries fall at 3 and 2 tokens in, not at multiples of C."""
+    against the scan of that row's first tokens alone. Rows of 5, 7 and 6 tokens with C = 4: row 1 starts off
+    the grid (token 5), so its entries fall 3 and 7 tokens in, not at multiples of C; row 2 starts on it
+    (token 12), its entry 4 tokens in."""
     lens, chunk = [5, 7, 6], 4
     dtype = torch.float32 if impl == "triton" else torch.float64
     a = batch(lens, chunk=chunk, dtype=dtype)
@@ -103,16 +104,33 @@ def test_chunk_states_lie_on_one_grid_over_the_flattened_batch(impl):
         assert grid_index(cu, row, tokens, chunk) == k
 
 
-def test_per_sequence_offsets_read_another_state_on_this_grid():
+@pytest.mark.parametrize("impl", IMPLS)
+def test_per_sequence_offsets_read_another_state_on_this_grid(impl):
     """sglang issue 31833: counting ``ceil(len / C)`` chunks per row before row b, as for GDN's per-sequence
-    chunk states, names an entry of this grid that is not row b's state at its chunk boundary."""
-    lens, chunk = [5, 7], 4
-    a = batch(lens, chunk=chunk)
-    mamba2.chunk_scan(**a, impl="reference")
+    chunk states, names an entry of this grid that is not row b's state at its chunk boundary. Rows of 20, 20
+    and 12 tokens, C = 16: row 1 after 16 tokens is GDN-style h[2 + 1] = h[3], which here is row 2's state
+    after 8 tokens; row 1's is on no entry (20 + 16 = 36 is off the grid)."""
+    lens, chunk = [20, 20, 12], 16
+    dtype = torch.float32 if impl == "triton" else torch.float64
+    a = batch(lens, chunk=chunk, dtype=dtype)
+    a["has_initial_state"][:] = False  # from zeros: a row's prefix state is the scan of its tokens alone
+    mamba2.chunk_scan(**a, impl=impl)
     cu = a["cu_seqlens"].tolist()
-    per_sequence = -(-lens[0] // chunk) + 4 // chunk  # row 1 after 4 tokens, GDN-style: h[2 + 1]
-    assert grid_owner(cu, per_sequence, chunk) == (1, 7)  # here: row 1 after all 7 of its tokens
-    assert grid_index(cu, 1, 4, chunk) is None  # its state after 4 tokens is on no entry: recompute it
+    per_sequence = -(-lens[0] // chunk) + 16 // chunk
+    assert per_sequence == 3 and grid_owner(cu, per_sequence, chunk) == (2, 8)
+    assert grid_index(cu, 1, 16, chunk) is None  # recompute it
+
+    def alone(row: int, tokens: int) -> torch.Tensor:
+        b, start = batch(lens, chunk=chunk), cu[row]
+        one = {k: b[k][start : start + tokens] for k in ("x", "dt", "B", "C", "z")}
+        pool = torch.zeros(1, *b["state"].shape[1:], dtype=torch.float64)
+        mamba2.chunk_scan(**one, A=b["A"], D=b["D"], dt_bias=b["dt_bias"], dt_softplus=True, state=pool,
+                          state_indices=torch.tensor([0]), cu_seqlens=torch.tensor([0, tokens]))  # fmt: skip
+        return pool[0]
+
+    h = a["chunk_states"].double()
+    assert rel_err(h[3], alone(2, 8)) < 1e-5  # what the per-sequence index reads
+    assert rel_err(h[3], alone(1, 16)) > 0.1  # not row 1's state at its boundary
 
 
 def test_long_rows_split_headdim_across_programs():
@@ -131,11 +149,22 @@ def test_long_rows_split_headdim_across_programs():
     assert not a32["chunk_states"].isnan().any()
 
 
-def test_without_chunk_states_the_rest_is_the_same():
-    a, b = batch([6, 4]), batch([6, 4])
+@pytest.mark.parametrize("impl", IMPLS)
+def test_without_chunk_states_the_rest_is_the_same(impl):
+    dtype = torch.float32 if impl == "triton" else torch.float64
+    a, b = batch([6, 4], dtype=dtype), batch([6, 4], dtype=dtype)
     b["chunk_states"] = None
-    torch.testing.assert_close(mamba2.chunk_scan(**a), mamba2.chunk_scan(**b), rtol=0, atol=0)
+    torch.testing.assert_close(mamba2.chunk_scan(**a, impl=impl), mamba2.chunk_scan(**b, impl=impl), rtol=0, atol=0)
     assert torch.equal(a["state"], b["state"])
+
+
+def test_no_tokens_leaves_the_pool_alone():
+    a = batch([0, 0], dtype=torch.float32)
+    a["chunk_states"] = torch.empty(0, *a["state"].shape[1:])
+    before = a["state"].clone()
+    for impl in IMPLS:
+        out = mamba2.chunk_scan(**a, impl=impl)
+        assert out.shape[0] == 0 and torch.equal(a["state"], before)
 
 
 # --- custom op, validation, cost ------------------------------------------------------------------

@@ -568,15 +568,21 @@ class CheckpointBook:
         md = step.metadata or {}
         src, dst = (md.get(k, []) for k in FINAL_TRACK_FIELDS)
         if not (isinstance(src, list) and isinstance(dst, list) and len(src) == len(dst)):
-            return [self._div(step, "track", f"{', '.join(FINAL_TRACK_FIELDS)}: lists of one entry each")]
-        got = [(int(a), int(b)) for a, b in zip(src, dst, strict=True)]
-        if got == want:
+            sizes = [len(v) if isinstance(v, list) else v for v in (src, dst)]
+            detail = (
+                f"{', '.join(FINAL_TRACK_FIELDS)}: lists of one entry each per row tracked at its chunk's end "
+                f"({len(want)}); got {sizes}"
+            )
+            return [self._div(step, "track", detail)]
+        named = [[int(a), int(b)] for a, b in zip(src, dst, strict=True)]
+        wanted = [list(p) for p in want]
+        if named == wanted:
             return []
         detail = (
-            f"{', '.join(FINAL_TRACK_FIELDS)} name the copies {[list(p) for p in got]}, but the rows tracked at their "
-            f"chunk's end copy {[list(p) for p in want]} (running slot -> track slot, row order)"
+            f"{', '.join(FINAL_TRACK_FIELDS)} name the copies {named}, but the rows tracked at their chunk's end "
+            f"copy {wanted} (running slot -> track slot, row order)"
         )
-        return [self._div(step, "track", detail, expected=[list(p) for p in want], got=[list(p) for p in got])]
+        return [self._div(step, "track", detail, expected=wanted, got=named)]
 
     def _track_chunk(
         self, step: TraceStep, rows: list[int], dsts: list[int], lengths: list[int]
@@ -647,13 +653,20 @@ class CheckpointBook:
             recompute = [[], [], []]
         elif src is None and dst is None:  # recomputes alone (a trace leaves out empty lists)
             src, dst = [], []
+
+        def lengths(*lists: Any) -> list[Any]:
+            return [len(v) if isinstance(v, list) else v for v in lists]
+
         if not (isinstance(src, list) and isinstance(dst, list) and len(src) == len(dst)):
-            return "track_ssm_h_src, track_ssm_h_dst: lists of one entry each per row tracked from h"
+            got = lengths(src, dst)
+            return f"track_ssm_h_src, track_ssm_h_dst: lists of one entry each per row tracked from h; got {got}"
         seq, end, rdst = recompute
         if not (isinstance(seq, list) and isinstance(end, list) and isinstance(rdst, list)) or not (
             len(seq) == len(end) == len(rdst)
         ):
-            return f"{', '.join(RECOMPUTE_FIELDS)}: lists of one entry each per recomputed row"
+            return (
+                f"{', '.join(RECOMPUTE_FIELDS)}: lists of one entry each per recomputed row; got {lengths(*recompute)}"
+            )
         return [("track_ssm_h_dst", j, int(a), int(b)) for j, (a, b) in enumerate(zip(src, dst, strict=True))] + [
             ("track_ssm_recompute_dst", j, (int(a), int(e)), int(b))
             for j, (a, e, b) in enumerate(zip(seq, end, rdst, strict=True))

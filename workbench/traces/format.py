@@ -41,9 +41,9 @@ from workbench.errors import WorkbenchError
 from workbench.limits import INT32_MAX, INT64_MAX
 from workbench.profiles import PROFILES
 from workbench.traces.model import (
-    CHUNK_TRACK_FIELDS,
     FINAL_TRACK_FIELDS,
     FORMAT,
+    RECOMPUTE_FIELDS,
     STEP_MODES,
     VERSION,
     Trace,
@@ -413,7 +413,7 @@ def _track_keys(value: dict[str, Any], line: int) -> None:
     for key in ("mamba_track_indices", "mamba_track_seqlens", "mamba_steps_to_track"):
         if key in value:
             _int_list(value[key], line, f"metadata.{key}", -1)
-    for key in (*FINAL_TRACK_FIELDS, *CHUNK_TRACK_FIELDS[1:-1]):  # slots, indices and positions
+    for key in (*FINAL_TRACK_FIELDS, "track_ssm_h_src", "track_ssm_h_dst", *RECOMPUTE_FIELDS):
         if key in value:
             _int_list(value[key], line, f"metadata.{key}", 0)
     if "mamba_chunk_size" in value:

@@ -127,7 +127,7 @@ The modelling choices, each as the engines make it or as the workbench can repla
     ``prev_track``) never fires here: a tracked length is always a prefix of the request's kept ids.
   - *finish*: the running slot is freed (never donated), the ping-pong slots not donated are released.
 * **Block-aligned prefix caching** (``prefix_cache="align"``: vLLM 0.33.0's ``mamba_cache_mode="align"``,
-  the only mode beside none; profile vllm, layer gdn, ``docs/traces.md`` "Prefix caching").
+  the only mode beside none; profile vllm, either layer, ``docs/traces.md`` "Prefix caching").
   Same prompts and tree (:class:`~workbench.traces.radix.RadixCache`) as ``no_buffer``; the simplifications:
 
   - *blocks*: ``block_size`` (default 16; vLLM's mamba block size is large and model-dependent, e.g. 528 or
@@ -437,10 +437,11 @@ def simulate(
         accept_rate: chance that each draft token after the first is accepted (a verify keeps tokens up to
             the first rejection): ``accepted`` in 1..D.
         dp_dummy_rate: with ``dp_dummies``, the chance that a step with live requests is a dummy step.
-        prefill: run extend steps; default: whether the layer supports extend (Mamba2 does not: its
-            requests arrive prefilled, a disaggregated decode instance).
+        prefill: run extend steps; default: whether the layer supports extend (both do); False models a
+            disaggregated decode instance (requests arrive prefilled).
         prefix_cache: None (no prefix cache, rows without ``tokens``), ``"no_buffer"`` or ``"extra_buffer"``:
-            sglang's mamba radix cache (module docstring, "Prefix caching"); sglang profiles and layer gdn only.
+            sglang's mamba radix cache (module docstring, "Prefix caching"; sglang profiles), or ``"align"``
+            (vLLM's, profile vllm); either layer.
         shared_prefixes: with a prefix cache, how many shared system prompts the prompts start from.
         prefix_len: (low, high) of a shared prompt's length, uniform, low >= 1.
         vocab: token ids are drawn below it.
