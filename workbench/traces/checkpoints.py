@@ -616,10 +616,13 @@ class CheckpointBook:
             problem = self._kept_slot(slot, after=True)
             if slot == self.rep.pool.profile.dummy_slot or not 0 <= slot < self.rep.pool.num_slots:
                 problem = "writes the dummy (null) slot or a slot past the pool"
-            for why in (wrong, problem):
-                if why is not None:
-                    detail = f"row {tracked.row}: tracked from h into slot {slot}: {why}"
-                    out.append(self._div(step, "track", detail, row.id, slot, expected=tracked.index, got=source))
+            where = f"row {tracked.row}: tracked from h into slot {slot}"
+            if wrong is not None:  # the entry names another state (or none): which one, against the row's own
+                out.append(
+                    self._div(step, "track", f"{where}: {wrong}", row.id, slot, expected=tracked.index, got=source)
+                )
+            if problem is not None:  # the track slot itself may not be written
+                out.append(self._div(step, "track", f"{where}: {problem}", row.id, slot))
             if got is not None and problem is None:  # a wrong entry still copies the state it names
                 self._copy_chunk_state(step, *got, slot)
                 tracked.written = True
