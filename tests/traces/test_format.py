@@ -293,6 +293,8 @@ def body_with(index: int, path: str, value: Any) -> list[dict[str, Any]]:
     return body
 
 
+SLOT = "expected a slot in [0, 8] (the header's num_slots is 9)"
+
 STEP_REFUSALS = [
     # line numbers: the header is line 1, steps()[i] is line i + 2
     ((0, "rows.0.tokens", [1, 2]), "line 2: rows[0].tokens: expected 5 token ids (new_tokens), got 2"),
@@ -302,11 +304,17 @@ STEP_REFUSALS = [
         (0, "metadata", {"copies_before": [[1]]}),
         "line 2: metadata.copies_before[0]: expected a [src, dst] pair of slots, got [1]",
     ),
-    ((0, "metadata", {"copies_after": [[1, -2]]}), "line 2: metadata.copies_after[0][1]: expected an int >= 0, got -2"),
-    ((0, "metadata", {"evict": [True]}), "line 2: metadata.evict[0]: expected an int >= 0, got true"),
+    (
+        (0, "metadata", {"copies_after": [[1, -2]]}),
+        "line 2: metadata.copies_after[0][1]: expected a slot in [0, 8] (the header's num_slots is 9), got -2",
+    ),
+    (
+        (0, "metadata", {"evict": [True]}),
+        "line 2: metadata.evict[0]: expected a slot in [0, 8] (the header's num_slots is 9), got true",
+    ),
     (
         (0, "metadata", {"hits": [{"request": 1, "tokens": 4}]}),
-        "line 2: metadata.hits[0].slot: expected an int >= 0, got nothing",
+        "line 2: metadata.hits[0].slot: expected a slot in [0, 8] (the header's num_slots is 9), got nothing",
     ),
     (
         (0, "metadata", {"moves": [{"request": 1, "to": 4}]}),
@@ -319,7 +327,7 @@ STEP_REFUSALS = [
     ),
     (
         (0, "metadata", {"moves": [{"request": 1, "slots": [4, -5]}]}),
-        "line 2: metadata.moves[0].slots[1]: expected an int >= 0, got -5",
+        "line 2: metadata.moves[0].slots[1]: expected a slot in [0, 8] (the header's num_slots is 9), got -5",
     ),
     ((0, "metadata", {"mamba_chunk_size": 0}), "line 2: metadata.mamba_chunk_size: expected an int >= 1, got 0"),
     (
@@ -475,6 +483,30 @@ STEP_REFUSALS = [
         "line 2: metadata.query_start_loc: expected 3 or 5 offsets (the step's rows, or the bucket), got 4",
     ),
     ((0, "extra", 1), "line 2: extra: unknown step field (known: step, mode, rows, admit, finish, metadata)"),
+    # every slot the prefix cache names is inside the pool (the replay would index past it)
+    ((0, "metadata", {"evict": [9]}), f"line 2: metadata.evict[0]: {SLOT}, got 9"),
+    (
+        (0, "metadata", {"copies_before": [[1, 2**31 - 1]]}),
+        f"line 2: metadata.copies_before[0][1]: {SLOT}, got 2147483647",
+    ),
+    (
+        (0, "metadata", {"checkpoints": [{"request": 0, "tokens": 5, "slot": 2**31 - 1}]}),
+        f"line 2: metadata.checkpoints[0].slot: {SLOT}, got 2147483647",
+    ),
+    ((0, "metadata", {"moves": [{"request": 1, "slot": 9}]}), f"line 2: metadata.moves[0].slot: {SLOT}, got 9"),
+    (
+        (0, "metadata", {"moves": [{"request": 1, "slots": [4], "keep": [12]}]}),
+        f"line 2: metadata.moves[0].keep[0]: {SLOT}, got 12",
+    ),
+    (
+        (0, "metadata", {"moves": [{"request": 1, "slots": []}]}),
+        "line 2: metadata.moves[0].slots: expected a non-empty list of slots (the request's window), got []",
+    ),
+    (
+        (0, "metadata", {"mamba_track_indices": [-1, 9]}),
+        "line 2: metadata.mamba_track_indices[1]: expected a slot in [-1, 8] (the header's num_slots is 9), got 9",
+    ),
+    ((0, "metadata", {"track_ssm_final_dst": [100]}), f"line 2: metadata.track_ssm_final_dst[0]: {SLOT}, got 100"),
 ]
 
 
@@ -790,3 +822,32 @@ def test_tokens_and_prefix_cache_keys_round_trip(tmp_path):
     line_v, _, step_v = validators()
     for obj in (json.loads(x) for x in written[1:]):
         step_v.validate(obj)
+
+
+# ------------------------------------------------------------------------------------------- the path itself
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder", "fifo", "device"])
+def test_a_path_that_is_no_regular_file_is_one_line_before_any_read(tmp_path, kind):
+    """A FIFO would block forever and /dev/zero grow without end: refused from the file's type alone."""
+    import os
+
+    path = {
+        "missing": tmp_path / "none.jsonl",
+        "folder": tmp_path,
+        "fifo": tmp_path / "f",
+        "device": Path("/dev/zero"),
+    }[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    words = {
+        "missing": "no such file",
+        "folder": "is a folder",
+        "fifo": "not a regular file",
+        "device": "not a regular file",
+    }
+    with pytest.raises(TraceError) as e:
+        read_trace(path)
+    assert str(e.value) == f"{path}: " + str(e.value).split(": ", 1)[1] and words[kind] in str(e.value)
+    with pytest.raises(TraceError):
+        read_header(str(path))

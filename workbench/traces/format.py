@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -43,7 +44,6 @@ from workbench.profiles import PROFILES
 from workbench.traces.model import (
     FINAL_TRACK_FIELDS,
     FORMAT,
-    RECOMPUTE_FIELDS,
     STEP_MODES,
     VERSION,
     Trace,
@@ -189,11 +189,31 @@ def parse_line(text: str, line: int) -> dict[str, Any]:
     return obj
 
 
+def _open_file(path: str | os.PathLike[str]) -> IO[bytes]:
+    """``path`` opened for reading in binary, once it is known to be a regular file (a FIFO would block
+    forever, ``/dev/zero`` grow without end, a folder raise): else one line naming the path."""
+    name = os.fspath(path)
+    try:
+        mode = os.stat(name).st_mode
+    except FileNotFoundError:
+        raise TraceError(f"{name}: no such file", 0, "file") from None
+    except OSError as e:
+        raise TraceError(f"{name}: cannot be read ({e.strerror})", 0, "file") from None
+    if stat.S_ISDIR(mode):
+        raise TraceError(f"{name}: is a folder, expected a trace file (JSON Lines)", 0, "file")
+    if not stat.S_ISREG(mode):
+        raise TraceError(f"{name}: not a regular file (a pipe, socket or device), expected a trace file", 0, "file")
+    try:
+        return open(name, "rb")  # noqa: SIM115 - the caller's with closes it
+    except OSError as e:
+        raise TraceError(f"{name}: cannot be read ({e.strerror})", 0, "file") from None
+
+
 def _text_lines(source: TraceSource) -> Iterator[tuple[int, str]]:
     """(1-based line number, text) of each line of a path or of an iterable of lines; a file is read in
     binary and decoded line by line, so that bytes that are not UTF-8 name their line."""
     if isinstance(source, (str, os.PathLike)):
-        with open(source, "rb") as f:
+        with _open_file(source) as f:
             for number, raw in enumerate(f, 1):
                 try:
                     text = raw.decode("utf-8")
@@ -371,9 +391,24 @@ def _ids(value: Any, line: int, path: str) -> tuple[int, ...]:
     return tuple(items)
 
 
-def _int_list(value: Any, line: int, path: str, minimum: int = INT32_MIN) -> list[int]:
+def _int_list(
+    value: Any, line: int, path: str, minimum: int = INT32_MIN, maximum: int = INT32_MAX, expected: str | None = None
+) -> list[int]:
     for i, item in enumerate(_list(value, line, path, "ints")):
-        _int(item, line, f"{path}[{i}]", minimum, INT32_MAX)
+        _int(item, line, f"{path}[{i}]", minimum, maximum, expected)
+    return value
+
+
+def _slot(value: Any, line: int, path: str, num_slots: int, untracked: bool = False) -> int:
+    """A slot of the pool: an int in ``[0, num_slots)`` (``untracked``: -1 too, sglang's "no track slot")."""
+    lowest = -1 if untracked else 0
+    what = f"a slot in [{lowest}, {num_slots - 1}] (the header's num_slots is {num_slots})"
+    return _int(value, line, path, lowest, num_slots - 1, what)
+
+
+def _slot_list(value: Any, line: int, path: str, num_slots: int, untracked: bool = False) -> list[int]:
+    for i, item in enumerate(_list(value, line, path, "slots")):
+        _slot(item, line, f"{path}[{i}]", num_slots, untracked)
     return value
 
 
@@ -385,7 +420,7 @@ def _expected_length(lengths: tuple[int, ...], what: str) -> str:
     return " or ".join(str(n) for n in lengths) + f" {what} (the step's rows, or the bucket)"
 
 
-def _metadata(value: Any, line: int, n_rows: int) -> dict[str, Any] | None:
+def _metadata(value: Any, line: int, n_rows: int, num_slots: int) -> dict[str, Any] | None:
     """``metadata``: null, or an object whose known fields are checked and other fields kept as they are."""
     if value is None:
         return None
@@ -399,21 +434,26 @@ def _metadata(value: Any, line: int, n_rows: int) -> dict[str, Any] | None:
         _state_indices(value["state_indices"], line, _lengths(bucket, n_rows, 0))
     if "query_start_loc" in value:
         _query_start_loc(value["query_start_loc"], line, _lengths(bucket, n_rows, 1))
-    _prefix_cache(value, line)
+    _prefix_cache(value, line, num_slots)
     return value
 
 
-def _track_keys(value: dict[str, Any], line: int) -> None:
+def _track_keys(value: dict[str, Any], line: int, num_slots: int) -> None:
     """sglang's track fields (``TRACK_FIELDS``, ``VERIFY_TRACK_FIELDS``, ``CHUNK_TRACK_FIELDS``): their types;
     their lengths and what they mean are checked by the replay."""
     if "mamba_track_mask" in value:
         for i, item in enumerate(_list(value["mamba_track_mask"], line, "metadata.mamba_track_mask", "bools")):
             if not (isinstance(item, bool) or (isinstance(item, int) and item in (0, 1))):
                 raise _fail(line, f"metadata.mamba_track_mask[{i}]", "true or false (or 1 or 0)", item)
-    for key in ("mamba_track_indices", "mamba_track_seqlens", "mamba_steps_to_track"):
+    if "mamba_track_indices" in value:
+        _slot_list(value["mamba_track_indices"], line, "metadata.mamba_track_indices", num_slots, untracked=True)
+    for key in ("mamba_track_seqlens", "mamba_steps_to_track"):
         if key in value:
             _int_list(value[key], line, f"metadata.{key}", -1)
-    for key in (*FINAL_TRACK_FIELDS, "track_ssm_h_src", "track_ssm_h_dst", *RECOMPUTE_FIELDS):
+    for key in (*FINAL_TRACK_FIELDS, "track_ssm_h_dst", "track_ssm_recompute_dst"):  # slots
+        if key in value:
+            _slot_list(value[key], line, f"metadata.{key}", num_slots)
+    for key in ("track_ssm_h_src", "track_ssm_seq_idx", "track_ssm_end_locs"):  # chunk, row, token positions
         if key in value:
             _int_list(value[key], line, f"metadata.{key}", 0)
     if "mamba_chunk_size" in value:
@@ -424,16 +464,17 @@ def _track_keys(value: dict[str, Any], line: int) -> None:
             _int_list(window, line, f"{path}[{i}]", 0)
 
 
-def _prefix_cache(value: dict[str, Any], line: int) -> None:
-    """The prefix-cache keys (``PREFIX_KEYS``): their shapes; what they mean is checked by the replay."""
-    _track_keys(value, line)
+def _prefix_cache(value: dict[str, Any], line: int, num_slots: int) -> None:
+    """The prefix-cache keys (``PREFIX_KEYS``): their shapes, every slot inside the pool; what they mean is
+    checked by the replay."""
+    _track_keys(value, line, num_slots)
     if "evict" in value:
-        _int_list(value["evict"], line, "metadata.evict", 0)
+        _slot_list(value["evict"], line, "metadata.evict", num_slots)
     for key in ("copies_before", "copies_after"):
         for i, pair in enumerate(_list(value.get(key, []), line, f"metadata.{key}", "[src, dst] pairs")):
             if not isinstance(pair, list) or len(pair) != 2:
                 raise _fail(line, f"metadata.{key}[{i}]", "a [src, dst] pair of slots", pair)
-            _int_list(pair, line, f"metadata.{key}[{i}]", 0)
+            _slot_list(pair, line, f"metadata.{key}[{i}]", num_slots)
     for i, item in enumerate(_list(value.get("moves", []), line, "metadata.moves", "objects")):
         path = f"metadata.moves[{i}]"
         obj = _object(item, line, path, ("request", "slot", "slots", "keep"), "move")
@@ -441,18 +482,18 @@ def _prefix_cache(value: dict[str, Any], line: int) -> None:
         if ("slot" in obj) == ("slots" in obj):
             raise _fail(line, path, "a move with one of slot (one slot per request) or slots (its window)", item)
         if "slot" in obj:
-            _int(obj["slot"], line, f"{path}.slot", 0, INT32_MAX)
-        else:
-            _int_list(obj["slots"], line, f"{path}.slots", 0)
+            _slot(obj["slot"], line, f"{path}.slot", num_slots)
+        elif not _slot_list(obj["slots"], line, f"{path}.slots", num_slots):
+            raise _fail(line, f"{path}.slots", "a non-empty list of slots (the request's window)", obj["slots"])
         if "keep" in obj:
-            _int_list(obj["keep"], line, f"{path}.keep", 0)
+            _slot_list(obj["keep"], line, f"{path}.keep", num_slots)
     for key in ("hits", "checkpoints"):
         for i, item in enumerate(_list(value.get(key, []), line, f"metadata.{key}", "objects")):
             path = f"metadata.{key}[{i}]"
             obj = _object(item, line, path, ("request", "tokens", "slot"), key[:-1])
             _int(obj.get("request", _MISSING), line, f"{path}.request", 0, INT64_MAX)
             _int(obj.get("tokens", _MISSING), line, f"{path}.tokens", 1, INT64_MAX)
-            _int(obj.get("slot", _MISSING), line, f"{path}.slot", 0, INT32_MAX)
+            _slot(obj.get("slot", _MISSING), line, f"{path}.slot", num_slots)
 
 
 def _state_indices(value: Any, line: int, lengths: tuple[int, ...]) -> None:
@@ -516,7 +557,7 @@ def parse_step(obj: Any, line: int, header: TraceHeader, state: ReadState | None
     rows = _rows(obj.get("rows", []), line, mode, header)
     admit = _ids(obj.get("admit", []), line, "admit")
     finish = _ids(obj.get("finish", []), line, "finish")
-    metadata = _metadata(obj.get("metadata"), line, len(rows))
+    metadata = _metadata(obj.get("metadata"), line, len(rows), header.num_slots)
     step = TraceStep(number, mode, rows, admit, finish, metadata)
     if state is not None:
         _cross_lines(step, line, state)

@@ -41,6 +41,7 @@ from workbench.metadata import Metadata, build_metadata, validate
 from workbench.pool import StatePool
 from workbench.runner import GraphRunner
 from workbench.traces.checkpoints import CheckpointBook, embed_tokens
+from workbench.traces.ledger import TokenLedger
 from workbench.traces.model import Trace, TraceHeader, TraceStep
 
 RECORDED_FIELDS = ("state_indices", "query_start_loc", "seq_lens", "req_pool_indices", "has_initial_state")
@@ -56,11 +57,13 @@ class TraceDivergence:
     """Where a step first went wrong.
 
     ``kind``: ``"metadata"`` (the recorded metadata differs from what the workbench builds),
-    ``"invariant"`` (the recorded metadata breaks the profile's rules), ``"state"`` (a live request's state
-    is off its float64 recurrence), ``"output"``, ``"foreign"`` (a slot changed that no row of the step
-    owns: a live request's that sat the step out, or one no live request owns), ``"padded"`` (a padded
-    output row is not zero), ``"prefix"`` (a prefix cache's eviction, hit, copy or checkpoint is wrong:
-    ``field`` says which; :mod:`workbench.traces.checkpoints`), or ``"error"`` (the step raised).
+    ``"invariant"`` (the recorded metadata breaks the profile's rules), ``"tokens"`` (a row's
+    ``cached_tokens`` or ``seq_len`` does not follow from its request's history: ``traces.ledger``),
+    ``"state"`` (a live request's state is off its float64 recurrence), ``"output"``, ``"foreign"`` (a
+    slot changed that no row of the step owns: a live request's that sat the step out, or one no live
+    request owns), ``"padded"`` (a padded output row is not zero), ``"prefix"`` (a prefix cache's eviction,
+    hit, copy or checkpoint is wrong: ``field`` says which; :mod:`workbench.traces.checkpoints`), or
+    ``"error"`` (the step raised).
     """
 
     step: int
@@ -237,12 +240,11 @@ class TraceReplayer:
         self.profile = h.profile
         self.timings: list[tuple[float, float, float]] = []  # per step run: replay, reference, check seconds
         self.book = CheckpointBook(self)  # prefix-cache work: checkpoints, hits, copies
+        self.ledger = TokenLedger()  # each live request's token count across steps
 
     # -- one step ----------------------------------------------------------------------------------------
     def step(self, step: TraceStep) -> list[TraceDivergence]:
         """Run one step and return its divergences (also kept in ``result``)."""
-        from workbench.traces.simulate import to_batch
-
         t_prefix = time.perf_counter()
         self.verified_intermediates = None
         found: list[TraceDivergence] = self.book.evict(step)  # first: admissions may take the freed slots
@@ -256,22 +258,15 @@ class TraceReplayer:
         # move also resets vLLM's accepted count, which the verify reads)
         found += self.book.before(step)
         found += self._check_slots(step)
+        miscounted = self._check_tokens(step)
+        found += miscounted
         prefix_s += time.perf_counter() - t1
-        try:
-            batch = self._with_accepted(to_batch(step, self.profile, self.trace.header.draft_tokens))
-        except (WorkbenchError, ValueError) as e:
-            raise TraceInputError(f"step {step.step}: {e}") from e
-        t0 = time.perf_counter()
-        if step.metadata is not None and any(k in step.metadata for k in ("bucket", *RECORDED_FIELDS)):
-            found += self._check_recorded(step, batch)
-        self.result.seconds["metadata"] += time.perf_counter() - t0
-        try:
-            found += self._run(step, batch)
-        except (WorkbenchError, RuntimeError, ValueError, TypeError) as e:
-            found.append(TraceDivergence(step.step, "error", step.mode, f"{type(e).__name__}: {e}"))
+        if not any(d.field == "seq_len" for d in miscounted):  # else no batch can be built from the rows
+            found += self._build_and_run(step)
         t2 = time.perf_counter()
         self.book.remember(step)
         found += self.book.after(step)  # copies after the forward, checkpoints published and verified
+        self.ledger.advance(step)
         self._finish(step)
         self.result.seconds["prefix"] += prefix_s + time.perf_counter() - t2
         self.result.steps += 1
@@ -281,6 +276,32 @@ class TraceReplayer:
             self.book.verified,
         )
         self.result.divergences += found[: max(0, self.max_divergences - len(self.result.divergences))]
+        return found
+
+    def _check_tokens(self, step: TraceStep) -> list[TraceDivergence]:
+        return [
+            TraceDivergence(
+                step.step, "tokens", m.field, m.detail, request=m.request, row=m.row, expected=m.expected, got=m.got
+            )
+            for m in self.ledger.check(step)
+        ]
+
+    def _build_and_run(self, step: TraceStep) -> list[TraceDivergence]:
+        from workbench.traces.simulate import to_batch
+
+        try:
+            batch = self._with_accepted(to_batch(step, self.profile, self.trace.header.draft_tokens))
+        except (WorkbenchError, ValueError) as e:
+            raise TraceInputError(f"step {step.step}: {e}") from e
+        found: list[TraceDivergence] = []
+        t0 = time.perf_counter()
+        if step.metadata is not None and any(k in step.metadata for k in ("bucket", *RECORDED_FIELDS)):
+            found += self._check_recorded(step, batch)
+        self.result.seconds["metadata"] += time.perf_counter() - t0
+        try:
+            found += self._run(step, batch)
+        except (WorkbenchError, RuntimeError, ValueError, TypeError) as e:
+            found.append(TraceDivergence(step.step, "error", step.mode, f"{type(e).__name__}: {e}"))
         return found
 
     def _admit(self, step: TraceStep) -> None:
