@@ -40,6 +40,7 @@ from workbench.measure.integrity import check as integrity_check
 from workbench.metadata import Metadata, build_metadata, validate
 from workbench.pool import StatePool
 from workbench.runner import GraphRunner
+from workbench.traces.budget import replay_budget
 from workbench.traces.checkpoints import CheckpointBook, embed_tokens
 from workbench.traces.ledger import TokenLedger
 from workbench.traces.model import Trace, TraceHeader, TraceStep
@@ -112,6 +113,7 @@ class TraceResult:
     hits: int = 0
     checkpoints: int = 0
     verified: int = 0
+    budget_bytes: int = 0  # the most the replay holds at once, as checked before it started (traces.budget)
     seconds: dict[str, float] = field(
         default_factory=lambda: dict.fromkeys(("metadata", "replay", "reference", "check", "prefix"), 0.0)
     )
@@ -155,6 +157,7 @@ class TraceResult:
             "hits": self.hits,
             "checkpoints": self.checkpoints,
             "verified": self.verified,
+            "memory_budget_bytes": self.budget_bytes,
             "divergences": [d.to_dict() for d in self.divergences],
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
         }
@@ -210,6 +213,10 @@ class TraceReplayer:
         self.zero_on_alloc = zero_on_alloc
         self.result = TraceResult(h)
         layer = make_layer(h.layer)
+        # everything the replay will hold, against what is free, before the pool's first byte
+        self.budget = replay_budget(trace, layer)
+        self.budget.check("cpu" if backend in ("cpu", "auto") else backend)
+        self.result.budget_bytes = self.budget.total
         spec = "target_verify" in h.buckets
         per_request = h.draft_tokens if (spec and h.profile == "vllm") else 1
         pool = StatePool(h.num_slots, h.profile, slots_per_request=per_request)
