@@ -24,7 +24,8 @@ their outputs and the dummy slot 0 are not compared: several rows write it at on
    default variant, else ``op[variant]``), so the two benchmarks' records pair in ``ratio``.
 3. fla: flash-linear-attention's ``fused_recurrent_gated_delta_rule`` on the GDN decode cases, where
    ``fla`` imports: its output against ours is a check (within two ulps of the output dtype), and when it
-   passes fla is timed the same two ways (``impl="fla"``).
+   passes fla is timed the same two ways (``impl="fla"``). Only on a GPU: fla's kernels need one, and off
+   it fla runs a fallback that is not its kernel, so a dry run skips the comparison and says so in one line.
 
 Writes one ``workbench.measure.timing.Results`` (``Results.load`` reads it) to
 benchmarks/results/gpu_kernels_<device type>.json (a dry run: gpu_kernels_dryrun_cpu.json): the records,
@@ -376,6 +377,10 @@ def fla_compare(env: Env, res: Results, batches: list[int]) -> str:
     """fla beside ours on the decode cases; returns what happened, for ``meta["fla"]``."""
     from kernels.testing import rel_err
 
+    if not env.cuda:  # fla has no CPU kernel: off a GPU it falls back to code that is not the kernel compared
+        why = f"skipped: fla's kernels need a GPU (device {env.device})"
+        print(f"fla comparison {why}")
+        return why
     try:
         from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
     except Exception as e:  # not installed, or broken: the comparison is optional

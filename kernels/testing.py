@@ -18,9 +18,11 @@ of a public op (``kernels.<op>``) on a padded batch under one padding convention
 
 The check (:meth:`Case.check`) compares a call with the op's torch reference run in float64 on the same
 inputs: outputs of live rows, padding tokens and skipped rows (which must be zeros), the live slots of
-each pool; every other slot and the guard band bitwise unchanged. Under a convention that processes
-padded rows (Ascend: on the dummy slot) their outputs and the dummy slot are not compared: several rows
-write it at once, nobody reads it.
+each pool; every other slot and the guard band bitwise unchanged. What the reference leaves unwritten (the
+intermediate buffers' rows of skipped padded rows: scratch nobody reads) may stay unwritten (NaN) or be
+zero; a kernel that writes anything else there fails, as does one that leaves NaN where the reference
+wrote. Under a convention that processes padded rows (Ascend: on the dummy slot) their outputs and the
+dummy slot are not compared: several rows write it at once, nobody reads it.
 
 >>> case = make_case("gated_delta_rule.recurrent", "verify", convention="vllm", rows=2, padded=1)
 >>> case.check(case.run(impl="reference")).ok
@@ -100,8 +102,10 @@ def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def error_text(err: float) -> str:
-    """An error of :func:`rel_err` in words: ``inf`` is a NaN (or an inf) where the reference is finite."""
-    return "NaN where the reference is finite" if err == float("inf") else f"{err:.3g}"
+    """An error of :func:`rel_err` of the kernel's values against the reference's, in words: ``inf`` is a NaN
+    on one side only (:meth:`Case.check` judges the reference's unwritten values apart, so there it is the
+    kernel's)."""
+    return "the kernel left NaN where the reference is finite" if err == float("inf") else f"{err:.3g}"
 
 
 @dataclass(frozen=True)
@@ -282,21 +286,34 @@ class Case:
         return torch.tensor(keep, dtype=torch.bool)
 
     def check(self, call: Call, tol: float | None = None) -> CaseCheck:
-        """Compare ``call`` (after the candidate ran on it) with the float64 reference."""
+        """Compare ``call`` (after the candidate ran on it) with the float64 reference.
+
+        Where the reference leaves an output value unwritten (NaN from the poisoning: the intermediate
+        buffers' rows of skipped padded rows, scratch nobody reads), the kernel may leave it unwritten or
+        write zero (an engine's memset); any other value fails (:attr:`CaseCheck.scratch_written`). Everywhere
+        else a NaN from the kernel is a value it never wrote (:attr:`CaseCheck.unwritten`)."""
         tol = self.tol if tol is None else tol
         ref = self.reference()
-        res = CaseCheck(self.name, self.convention.name, tol)
+        res = CaseCheck(self.name, self.convention.name, tol, live_rows=self.rows)
         for name in self.outputs:
             got, want = call.args[name], ref.args[name]
+            g, w = got.detach().double(), want.detach().double().to(got.device)
             mask = self.compared(name).to(got.device)
-            g, w = got[mask], want[mask]
-            res.unwritten += int((g.isnan() & ~w.isnan()).sum())
-            err = rel_err(g, w)
-            res.output_err[name] = err
-            for r in sorted({r for r in self.row_of[name] if r >= self.rows or r == -1}):
-                sel = torch.tensor([x == r for x in self.row_of[name]], device=got.device) & mask
-                if bool(sel.any()) and rel_err(got[sel], want[sel]) > 0:
-                    res.padded_wrong.append((name, r))
+            rows = self.row_of[name]
+            scratch = w.isnan()  # the reference leaves it unwritten: nobody reads it
+            left = g.isnan() & ~scratch  # the kernel left NaN where the reference wrote
+            stray = scratch & ~g.isnan() & (g != 0)  # the kernel wrote a non-zero value into scratch
+            judged = torch.where(scratch, w, g)  # scratch is judged by `stray` alone
+            res.unwritten += int(left[mask].sum())
+            res.output_err[name] = rel_err(judged[mask], w[mask])
+            res.unwritten_rows += [(name, r) for r in _rows_where(left, mask, rows)]
+            for r in _rows_where(stray, mask, rows):
+                sel = torch.tensor([x == r for x in rows], device=got.device)
+                res.scratch_written.append((name, r, float(g[sel][stray[sel]][0])))
+            wrong = ~scratch & ~g.isnan() & (g != w)  # a written value that is not the reference's
+            padding = [r >= self.rows or r == -1 for r in rows]
+            pad = torch.tensor(padding, dtype=torch.bool, device=got.device) & mask
+            res.padded_wrong += [(name, r) for r in _rows_where(wrong, pad, rows)]
         before = self.storage
         allowed = self.may_change()
         for pool in self.storage:
@@ -317,11 +334,12 @@ class Case:
 
     def error_map(self, call: Call, output: str = "out") -> tuple[list[str], list[str], list[list[float]]]:
         """Max ``|got - want|`` per (batch row, head) of ``output``: row labels, head labels, values (NaN on
-        one side: inf; rows the check does not compare: 0). A last row holds the tokens past
+        one side: inf, but scratch the reference leaves unwritten is 0 when left unwritten or zeroed, as
+        :meth:`check` judges it; rows the check does not compare: 0). A last row holds the tokens past
         ``cu_seqlens[-1]`` when the op has them."""
-        got, want = call.args[output].double(), self.reference().args[output]
-        both = got.isnan() & want.isnan()
-        diff = torch.where(both, torch.zeros_like(got), (got - want).abs()).nan_to_num(float("inf"))
+        got, want = call.args[output].double(), self.reference().args[output].to(call.args[output].device)
+        excused = want.isnan() & (got.isnan() | (got == 0))  # scratch left unwritten or zeroed (see check)
+        diff = torch.where(excused, torch.zeros_like(got), (got - want).abs()).nan_to_num(float("inf"))
         keep = self.compared(output).to(diff.device).view(-1, *[1] * (diff.dim() - 1))
         diff = torch.where(keep, diff, torch.zeros_like(diff))
         head_axis = diff.dim() - 1 if self.op.startswith("causal_conv1d") else 1
@@ -343,6 +361,31 @@ class Case:
         return labels, heads, err
 
 
+def _rows_where(bad: torch.Tensor, keep: torch.Tensor, rows: list[int]) -> list[int]:
+    """The batch rows (``row_of``'s, -1: padding tokens) of the first-axis indices in ``keep`` where ``bad``
+    holds anywhere, in order of first appearance."""
+    hit = (bad.reshape(bad.shape[0], -1).any(dim=1) & keep).tolist() if bad.numel() else []
+    return list(dict.fromkeys(r for r, h in zip(rows, hit, strict=True) if h))
+
+
+def _rows_text(name: str, rows: list[int]) -> str:
+    """``"out rows 3-4"``, ``"out row 0, rows 2-3, padding tokens"``: the rows of one output, runs joined."""
+    parts, live = [], sorted(r for r in rows if r >= 0)
+    while live:
+        lo = hi = live.pop(0)
+        while live and live[0] == hi + 1:
+            hi = live.pop(0)
+        parts.append(f"row {lo}" if lo == hi else f"rows {lo}-{hi}")
+    parts += ["padding tokens"] if -1 in rows else []
+    return f"{name} {', '.join(parts)}"
+
+
+def _where(found: list[tuple[str, int]]) -> str:
+    """The rows of ``(output, row)`` pairs, grouped by output (:func:`_rows_text`)."""
+    names = dict.fromkeys(k for k, _ in found)
+    return "; ".join(_rows_text(k, [r for n, r in found if n == k]) for k in names)
+
+
 def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Equal bit for bit (NaN payloads included)."""
     if a.shape != b.shape:
@@ -354,13 +397,30 @@ def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 @dataclass
 class CaseCheck:
-    """The verdict of :meth:`Case.check`: each list names what went wrong, empty when right."""
+    """The verdict of :meth:`Case.check`: each list names what went wrong, empty when right.
+
+    Attributes:
+        live_rows: the case's live rows (rows past them are padded rows).
+        output_err: per output, :func:`rel_err` against the reference where the reference wrote (``inf``: the
+            kernel left NaN there).
+        unwritten, unwritten_rows: how many output values the kernel left NaN where the reference wrote
+            one, and their ``(output, row)``.
+        scratch_written: ``(output, row, a value)`` where the kernel wrote non-zero values that the reference
+            leaves unwritten (scratch nobody reads: unwritten or zero are accepted, nothing else).
+        padded_wrong: ``(output, row)`` of skipped padding (row -1: tokens past ``cu_seqlens[-1]``) written
+            with values other than the reference's zeros.
+        state_err, bad_state_slots: the live slots' largest error, and those past ``tol``.
+        foreign_changed: ``(pool, slot)`` changed that no processed row owns; guard_changed: ``(pool, side)``.
+    """
 
     case: str
     convention: str
     tol: float
+    live_rows: int = 0
     output_err: dict[str, float] = field(default_factory=dict)
     unwritten: int = 0
+    unwritten_rows: list[tuple[str, int]] = field(default_factory=list)
+    scratch_written: list[tuple[str, int, float]] = field(default_factory=list)
     padded_wrong: list[tuple[str, int]] = field(default_factory=list)
     state_err: float = 0.0
     bad_state_slots: list[tuple[str, int]] = field(default_factory=list)
@@ -380,6 +440,7 @@ class CaseCheck:
         return not (
             self.unwritten
             or self.bad_outputs
+            or self.scratch_written
             or self.padded_wrong
             or self.bad_state_slots
             or self.foreign_changed
@@ -387,18 +448,35 @@ class CaseCheck:
         )
 
     def problems(self) -> list[str]:
-        """One phrase per kind of failure, naming the rows, slots and tensors."""
+        """One phrase per kind of failure, naming the rows, slots and tensors, and which side (the kernel or
+        the reference) held what."""
         out = []
         if self.guard_changed:
             where = ", ".join(f"{side} {pool}" for pool, side in self.guard_changed)
             out.append(f"memory outside the pool written (guard band {where}): a padded row was not skipped")
         if self.unwritten:
-            out.append(f"{self.unwritten} output value(s) never written (NaN)")
+            padding = any(r == -1 or r >= self.live_rows for _, r in self.unwritten_rows)
+            out.append(
+                f"{self.unwritten} output value(s) never written: the kernel left NaN where the reference is "
+                f"finite ({_where(self.unwritten_rows)})"
+                + ("; the reference writes zeros for skipped padding" if padding else "")
+            )
         for k in self.bad_outputs:
-            out.append(f"{k} off the float64 reference (error {error_text(self.output_err[k])} > {self.tol:g})")
+            if self.output_err[k] != float("inf"):  # inf: the kernel's NaN, said above
+                out.append(f"{k} off the float64 reference (error {self.output_err[k]:.3g} > {self.tol:g})")
+        for k in dict.fromkeys(n for n, _, _ in self.scratch_written):
+            found = [(r, v) for n, r, v in self.scratch_written if n == k]
+            where = _rows_text(k, [r for r, _ in found])
+            out.append(
+                f"the kernel wrote non-zero values (e.g. {found[0][1]:.4g}) into {where}, "
+                "which the reference leaves unwritten (NaN): scratch nobody reads may stay unwritten or be zero, "
+                "nothing else"
+            )
         if self.padded_wrong:
-            where = ", ".join(f"{k} {'padding tokens' if r == -1 else f'row {r}'}" for k, r in self.padded_wrong)
-            out.append(f"outputs of skipped padding not zero: {where}")
+            out.append(
+                f"outputs of skipped padding not zero: the kernel wrote non-zero values where the reference writes "
+                f"zeros ({_where(self.padded_wrong)})"
+            )
         if self.foreign_changed:
             for pool in dict.fromkeys(p for p, _ in self.foreign_changed):
                 slots = [s for p, s in self.foreign_changed if p == pool]

@@ -6,7 +6,9 @@ JupyterLab runs on a copy of ``notebooks/`` in a temp dir (it autosaves executed
 loopback port with a token. Every notebook runs, one after another, each in a page of its own; in every plotly
 figure they draw (their own and their widgets') the text boxes are measured, and two labels drawn over
 each other, or one cut off by the figure's edge, fail the test by notebook, figure and text (the geometry is
-``tests/_figure_labels.py``, tested without a browser in ``tests/test_figure_labels.py``). No green tick may
+``tests/_figure_labels.py``, tested without a browser in ``tests/test_figure_labels.py``). The figures are
+measured again after every interaction a test performs (a widget redraws its figures in place, with layouts
+of its own: one profile picked, a step replayed), not only as first drawn. No green tick may
 stand beside a False anywhere. Screenshots go to ``tests/screenshots/`` (git-ignored). Where Chromium is
 missing and the user is root, it is installed from Debian's packages first, as in CI; otherwise the
 module is skipped with one line saying why.
@@ -53,8 +55,8 @@ BENIGN_CONSOLE = ("Failed to load resource: the server responded with a status o
 VIEWPORT = {"width": 1400, "height": 1000}
 # every notebook, 06 and on included once they exist
 NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
-# notebooks that must draw at least one plotly figure
-HAS_FIGURES = {n for n in NOTEBOOKS if not n.startswith("03_")}
+# notebooks that must draw at least one plotly figure (every one: 03 draws each zoo case's evidence)
+HAS_FIGURES = set(NOTEBOOKS)
 RUN_TIMEOUT_MS = 300_000  # a notebook's run-all (the kernel checks of 04 in the Triton interpreter run longest)
 
 
@@ -472,6 +474,48 @@ def test_quickstart_renders_and_the_slider_moves_the_bars(notebooks):
     _clean_console(nb)
 
 
+# the explorer's padding map (the first plotly figure inside a widget): its steps, top first, as the page has them
+_EXPLORER_STEPS_JS = (
+    "() => { const gd = [...document.querySelectorAll('.js-plotly-plot')].find(e => e.closest('.jupyter-widgets'));"
+    " return gd && gd.layout.yaxis && gd.layout.yaxis.categoryarray ? [...gd.layout.yaxis.categoryarray] : null; }"
+)
+
+
+def _explorer_select(page, label: str, value: str, profiles: tuple[str, ...], mode: str) -> None:
+    """Choose ``value`` in the explorer's dropdown ``label``; wait until its padding map shows one step of
+    ``mode`` per profile of ``profiles`` (the kernel answered and the figure was redrawn)."""
+    page.locator(f".widget-dropdown:has(> .widget-label:text-is('{label}')) select").first.select_option(value)
+    want = sorted(f"{p} {mode} " for p in profiles)
+    page.wait_for_function(
+        f"(want) => {{ const s = ({_EXPLORER_STEPS_JS})(); return !!s && s.length === want.length &&"
+        " [...s].sort().every((x, i) => x.startsWith(want[i])); }",
+        arg=want,
+        timeout=60_000,
+    )
+
+
+@_uses("00_quickstart.ipynb")
+def test_explorer_keeps_its_labels_apart_after_every_profile_and_mode_chosen(notebooks):
+    """Each profile alone and all three, in each mode: after every choice the explorer's figures (redrawn in
+    place, not built anew) are measured again, not only as first drawn."""
+    name = "00_quickstart.ipynb"
+    nb = notebooks.ran(name)
+    page = nb.page
+    page.wait_for_selector(".jupyter-widgets .js-plotly-plot", timeout=60_000)
+    _settled(page, ".jupyter-widgets")
+    all_three = ("sglang", "sglang-ascend", "vllm")
+    for profile in (*all_three, "all"):
+        shown = all_three if profile == "all" else (profile,)
+        _explorer_select(page, "profile", profile, shown, "decode")
+        _check_labels(page, f"{name} after the explorer's profile {profile!r} was chosen")
+    _explorer_select(page, "profile", "sglang", ("sglang",), "decode")
+    for mode in ("target_verify", "extend", "idle", "decode"):
+        _explorer_select(page, "mode", mode, ("sglang",), mode)
+        _check_labels(page, f"{name} after the explorer's mode {mode!r} (profile 'sglang') was chosen")
+    _explorer_select(page, "profile", "all", all_three, "decode")  # as the notebook left it
+    _clean_console(nb)
+
+
 def _lab_control(lab, label: str, kind: str = "input"):
     """The ``input`` or ``select`` of the lab's control described ``label``."""
     return lab.locator(f".widget-inline-hbox:has(> .widget-label:text-is('{label}')) {kind}").first
@@ -537,8 +581,10 @@ def test_capture_then_replay_shows_a_clean_integrity_result(notebooks):
     lab = lab.first
     lab.scroll_into_view_if_needed()
     _lab_capture(page, lab)
+    _check_labels(page, f"{name} after Capture")  # after every action, not only as first drawn
     text = _lab_step(page, lab, batch_size=3, mode="decode", wait_for="replay == eager bitwise")
     assert "decode bs=3 -> 4: replay == eager bitwise: True" in text, text
+    _check_labels(page, f"{name} after a decode step")
     integrity = lab.locator(".wb-integrity").first
     assert integrity.get_attribute("data-ok") == "true" and "integrity: clean" in integrity.inner_text()
     assert REPLAY_TIME.search(text), text  # a replayed step is timed both ways
@@ -553,14 +599,18 @@ def test_capture_then_replay_shows_a_clean_integrity_result(notebooks):
     assert "integrity: clean" in lab.locator(".wb-integrity").first.inner_text()
     assert "ran eagerly" in text  # the ops table says why it is empty
     _no_tick_beside_false(page, f"{name} (eager step)")
+    _check_labels(page, f"{name} after an eager step")
     page.screenshot(path=str(SHOTS / "01_capture_replay_lab_eager.png"))
 
     # verify + accept, under sglang (the accepted step copied back) and vLLM (one slot per draft position)
     _lab_step(page, lab, batch_size=3, mode="target_verify", wait_for="target_verify bs=3")
+    _check_labels(page, f"{name} after a target_verify step")
     _lab_accept(page, lab)
     _no_tick_beside_false(page, f"{name} (sglang accept)")
+    _check_labels(page, f"{name} after Verify + accept")
     _lab_control(lab, "profile", "select").select_option("vllm")
     _lab_capture(page, lab)
+    _check_labels(page, f"{name} after Capture under vllm")
     _lab_step(page, lab, batch_size=3, mode="target_verify", wait_for="target_verify bs=3")
     accepted = _lab_accept(page, lab)
     assert "vllm keeps one slot per draft position" in accepted, accepted
@@ -584,6 +634,9 @@ def test_bug_zoo_widget_runs_a_case_and_checks_the_backend_typed_in(notebooks):
     zoo.locator("button:has-text('Run unfixed + fixed')").click()
     zoo.locator(".wb-zoo[data-broken='true']").first.wait_for(timeout=120_000)  # the bug as it shipped
     zoo.locator(".wb-zoo[data-broken='false']").first.wait_for(timeout=60_000)  # and with its fix
+    # the evidence drawn, broken beside fixed, with room for its labels
+    zoo.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=60_000)
+    assert _check_labels(page, "03_bug_zoo.ipynb (BugZoo after Run)"), "the zoo widget drew no figure"
     field = zoo.locator(".widget-text:has(.widget-label:text-is('your backend')) input").first
     field.scroll_into_view_if_needed()
     field.fill(f"{ROOT / 'tests' / 'fixtures' / 'user_backends' / 'in_capture_bug.py'}:AscendBackend")
@@ -610,6 +663,7 @@ def test_timing_dashboard_draws_its_sweep_and_roofline_with_room_for_their_label
     board.scroll_into_view_if_needed()
     board.locator("button:has-text('Sweep')").first.click()
     board.locator("text=/\\d+ records: gdn step/").first.wait_for(timeout=120_000)
+    _check_labels(page, f"{name} after Sweep")
     board.locator("button:has-text('Ceilings + kernels')").first.click()
     board.locator("text=/ceilings on cpu: .* kernel records/").first.wait_for(timeout=180_000)
     _check_labels(page, f"{name} after Sweep and Ceilings + kernels")

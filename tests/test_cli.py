@@ -251,6 +251,28 @@ def test_help_has_text_defaults_and_a_parsable_example(name):
     build_parser().parse_args(shlex.split(example)[1:])  # the example itself is valid
 
 
+def test_top_level_help_says_what_the_workbench_is_and_lists_every_command(capsys):
+    """`workbench --help` is for the user: what the tool does and its commands, not a module's docstring."""
+    from workbench.cli import SUBCOMMANDS
+
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    intro = text.split("options:")[0]
+    assert "linattn-workbench" in intro and "serving engines" in intro and "workbench demo" in intro
+    for internal in ("``", "dispatcher", "lazily", "entry point", "imports"):
+        assert internal not in text, f"internal wording {internal!r} in `workbench --help`:\n{text}"
+    from workbench.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    summaries = {a.dest: a.help for a in sub._choices_actions}
+    assert len(summaries) == len(SUBCOMMANDS)
+    for name, summary in summaries.items():  # each command listed, with its summary
+        assert f"\n    {name} " in text or f"\n    {name}\n" in text, name
+        assert "".join(summary.split()) in "".join(text.split()), name
+
+
 def test_help_and_argument_errors_never_import_torch():
     """`workbench X --help` and a bad argument must not pay for torch (1.5 s): it is imported after parsing."""
     code = (

@@ -216,8 +216,8 @@ def test_a_user_file_on_workbench_bases_is_checked_without_base(capsys: pytest.C
     assert "'in_capture'" in capsys.readouterr().out
 
 
-def test_workbench_bases_are_a_fallback_only(tmp_path: Path) -> None:
-    # a file that defines its own base is checked against that base alone
+def test_a_file_adding_its_own_base_is_checked_against_the_workbench_too(tmp_path: Path) -> None:
+    # a file that defines its own base on the workbench's classes: its base and the workbench's are contracts
     (tmp_path / "own.py").write_text(
         "from workbench.backends import MetadataBackend\n\n"
         "class Mine(MetadataBackend):\n    def hook(self, x):\n        return self.step(x, flag=True)\n"
@@ -225,10 +225,14 @@ def test_workbench_bases_are_a_fallback_only(tmp_path: Path) -> None:
         "class Sub(Mine):\n    def step(self, x):\n        return x\n"
     )
     report = check(str(tmp_path / "own.py"))
-    assert [c.base.rpartition(":")[2] for c in report.contracts] == ["Mine"]
+    assert [c.base.rpartition(":")[2] for c in report.contracts] == ["MetadataBackend", "Mine"]
     (finding,) = report.findings
     assert (finding.cls, finding.method) == ("Sub", "step") and "'flag'" in finding.message
     assert report.base == "every base class in the trees"
+    assert report.notes[0] == (
+        "the targets derive from the workbench's own workbench.backends.base:MetadataBackend: checked against "
+        "those too, with the calls the workbench's runner makes"
+    )
 
 
 def test_a_control_character_in_the_base_stays_on_one_escaped_line(capsys: pytest.CaptureFixture) -> None:

@@ -327,8 +327,9 @@ def test_a_plugin_against_the_engine_it_extends(sglang_like: Path, tmp_path: Pat
 def test_what_the_engines_trees_showed_is_not_a_break(tmp_path: Path) -> None:
     """Three shapes from the released trees that are not breaks: a keyword the body reads from ``**kwargs``
     (vLLM's Mamba2 builder), a call under ``isinstance()`` that only one subclass can reach (vLLM's weight
-    loaders), and a hook whose calling method only a replaced entry point calls (sglang's EAGLE draft
-    runners replace ``execute``, the only caller of ``load_batch``)."""
+    loaders), and a hook whose private calling method only a replaced entry point calls (sglang's EAGLE draft
+    runners replace ``execute``, the only caller of ``load_batch`` in the trees; ``load_batch`` is public, so
+    the engine may enter it from elsewhere: ``test_contracts_public_hooks.py`` has that shape, a break)."""
     write(tmp_path, {"pkg/__init__.py": "", "pkg/mod.py": """\
         class Builder:
             def capture(self, m):
@@ -366,9 +367,9 @@ def test_what_the_engines_trees_showed_is_not_a_break(tmp_path: Path) -> None:
 
         class GraphRunner:
             def execute(self, batch):
-                return self.load_batch(batch)
+                return self._load_batch(batch)
 
-            def load_batch(self, batch):
+            def _load_batch(self, batch):
                 return self._make_key(batch, 1, 2)
 
             def _make_key(self, size, stream=None, variant=None):
@@ -377,7 +378,7 @@ def test_what_the_engines_trees_showed_is_not_a_break(tmp_path: Path) -> None:
 
         class DraftRunner(GraphRunner):
             def execute(self, batch):
-                return batch  # its own replay: load_batch never runs here
+                return batch  # its own replay: _load_batch never runs here
 
             def _make_key(self, size, stream=None):
                 return size

@@ -68,8 +68,9 @@ def test_gpu_kernels_dry_run_checks_and_times_every_op(tmp_path):
     assert all(r.device == "cpu" and r.l2 == "warm" and r.graph_calls is None and r.n >= 5 for r in res)
     assert all(r.extra["n_regs"] is None and r.extra["l2_resident"] is None for r in kernels)
     assert meta["target"]["worst"] is None  # bs 1 only: no decode batch of 64 rows or more
-    if importlib.util.find_spec("fla") is None:
-        assert "fla comparison skipped" in done.stdout and meta["fla"].startswith("skipped")
+    # fla's kernels need a GPU: skipped here, installed or not
+    assert "fla comparison skipped: fla's kernels need a GPU (device cpu)" in done.stdout
+    assert meta["fla"] == "skipped: fla's kernels need a GPU (device cpu)"
 
 
 def test_gpu_kernels_exits_non_zero_when_a_check_fails(tmp_path, monkeypatch):
@@ -145,6 +146,35 @@ def test_fla_comparison_is_a_check_within_two_ulps():
         ("fla_vs_ours/gated_delta_rule.recurrent[decode]/bs=16", False),
     ]
     assert rows[2]["max_err"] == "inf"  # strict JSON: Results.save writes no inf
+
+
+def _fake_fla(monkeypatch) -> list:
+    """An importable ``fla.ops.gated_delta_rule`` whose kernel answers garbage (as fla's CPU fallback did:
+    a difference of 7.7e34); returns the list of its calls."""
+    calls: list = []
+
+    def fused_recurrent_gated_delta_rule(**kw):
+        calls.append(kw)
+        return torch.full_like(kw["v"], 7.7e34), None
+
+    for name in ("fla", "fla.ops", "fla.ops.gated_delta_rule"):
+        monkeypatch.setitem(sys.modules, name, ModuleType(name))
+    sys.modules["fla.ops.gated_delta_rule"].fused_recurrent_gated_delta_rule = fused_recurrent_gated_delta_rule  # type: ignore[attr-defined]
+    return calls
+
+
+def test_fla_comparison_is_skipped_off_a_gpu_even_where_fla_imports(monkeypatch, capsys):
+    """On the CPU fla falls back to code that is not its kernel: no MISMATCH reported against it, no check
+    row, no fla record; one line says why."""
+    calls = _fake_fla(monkeypatch)
+    mod = _load("gpu_kernels.py")
+    env = mod.Env(mod.parse_args(["--dry-run"]))
+    res = Results(meta={"checks": [], "errors": []})
+    why = mod.fla_compare(env, res, [1])
+    out = capsys.readouterr().out
+    assert out == "fla comparison skipped: fla's kernels need a GPU (device cpu)\n"
+    assert why == "skipped: fla's kernels need a GPU (device cpu)"
+    assert calls == [] and res.meta == {"checks": [], "errors": []} and len(res) == 0
 
 
 @pytest.mark.slow  # a dry run: the replay path on the CPU, seconds

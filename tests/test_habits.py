@@ -131,6 +131,61 @@ def test_nbstripout_hook_leaves_what_the_check_accepts(tmp_path):
     assert check.stale_cells(dirty) == [] and check.main([str(dirty)]) == 0
 
 
+_NUMBER_WORDS = (
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+    "twenty",
+)
+_TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50}
+
+
+def _spelled(number: str) -> int | None:
+    """``"Nineteen"`` -> 19, ``"twenty-one"`` -> 21, ``"20"`` -> 20; None for any other word."""
+    word = number.lower()
+    if word.isdigit():
+        return int(word)
+    if word in _NUMBER_WORDS:
+        return _NUMBER_WORDS.index(word)
+    tens, _, unit = word.partition("-")
+    if tens in _TENS and unit in _NUMBER_WORDS[1:10]:
+        return _TENS[tens] + _NUMBER_WORDS.index(unit)
+    return None
+
+
+def test_spelled_number_reads_words_and_digits():
+    assert [_spelled(w) for w in ("Nineteen", "twenty", "twenty-one", "20", "several")] == [19, 20, 21, 20, None]
+
+
+def test_the_readme_counts_the_zoo_as_the_zoo_does():
+    """A count of the zoo's bugs written out in the README ("Nineteen bugs ...") goes stale with the next case:
+    the README names none, or the one ``workbench.zoo.MODULES`` has."""
+    from workbench.zoo import MODULES
+
+    readme = (ROOT / "README.md").read_text()
+    zoo = readme.split("## The bug zoo", 1)[1].split("\n## ", 1)[0]
+    counts = re.findall(r"\b([A-Za-z]+(?:-[a-z]+)?|\d+)\s+(?:known\s+)?(?:production\s+)?(?:bugs|cases)\b", zoo)
+    stated = [(w, _spelled(w)) for w in counts if _spelled(w) is not None]
+    assert all(n == len(MODULES) for _, n in stated), f"README's zoo says {stated}; zoo.MODULES has {len(MODULES)}"
+
+
 def test_docs_live_in_the_repository_and_name_every_layer():
     readme = (ROOT / "README.md").read_text()
     assert "../shared" not in readme and "docs/design.md" in readme and "docs/architecture.md" in readme

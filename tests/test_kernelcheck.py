@@ -9,6 +9,8 @@ import torch
 
 import kernels.causal_conv1d as conv
 import kernels.gated_delta_rule as gdn
+import kernels.linear_attn as la
+import kernels.mamba2 as mamba2
 from kernels.conventions import CONVENTIONS
 from kernels.testing import OPS
 from workbench.errors import WorkbenchError
@@ -77,11 +79,61 @@ def test_a_kernel_that_never_writes_padded_outputs_fails_under_sglang_and_vllm()
 
     res = check_kernel(leaves_skipped_rows, "causal_conv1d.update", "decode", capture=False)
     assert res.failures == ["decode: sglang", "decode: vllm"]  # no cu_seqlens: padded rows carry inputs, one form
-    for name in ("sglang", "vllm"):
-        problems = res[name].problems()
-        assert any("never written (NaN)" in p for p in problems)
-        assert "outputs of skipped padding not zero: out row 3, out row 4" in problems
+    for name in ("sglang", "vllm"):  # the kernel's NaN, where the reference wrote zeros: said once, that way
+        assert res[name].problems() == [
+            "80 output value(s) never written: the kernel left NaN where the reference is finite (out rows 3-4); "
+            "the reference writes zeros for skipped padding"
+        ]
     assert res["sglang-ascend"].ok  # Ascend processes padded rows: the kernel writes them
+
+
+VERIFY = [
+    ("causal_conv1d.update", conv.update, "intermediate_conv_windows"),
+    ("gated_delta_rule.recurrent", gdn.recurrent, "intermediate_states"),
+    ("mamba2.selective_state_update", mamba2.selective_state_update, "intermediate_states"),
+]
+
+
+def _then(fn, scratch, rows, value):
+    """The reference op, then ``value`` written into rows ``rows(kw)`` (a bool mask of batch rows) of the
+    intermediate buffer ``scratch``."""
+
+    def kernel(**kw):
+        fn(**kw, impl="reference")
+        kw[scratch][rows(kw)] = value
+
+    return kernel
+
+
+def _skipped(kw):
+    return kw["state_indices"] <= kw["pad_slot_id"]
+
+
+@pytest.mark.parametrize("op, fn, scratch", VERIFY, ids=[op for op, _, _ in VERIFY])
+def test_padded_rows_of_intermediate_buffers_may_be_left_unwritten_or_zeroed_but_nothing_else(op, fn, scratch):
+    """The reference leaves the intermediate rows of skipped padded rows unwritten (NaN): nobody reads them.
+    An engine's kernel that zeros them (a memset) is right; one that writes values there is not, nor one that
+    leaves a live row's unwritten. Each message says which side held what."""
+    zeroed = check_convention(_then(fn, scratch, _skipped, 0.0), op, "verify", "vllm")
+    assert zeroed.ok, zeroed.summary()
+    garbage = check_convention(_then(fn, scratch, _skipped, 0.5), op, "verify", "vllm")
+    assert not garbage.ok and garbage.problems() == [
+        f"the kernel wrote non-zero values (e.g. 0.5) into {scratch} rows 3-4, which the reference leaves "
+        "unwritten (NaN): scratch nobody reads may stay unwritten or be zero, nothing else"
+    ]
+    first = _then(fn, scratch, lambda kw: torch.arange(len(kw["state_indices"])) == 0, float("nan"))
+    unwritten = check_convention(first, op, "verify", "vllm")
+    (problem,) = unwritten.problems()
+    assert problem.endswith(f"output value(s) never written: the kernel left NaN where the reference is finite "
+                            f"({scratch} row 0)")  # fmt: skip
+    assert not unwritten.ok and unwritten.check is not None and unwritten.check.unwritten_rows == [(scratch, 0)]
+
+
+def test_the_error_map_judges_scratch_as_the_check_does():
+    res = check_convention(_then(conv.update, "intermediate_conv_windows", _skipped, 0.0), "causal_conv1d.update",
+                           "verify", "sglang")  # fmt: skip
+    _, _, err = res.error_map("intermediate_conv_windows")
+    assert res.ok and max(max(row) for row in err) < 1e-4
 
 
 def test_an_unguarded_varlen_kernel_fails_under_sglang_naming_the_guard_band():
@@ -202,6 +254,34 @@ def test_a_kernel_that_raises_is_reported_not_raised():
     assert res["vllm"].error_map() is None and res["vllm"].summary() == "vllm: raised RuntimeError: boom"
 
 
+def test_one_error_raised_by_every_check_is_one_line_with_a_shape_to_try():
+    def power_of_two_only(**kw):  # Triton's tl.arange(0, K) on K=12, as the interpreter words it
+        raise ValueError("arange's range must be a power of 2")
+
+    res = check_kernel(power_of_two_only, "linear_attn.recurrent")
+    assert res.raised == "ValueError: arange's range must be a power of 2" and (res.num_checks, res.num_failed) == (
+        12,
+        12,
+    )
+    assert res.lines() == [
+        "FAIL linear_attn.recurrent: every check (12) raised ValueError: arange's range must be a power of 2; the "
+        "kernel may support only power-of-two sizes (K=12, V=20 here): try --shape quarter or --shape K=16,V=32"
+    ]
+    two = check_kernel(power_of_two_only, "linear_attn.recurrent", shapes={"K": 16, "V": 32}, capture=False)
+    assert two.sizes["K"] == 16 and two.lines() == [f"FAIL linear_attn.recurrent: every check (10) raised {two.raised}"]
+    one = check_kernel(power_of_two_only, "linear_attn.recurrent", "decode", conventions="sglang-ascend", capture=False)
+    assert one.lines()[0].startswith("FAIL linear_attn.recurrent[decode] sglang-ascend: raised ValueError: ")
+    assert one.lines()[0].endswith("try --shape quarter or --shape K=16,V=32") and len(one.lines()) == 1
+
+    def raises_on_verify(**kw):
+        if kw.get("intermediate_conv_windows") is not None:
+            raise ValueError("arange's range must be a power of 2")
+        conv.update(**kw, impl="reference")
+
+    mixed = check_kernel(raises_on_verify, "causal_conv1d.update", capture=False)
+    assert mixed.raised is None and len(mixed.lines()) == 6 and (mixed.num_checks, mixed.num_failed) == (6, 3)
+
+
 def test_a_kernel_returning_a_new_tensor_is_told_to_write_out():
     def returns_instead(**kw):
         out = kw.pop("out")
@@ -209,6 +289,29 @@ def test_a_kernel_returning_a_new_tensor_is_told_to_write_out():
 
     res = check_convention(returns_instead, "causal_conv1d.update")
     assert not res.ok and "instead of writing out=" in res.summary()
+
+
+def test_a_kernel_that_writes_cu_seqlens_or_reshapes_out_fails_naming_it_and_nothing_is_judged():
+    def bumps_cu_seqlens(**kw):
+        la.recurrent(**kw, impl="reference")
+        kw["cu_seqlens"][-1] += 1
+
+    res = check_convention(bumps_cu_seqlens, "linear_attn.recurrent", "extend", "vllm")
+    assert not res.ok and res.check is None and res.error is None and res.error_map() is None
+    assert res.summary() == (
+        "vllm: the kernel wrote into `cu_seqlens` (element 5: 12 became 13): a kernel must only read the step's "
+        "metadata (every layer reads the same tensors)"
+    )
+    assert res.to_dict()["problems"] == [res.misuse] and "cu_seqlens" in res._repr_html_()
+
+    def views_out_as_one_row_less(**kw):  # the values are right; the caller's out is not what it now views
+        la.recurrent(**kw, impl="reference")
+        out = kw["out"]
+        out.as_strided_((out.shape[0] - 1, *out.shape[1:]), out.stride(), out.stride(0))
+
+    cap = check_capture(views_out_as_one_row_less, "linear_attn.recurrent", "decode", "sglang")
+    assert not cap.ok and cap.check is None and cap.error is None
+    assert cap.detail.startswith("the kernel resized `out` from [5, 2, 20] to [4, 2, 20]: a kernel must write")
 
 
 def test_capture_refuses_a_host_read_and_catches_a_frozen_value():

@@ -60,6 +60,24 @@ def test_an_input_change_clears_what_was_shown():
     assert "captured 4 graphs" in lab.result.value and lab.mode.options == ("decode", "target_verify")
 
 
+def test_the_mode_dropdown_lists_the_modes_the_models_step_takes():
+    """Before any capture too: decode and target_verify (with its D), each of which then runs; no mode the
+    model would refuse (extend: the lab captures graph modes only)."""
+    lab = CaptureReplayLab(backend="cpu", buckets="1, 2")
+    assert lab.mode.options == lab.model.modes == ("decode", "target_verify") and lab.mode.value == "decode"
+    lab.layer.value = "mamba2"
+    assert lab.mode.options == lab.model.modes == ("decode", "target_verify")
+    lab.capture_button.click()
+    assert lab.mode.options == lab.model.runner.modes
+    lab.batch_size.value = 2
+    for mode in lab.mode.options:
+        lab.mode.value = mode
+        lab.replay_button.click()
+        assert f"{mode} bs=2 -&gt; 2: replay == eager bitwise: True" in lab.result.value, lab.result.value
+        assert "data-ok='false'" not in lab.result.value and lab.notes["mode"].value == ""
+    assert "extend" not in lab.mode.options and lab.model.step(1, "extend", time_it=False) is None
+
+
 def test_bucket_100000_is_refused_beside_its_control_at_once():
     lab = CaptureReplayLab(backend="cpu", buckets="1, 2")
     start = time.perf_counter()

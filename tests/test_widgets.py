@@ -45,6 +45,16 @@ def test_explorer_bad_typed_list_shows_beside_its_control_and_keeps_the_figure()
     assert "buckets[1] must be a positive int" in e.errors["buckets"].value
 
 
+def test_explorer_bucket_warning_stays_while_the_field_is_wrong_whatever_the_mode():
+    e = MetadataExplorer(profile="sglang", raw_batch_size=4, buckets="8, 4")
+    for mode in ("decode", "extend", "target_verify", "idle", "extend"):
+        e.controls["mode"].value = mode
+        assert "strictly increasing" in e.errors["buckets"].value, mode
+        assert "data-stale='true'" in e.table.value, mode  # the table dims under the stale line
+    e.controls["buckets"].value = "4, 8"
+    assert e.errors["buckets"].value == "" and e.model.state.ok
+
+
 def test_explorer_slot_map_focus_follows_the_dropdown():
     e = MetadataExplorer(profile="all", raw_batch_size=3)
     e.focus.value = "sglang-ascend"

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from workbench.widgets.explorer_model import ExplorerModel, control_of, parse_int_list
+from workbench.widgets.explorer_model import MODES, ExplorerModel, control_of, parse_int_list
 from workbench.widgets.lab_model import LabModel
 from workbench.widgets.playground_model import PlaygroundModel
 
@@ -73,6 +73,16 @@ def test_explorer_modes_verify_extend_idle():
     assert st.metas[0].has_initial_state.tolist() == [True, False, True]  # prefix, none, prefix
     st = m.update(mode="idle")
     assert st.ok and st.metas[0].raw_batch_size == 0
+
+
+@pytest.mark.parametrize("buckets, words", [("8, 4", "strictly increasing"), ("4, 0", "must be a positive int")])
+@pytest.mark.parametrize("mode", MODES)
+def test_explorer_refuses_a_bad_bucket_list_in_every_mode(buckets, words, mode):
+    """A bucket list is wrong whatever the mode: extend pads nothing, but the refusal stays beside the field."""
+    m = ExplorerModel(profile="all")
+    st = m.update(mode=mode, buckets=buckets)
+    assert words in st.errors.get("buckets", ""), st.errors
+    assert not st.metas and m.stale is not None
 
 
 def test_parse_int_list_and_control_of():

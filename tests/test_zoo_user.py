@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,8 @@ from kernels import causal_conv1d, gated_delta_rule
 from workbench import zoo
 from workbench.backends import MetadataBackend, NpuMetadataBackend
 from workbench.cli import main
-from workbench.zoo.result import Interrupted, ZooError
+from workbench.zoo import ZooCase
+from workbench.zoo.result import Interrupted, NotApplicable, RaisedError, ZooError
 from workbench.zoo.uninit_pad import skips_padded_outputs
 
 USER = Path(__file__).parent / "fixtures" / "user_backends"
@@ -131,16 +133,177 @@ def test_cli_json(capsys):
         (["--metadata-backend", "workbench.backends"], "expected MODULE:NAME or path/to/file.py:NAME"),
         (["--metadata-backend", "workbench.backends:MetadataBackend", "nope"], "unknown case 'nope'"),
         (["--kernel", "workbench.backends:MetadataBackend"], "kernel: expected a function"),
-        (["--metadata-backend", "workbench.backends:MetadataBackend", "--export", "/no/such/dir"], "--export"),
+        (["--metadata-backend", "workbench.backends:MetadataBackend", "--export", __file__], "is a file, not a folder"),
         (["--profile", "vllm"], "--profile needs --metadata-backend"),
     ],
-    ids=["no-file", "no-name", "not-a-backend", "no-colon", "unknown-case", "class-as-kernel", "no-dir", "no-subject"],
+    ids=[
+        "no-file",
+        "no-name",
+        "not-a-backend",
+        "no-colon",
+        "unknown-case",
+        "class-as-kernel",
+        "file-dir",
+        "no-subject",
+    ],
 )
 def test_cli_bad_input_is_one_line_exit_2(argv, message, capsys):
     assert main(["zoo", *argv]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1, captured.err
     assert captured.err.startswith("workbench zoo: error: ") and message in captured.err
+
+
+# -- a backend whose hooks route through its own base ---------------------------------------------------
+ROUTED = textwrap.dedent(
+    """
+    from workbench.backends import MetadataBackend
+
+
+    class MyBase(MetadataBackend):
+        def init_forward_metadata_out_graph(self, batch, in_capture: bool = False):
+            return self._replay_metadata(batch, in_capture=in_capture)
+
+        def _replay_metadata(self, batch, in_capture: bool = False):
+            return super().init_forward_metadata_out_graph(batch, in_capture=in_capture)
+
+
+    class MyBackend(MyBase):
+        def _replay_metadata(self, batch, in_capture: bool = False):
+            return super()._replay_metadata(batch, in_capture=in_capture)
+
+
+    class NoInCapture(MyBase):  # the in_capture bug, behind its own base
+        def _replay_metadata(self, batch):
+            return super()._replay_metadata(batch)
+
+
+    class HostRead(MyBackend):  # the host_value bug, behind its own base
+        def init_forward_metadata_in_graph(self, batch):
+            self.max_seq_len = int(self.forward_metadata.seq_lens.max().item())
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def routed(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("engine") / "routed.py"
+    path.write_text(ROUTED)
+    return path
+
+
+def test_cli_a_correct_backend_routed_through_its_own_base_exits_0(routed, capsys):
+    """contract_drift stacks its base under the user's class; under a class whose own base routes the hook
+    through ``_replay_metadata`` the two would call each other forever: the case cannot apply, and says so
+    (it was "OTHER FAILURE: RecursionError", failing a correct class)."""
+    assert main(["zoo", "--metadata-backend", f"{routed}:MyBackend"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert not [line for line in out if "REPRODUCED" in line or "OTHER FAILURE" in line], out
+    (drift,) = [line for line in out if line.startswith("contract_drift")]
+    assert "not applicable: MyBase.init_forward_metadata_out_graph calls _replay_metadata itself" in drift
+    assert ", 0 other failure(s), 9 clean, 2 not applicable" in out[-1]
+
+
+@pytest.mark.parametrize(
+    ("cls", "cases"),
+    [("NoInCapture", ["in_capture", "contract_drift"]), ("HostRead", ["host_value"])],
+    ids=["no-in-capture", "host-read"],
+)
+def test_cli_a_buggy_twin_routed_through_its_own_base_still_reproduces(routed, cls, cases, capsys):
+    assert main(["zoo", "--metadata-backend", f"{routed}:{cls}", "in_capture", "contract_drift", "host_value"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    reproduced = [line.split()[0] for line in out if "REPRODUCED" in line]
+    assert reproduced == cases, out
+
+
+def test_contract_drift_tells_a_base_it_cannot_stack_from_a_bug():
+    """The case puts its base under a class of the user's: a class whose public hook reaches that base still
+    shows the one-keyword bug; one whose public hook answers without it cannot be checked, and says why."""
+    case = zoo.get("contract_drift")
+
+    class OneKeyword(NpuMetadataBackend):  # overrides the private hook only: the case's own broken shape
+        def _replay_metadata(self, batch, in_capture: bool = False):
+            return super()._replay_metadata(batch, in_capture=in_capture)
+
+    class PublicThenSuper(OneKeyword):  # its own public hook calls the base's: the base is reached
+        def init_forward_metadata_out_graph(self, batch, in_capture: bool = False):
+            return super().init_forward_metadata_out_graph(batch, in_capture=in_capture)
+
+    class Shadowing(NpuMetadataBackend):  # its own public hook never reaches the base's
+        def init_forward_metadata_out_graph(self, batch, in_capture: bool = False):
+            return self._replay_metadata(batch, in_capture=in_capture)
+
+        def _replay_metadata(self, batch, in_capture: bool = False):
+            return NpuMetadataBackend.init_forward_metadata_out_graph(self, batch, in_capture=in_capture)
+
+    for cls in (OneKeyword, PublicThenSuper):
+        res = case.run_with(cls)
+        assert res.status == "reproduced" and "'mamba_track_indices'" in res.summary, res
+    res = case.run_with(Shadowing)
+    assert res.status == "not applicable" and res.evidence == ()
+    assert "prepares the metadata without calling the base's" in res.not_applicable
+    assert "workbench check-contracts FILE" in res.not_applicable
+    assert zoo.check_backend(Shadowing, ["contract_drift"]).ok
+
+
+def test_a_scenario_that_finds_it_cannot_apply_says_not_applicable():
+    """``NotApplicable`` raised by a scenario once it runs: "not applicable" with its words, not a failure."""
+
+    def scenario(cls, profile, backend):
+        raise NotApplicable("the class answers the hook itself")
+
+    case = ZooCase(
+        name="t", title="t", issue="i", profile="sglang", explanation="e", subject="metadata_backend",
+        scenario=scenario, variant=lambda fixed: MetadataBackend, mechanism=(RaisedError,),
+    )  # fmt: skip
+    res = case.run_with(MetadataBackend)
+    assert (res.status, res.not_applicable, res.evidence) == ("not applicable", "the class answers the hook itself", ())
+
+
+# -- --export DIR ----------------------------------------------------------------------------------------
+def test_cli_export_makes_a_missing_folder_parents_too(tmp_path, capsys):
+    out = tmp_path / "reports" / "zoo"
+    argv = ["zoo", "--metadata-backend", f"{USER}/in_capture_bug.py:AscendBackend", "in_capture", "--export", str(out)]
+    assert main(argv) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == f"exported {out / 'test_in_capture.py'}"
+    assert [p.name for p in out.iterdir()] == ["test_in_capture.py"]
+    # a clean run exports nothing, and still makes the folder it was given
+    clean = tmp_path / "clean" / "zoo"
+    spec = f"{USER}/correct.py:AscendBackend"
+    assert main(["zoo", "--metadata-backend", spec, "in_capture", "--export", str(clean)]) == 0
+    assert clean.is_dir() and list(clean.iterdir()) == []
+
+
+@pytest.mark.parametrize("bad", ["file", "under-a-file", "read-only"])
+def test_cli_export_refuses_a_bad_folder_before_any_case_runs(bad, tmp_path, monkeypatch, capsys):
+    from workbench.zoo import cli as zoo_cli
+    from workbench.zoo import export
+
+    def ran(*args, **kwargs):
+        raise AssertionError("a case ran before --export was checked")
+
+    monkeypatch.setattr(zoo_cli, "check_backend", ran)
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    folder, words = {
+        "file": (afile, "is a file, not a folder"),
+        "under-a-file": (afile / "zoo", f"{str(afile)!r} on its way is a file"),
+        "read-only": (tmp_path / "ro" / "zoo", f"cannot write into the folder {str(tmp_path)!r}"),
+    }[bad]
+    if bad == "read-only":  # root writes anywhere: the check's own question, answered no
+        monkeypatch.setattr(export.os, "access", lambda path, mode: False)
+    argv = ["zoo", "--metadata-backend", f"{USER}/in_capture_bug.py:AscendBackend", "--export", str(folder)]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured.err
+    assert captured.err.startswith("workbench zoo: error: --export: ") and words in captured.err
+    assert not (tmp_path / "ro").exists()
+
+
+def test_write_pytest_makes_its_folder(tmp_path):
+    (res,) = zoo.check_backend(f"{USER}/in_capture_bug.py:AscendBackend", ["in_capture"])
+    path = res.write_pytest(tmp_path / "a" / "b")
+    assert path == tmp_path / "a" / "b" / "test_in_capture.py" and "sglang PR 29598" in path.read_text()
 
 
 # -- Python: applicability, failures that are not the bug ------------------------------------------------
@@ -256,5 +419,5 @@ def test_to_pytest_refuses_what_it_cannot_export():
 
     with pytest.raises(ZooError, match="cannot be loaded by a standalone test"):
         zoo.get("fill_count").run_with(Local).to_pytest()
-    with pytest.raises(ZooError, match="is not a folder"):
-        zoo.get("fill_count").run_with(MetadataBackend).write_pytest("/no/such/dir")
+    with pytest.raises(ZooError, match="is a file, not a folder"):
+        zoo.check_backend(f"{USER}/in_capture_bug.py:AscendBackend", ["in_capture"])[0].write_pytest(__file__)

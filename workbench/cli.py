@@ -19,6 +19,19 @@ from workbench.errors import MetadataError, WorkbenchError
 from workbench.limits import INT32_MAX, check_memory, gib
 from workbench.profiles import PROFILES, default_bucket_bytes, get_profile
 
+# what `workbench --help` says above the list of commands: for the user, not about this module
+DESCRIPTION = (
+    "linattn-workbench: check and measure the linear-attention layers of LLM serving engines (sglang, sglang "
+    "on Ascend, vLLM) on this machine. It builds the padded metadata of a batch as each engine does, captures "
+    "and replays a layer step as a CUDA graph would (on the CPU too), checks Triton kernels against a float64 "
+    "reference under every padding convention, reproduces bugs that shipped in the engines, and times kernels "
+    "and replayed steps.\n"
+    "\n"
+    "Start with `workbench demo` (a headless tour, then an HTML report) or `workbench doctor` (which devices "
+    "work here). Each command below has its own --help with an example; `make lab` opens the notebooks and "
+    "their widgets."
+)
+
 # torch is imported only inside the commands (after parsing), so `--help` and argument errors are instant.
 MODES = ("decode", "target_verify", "extend", "idle")  # workbench.batch.MODES, without importing torch
 # More timing threads than cores only makes them spin against each other (and torch refuses huge counts).
@@ -507,8 +520,8 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="workbench", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = _Parser(prog="workbench", description=DESCRIPTION, formatter_class=_Formatter)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND", title="commands")
     for add in SUBCOMMANDS:
         add(sub)
     p.set_defaults(_subparsers=sub.choices)
@@ -528,10 +541,18 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``). Returns the exit status; an argument
-    error exits 2 through ``SystemExit`` (argparse), a WorkbenchError is one ``error:`` line and status 2."""
+    error exits 2 through ``SystemExit`` (argparse), a WorkbenchError is one ``error:`` line and status 2, and
+    user code that tries to exit while a command runs (``sys.exit``, ``os._exit``) is one ``FAIL:`` line and
+    status 1 (:func:`workbench.loading.exits_refused`)."""
     args = _parse(argv)
+    from workbench.loading import UserCodeExit, exits_refused
+
     try:
-        return args.fn(args)
+        with exits_refused(f"workbench {args.command}"):  # a user's kernel or backend cannot end us with exit 0
+            return args.fn(args)
+    except UserCodeExit as e:  # the check has no verdict: a failure, never "every check passed"
+        print(f"FAIL: {e}", file=sys.stderr)
+        return 1
     except WorkbenchError as e:
         print(f"workbench {args.command}: error: {e}", file=sys.stderr)
         return 2

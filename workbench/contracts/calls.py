@@ -15,7 +15,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from workbench.contracts.signatures import CallSite
-from workbench.contracts.source import Function, Names, Ref, SourceIndex, SourceModule, _statements, decorator_name
+from workbench.contracts.source import (
+    Function,
+    Names,
+    Ref,
+    SourceIndex,
+    SourceModule,
+    _statements,
+    decorator_name,
+    unparse,
+)
 
 _MAX_ARG_TEXT = 24
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -68,7 +77,7 @@ def _via(value: ast.expr, self_name: str | None, cls_name: str | None) -> str | 
 
 
 def _short(node: ast.expr) -> str:
-    text = ast.unparse(node)
+    text = unparse(node)
     return text if len(text) <= _MAX_ARG_TEXT else "..."
 
 
@@ -76,7 +85,7 @@ def _call_text(node: ast.Call) -> str:
     """The call as written, long arguments shortened to ``...``: which go positionally, which by keyword."""
     args = [f"*{_short(a.value)}" if isinstance(a, ast.Starred) else _short(a) for a in node.args]
     args += [f"{k.arg}={_short(k.value)}" if k.arg else f"**{_short(k.value)}" for k in node.keywords]
-    func = ast.unparse(node.func)
+    func = unparse(node.func)
     if len(func) > 60:
         func = "..." + func[-57:]
     return f"{func}({', '.join(args)})"
@@ -288,7 +297,7 @@ def annotation_classes(
     if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
         try:
             parsed = ast.parse(annotation.value, mode="eval").body
-        except SyntaxError:
+        except (SyntaxError, ValueError, RecursionError, MemoryError):  # a string nested too deeply to parse too
             return [], False
         return annotation_classes(index, module, parsed, scope, depth + 1)
     if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):

@@ -5,9 +5,11 @@ to another parameter, or silently change meaning (a default the call relies on, 
 ``**kwargs`` swallows) on a class it can reach: the calling class's subclasses through ``self``, ``cls`` or
 ``super()`` (an intermediate base's calls included; a subclass that overrides the calling method without
 calling up is not reached), and the subclasses of an annotated attribute's or parameter's class
-(``self.linear_attn_backend.forward_decode(...)``). A *drift* is a public signature that differs from the
-method it overrides where no call in the trees shows it; narrowing a base declared ``(self, *args,
-**kwargs)`` is no drift at all.
+(``self.linear_attn_backend.forward_decode(...)``). A public calling method is always entered (the engine's
+runner, outside the trees, calls it); a private one only through the calls the trees show, so a private
+method whose every caller the subclass replaced does not reach it. A *drift* is a public signature that
+differs from the method it overrides where no call in the trees shows it; narrowing a base declared
+``(self, *args, **kwargs)`` is no drift at all.
 
 :func:`check` reads the targets from source (each file parsed once, nothing imported) and reports each
 break once, under the class that defines the override, with the subclasses that inherit it.
@@ -23,6 +25,7 @@ import os
 import re
 import sysconfig
 import time
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from contextlib import suppress
@@ -44,7 +47,10 @@ from workbench.contracts.results import (
 )
 from workbench.contracts.signatures import CallSite, Method, call_site_findings, signature_findings
 from workbench.contracts.source import (
+    MAX_ANCESTORS,
     NOT_METHODS,
+    NOT_READ,
+    HierarchyTooDeep,
     Ref,
     SourceIndex,
     SourceModule,
@@ -53,6 +59,7 @@ from workbench.contracts.source import (
     decorator_name,
     members,
     source_method,
+    special_file,
 )
 from workbench.errors import WorkbenchError
 
@@ -62,10 +69,12 @@ DEFAULT_TARGETS = ("workbench",)
 """What the CLI checks when no module or path is given: the whole workbench package."""
 
 WORKBENCH_ROOT = Path(__file__).resolve().parents[1]
-"""The installed ``workbench`` package: where bases of a user's file are looked up when the targets define none."""
+"""The installed ``workbench`` package: its classes are contracts, and its files are read for the calls its runner
+makes, when a target class derives from one of them (whatever bases the targets define)."""
 
 Target = ModuleType | str | os.PathLike
 _MAX_NOTE_ITEMS = 8
+_MAX_CALL_CHAIN = 200  # private methods calling one another deeper than this are taken as entered
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
@@ -183,6 +192,10 @@ class _Trees:
                 elif parent.module != "builtins":
                     self.outside[self._outside_label(parent)].append(ref.name)
         self._resolved: dict[tuple[Ref, str, int], Ref | None] = {}
+        self._positions: dict[Ref, dict[Ref, int]] = {}
+        self._definers: dict[tuple[Ref, str], list[int]] = {}
+        self._mro_sets: dict[Ref, frozenset[Ref]] = {}
+        self.reaches: dict[tuple[Ref, Ref, str], bool] = {}
         self.entered: dict[tuple[Ref, str], bool] = {}
         self._occurrences: dict[str, list[tuple[SourceModule, int]]] | None = None
 
@@ -214,22 +227,52 @@ class _Trees:
             found = self.mros[ref] = self.index.mro(ref)
         return found
 
+    def mro_set(self, ref: Ref) -> frozenset[Ref]:
+        found = self._mro_sets.get(ref)
+        if found is None:
+            found = self._mro_sets[ref] = frozenset(self.mro(ref))
+        return found
+
     def resolve(self, ref: Ref, name: str, after: Ref | None = None) -> Ref | None:
-        """The class in ``ref``'s resolution order that defines ``name`` (after ``after``, for ``super()``)."""
+        """The class in ``ref``'s resolution order that defines ``name`` (after ``after``, for ``super()``).
+
+        Near-linear on long hierarchies: each order's positions and the positions of the classes in it
+        that define ``name`` are computed once, so a lookup is a bisection, not a scan (a chain of 500
+        classes would otherwise scan 500 classes for each of its 250,000 class pairs)."""
         key = (ref, name, id(after.node) if after is not None and after.node is not None else 0)
         if key in self._resolved:
             return self._resolved[key]
         order = self.mro(ref)
+        start = 0
         if after is not None:
-            order = order[order.index(after) + 1 :] if after in order else []
-        found = next((r for r in order if r.node is not None and name in members(r.node)), None)
+            positions = self._positions.get(ref)
+            if positions is None:
+                positions = self._positions[ref] = {}
+                for i, r in enumerate(order):
+                    positions.setdefault(r, i)  # the first place, as list.index finds it
+            at = positions.get(after)
+            start = len(order) if at is None else at + 1
+        definers = self._definers.get((ref, name))
+        if definers is None:
+            definers = [i for i, r in enumerate(order) if r.node is not None and name in members(r.node)]
+            self._definers[(ref, name)] = definers
+        i = bisect_left(definers, start)
+        found = order[definers[i]] if i < len(definers) else None
         self._resolved[key] = found
         return found
 
 
 def _reaches(trees: _Trees, sub: Ref, caller: Ref, method: str) -> bool:
     """Whether ``caller``'s ``method`` still runs on ``sub``: not overridden, or every override calls up."""
-    own = set(trees.mro(caller))
+    key = (sub, caller, method)
+    found = trees.reaches.get(key)
+    if found is None:
+        found = trees.reaches[key] = _reaches_now(trees, sub, caller, method)
+    return found
+
+
+def _reaches_now(trees: _Trees, sub: Ref, caller: Ref, method: str) -> bool:
+    own = trees.mro_set(caller)
     for ref in trees.mro(sub):
         if ref.node is None:
             continue
@@ -244,19 +287,25 @@ def _reaches(trees: _Trees, sub: Ref, caller: Ref, method: str) -> bool:
 
 
 def _entered(trees: _Trees, sub: Ref, method: str, seen: frozenset[str] = frozenset()) -> bool:
-    """Whether code in the trees can enter ``method`` on ``sub``: unless every ``.method(`` in the files read
-    is a ``self``/``super()`` call from a method that no longer runs on ``sub`` (the subclass overrode it
-    without calling up, or nothing enters that one either), it can. A dunder, or a name nothing in the trees
-    calls (a framework's entry point), is entered."""
-    if method.startswith("__") or method in seen:
-        return method not in seen
+    """Whether ``method`` can be entered on ``sub``. A public method (no leading ``_``: a hook of the engine's
+    or the workbench's contract) or a dunder is always entered: the engine's runner, which is not in the
+    trees, calls it. A private method is entered unless every ``.method(`` in the files read is a
+    ``self``/``super()`` call from a method that no longer runs on ``sub`` (the subclass overrode it without
+    calling up, or that one is private and nothing enters it either); a private name nothing in the trees
+    calls is entered too."""
+    if not method.startswith("_") or method.startswith("__"):
+        return True
+    if method in seen:
+        return False
+    if len(seen) > _MAX_CALL_CHAIN:  # a chain of private calls that long: entered, as a cycle is (no recursion)
+        return True
     key = (sub, method)
     if key in trees.entered:
         return trees.entered[key]
     trees.entered[key] = True  # a cycle: assume entered while deciding
     occurrences = trees.occurrences().get(method, ())
     own = re.compile(rf"\b(self|cls|super\(\))\.{re.escape(method)}\s*\(")
-    order = set(trees.mro(sub))
+    order = trees.mro_set(sub)
     inside = False  # a self/super() call from the subclass's own hierarchy
     found = False
     for module, line in occurrences:
@@ -384,6 +433,26 @@ def _own_protocols(trees: _Trees, sites: list[tuple[CallSite, Ref]]) -> dict[tup
     does not name (``forward_decode(..., mixed_qkv=...)`` on a linear-attention backend), or with arguments
     named as the override's parameters at positions where the overridden method has others."""
     evidence: dict[tuple[int, str], CallSite] = {}
+    compared: dict[tuple[Ref, Ref, str], tuple[set[str], list[str], list[str]] | None] = {}
+
+    def compare(owner: Ref, reference: Ref, name: str) -> tuple[set[str], list[str], list[str]] | None:
+        """The override's own keywords, its positional names and the overridden method's (once per pair)."""
+        key = (owner, reference, name)
+        if key not in compared:
+            method = source_method(owner, name)
+            if not isinstance(method, Method):
+                compared[key] = None
+            else:
+                overridden = source_method(reference, name)
+                compared[key] = (
+                    _named(method) - _named(overridden),
+                    [p.name for p in method.params if p.kind in _POSITIONAL],
+                    [p.name for p in overridden.params if p.kind in _POSITIONAL]
+                    if isinstance(overridden, Method)
+                    else [],
+                )
+        return compared[key]
+
     for site, receiver_class in sites:
         base_owner = trees.resolve(receiver_class, site.name, receiver_class if site.via == "super" else None)
         for cls in (receiver_class, *trees.subclasses.get(receiver_class, ())):
@@ -391,15 +460,10 @@ def _own_protocols(trees: _Trees, sites: list[tuple[CallSite, Ref]]) -> dict[tup
             if owner is None or (id(owner.node), site.name) in evidence:
                 continue
             reference = base_owner if owner != base_owner else trees.resolve(owner, site.name, owner)
-            method = source_method(owner, site.name)
-            if reference is None or not isinstance(method, Method):
+            facts = compare(owner, reference, site.name) if reference is not None else None
+            if facts is None:
                 continue
-            overridden = source_method(reference, site.name)
-            own = _named(method) - _named(overridden)
-            mine = [p.name for p in method.params if p.kind in _POSITIONAL]
-            theirs = (
-                [p.name for p in overridden.params if p.kind in _POSITIONAL] if isinstance(overridden, Method) else []
-            )
+            own, mine, theirs = facts
             placed = sum(
                 1
                 for i, name in enumerate(site.arg_names)
@@ -419,7 +483,7 @@ def _breaks(
     for site, receiver_class in sites:
         # a self/super() call is made by the receiver's class itself; a composed call by no class of the hierarchy
         caller = receiver_class if site.via in ("self", "type", "super") else None
-        own = set(trees.mro(receiver_class))
+        own = trees.mro_set(receiver_class)
         after = receiver_class if site.via == "super" else None
         base_owner = trees.resolve(receiver_class, site.name, after)
         base_found = source_method(base_owner, site.name) if base_owner is not None else None
@@ -438,7 +502,7 @@ def _breaks(
             if caller is not None and not _reaches(trees, sub, caller, calling):
                 continue  # the subclass replaced the method that makes the call
             if caller is not None and not _entered(trees, sub, calling):
-                continue  # nothing in the trees enters the calling method on this subclass
+                continue  # a private calling method that nothing in the trees enters on this subclass
             found = source_method(owner, site.name)
             if not isinstance(found, Method) or _ignored(trees, owner, found):
                 continue
@@ -521,6 +585,18 @@ def _ignored(trees: _Trees, owner: Ref, method: Method) -> bool:
     return IGNORE in module.line(method.line or 0) or IGNORE in module.line(owner.node.lineno)
 
 
+def _workbench_class(ref: Ref) -> bool:
+    return ref.path is not None and ref.path.is_relative_to(WORKBENCH_ROOT)
+
+
+def _on_workbench(trees: _Trees) -> bool:
+    """Whether a target class derives from a class of the installed workbench that is not in the trees (a
+    user's file on ``MetadataBackend``): then the workbench's classes are contracts, with the calls its
+    runner makes on them, whatever bases the file adds."""
+    parents = {parent for ref in trees.targets for parent in trees.mro(ref)[1:]}  # once each: a chain shares them
+    return any(_workbench_class(parent) and not trees.local(parent) for parent in parents)
+
+
 def _within(trees: _Trees, base: Ref) -> set[Ref]:
     return set(trees.subclasses.get(base, ()))
 
@@ -554,12 +630,25 @@ def check(
     more folders or files read for calls only (the targets and the files of their bases always are).
 
     Raises :class:`ContractError` for a target that does not exist or parse, a base that cannot be found,
-    and a base with no subclass in the targets.
+    and a base with no subclass in the targets. Hostile sources are bounded: a special file (a FIFO) is never
+    opened, a file over ``MAX_FILE_BYTES`` or nested too deeply for Python's parser is not read (a note in a
+    folder, this error when named), and a class deriving from over ``MAX_ANCESTORS`` classes is this error.
     """
     enabled = gc.isenabled()
     gc.disable()  # the trees' millions of nodes stay alive for the whole run: collecting them is wasted time
     try:
         return _check(target, base, methods, search_path, list(against), calls_from)
+    except HierarchyTooDeep as exc:
+        ref = exc.ref
+        where = f"{display_path(str(ref.path))}:{ref.node.lineno}" if ref.path and ref.node else ref.module
+        raise ContractError(
+            f"class {ref.qualname or ref.name} ({where}) derives from over {MAX_ANCESTORS} classes: an inheritance "
+            "chain that long is refused (each class's resolution order holds every class above it)"
+        ) from None
+    except RecursionError:  # the last guard: whatever in the trees is nested too deeply, one line, no traceback
+        raise ContractError(
+            "the trees hold code nested too deeply to check (Python's recursion limit was reached)"
+        ) from None
     finally:
         if enabled:
             gc.enable()
@@ -586,8 +675,12 @@ def _check(
     modules = [index.module(path) for path in files]
     parsed = [m for m in modules if m is not None]
     unparsed = [p for p, m in zip(files, modules, strict=True) if m is None]
-    broken = [f"{display_path(str(p))} ({index.errors[p]})" for p in unparsed]
+    unread = [p for p in unparsed if index.errors[p].startswith(NOT_READ)]  # special, too large, too deep
+    broken = [f"{display_path(str(p))} ({index.errors[p]})" for p in unparsed if p not in unread]
+    skipped = [f"{display_path(str(p))} ({index.errors[p].removeprefix(NOT_READ)})" for p in unread]
     if unparsed and (not parsed or named & set(unparsed)):  # a file named on its own must parse
+        if skipped:
+            raise ContractError(f"target file not read: {'; '.join(skipped + broken)}")
         raise ContractError(f"target file does not parse: {'; '.join(broken)}")
     index.infer_roots(parsed)
     index.add_roots([m.root for m in parsed])  # a base named pkg.mod resolves as the targets import it
@@ -598,13 +691,18 @@ def _check(
         path = Path(extra).resolve()
         if not path.exists():
             raise ContractError(f"--calls-from {display_path(str(path))} does not exist")
+        kind = special_file(path)
+        if kind is not None and kind != "a folder":
+            raise ContractError(f"--calls-from {display_path(str(path))} is {kind}, not a file or folder")
         callers.append(path)
     trees = [*roots, *packages]
     trees += [_package_of(index, m.path) for m in parsed]
     notes: list[str] = []
     if broken:
         notes.append(f"{len(broken)} file(s) do not parse on this Python and were skipped: {'; '.join(broken[:3])}")
-    own = False
+    if skipped:
+        notes.append(f"{len(skipped)} file(s) were not read and were skipped: {'; '.join(skipped[:3])}")
+    own = adds_bases = False  # checked against the workbench's classes; the targets define bases too
     base_ref = _base_ref(base, index, parsed) if base is not None else None
     if base_ref is not None:  # named explicitly: its package's classes, and its ancestors', are contracts
         stdlib = sysconfig.get_paths()["stdlib"] + os.sep
@@ -620,11 +718,16 @@ def _check(
         label = base if isinstance(base, str) and ":" in base else base_ref.label
     else:
         within = None
-        if not state.subclasses:  # a user's file on the workbench's own classes: check against those
-            fallback = _Trees(index, parsed, [*trees, WORKBENCH_ROOT])
-            if fallback.subclasses:
-                state, own = fallback, True
-                names = ", ".join(dict.fromkeys(ref.label for ref in state.subclasses))
+        if _on_workbench(state):  # a user's file on the workbench's own classes: check against those too
+            adds_bases = bool(state.subclasses)
+            state, own = _Trees(index, parsed, [*trees, WORKBENCH_ROOT]), True
+            names = ", ".join(dict.fromkeys(ref.label for ref in state.subclasses if _workbench_class(ref)))
+            if adds_bases:
+                notes.append(
+                    f"the targets derive from the workbench's own {names}: checked against those too, with the "
+                    "calls the workbench's runner makes"
+                )
+            else:
                 notes.append(f"no base class in the targets: checked against the workbench's own {names}")
         if not state.subclasses:
             hint = ""
@@ -634,7 +737,7 @@ def _check(
                 "no class in the targets derives from a class defined in the targets or on the search path"
                 f"{hint}; pass the base's root with --search-path DIR, or --base pkg.mod:Class"
             )
-        label = "the workbench's own base classes" if own else "every base class in the trees"
+        label = "every base class in the trees" if adds_bases or not own else "the workbench's own base classes"
     if state.outside and base is None:
         notes.append(_grouped_note("bases outside the trees, not checked (class count)", state.outside))
     bases = [b for b in state.subclasses if within is None or b in within or any(b in state.mro(w) for w in within)]
@@ -646,7 +749,7 @@ def _check(
                 names = ", ".join(b.label for b in bases[:_MAX_NOTE_ITEMS])
                 raise ContractError(f"--method {name!r}: no base class found ({names}) defines or calls it")
         wanted &= set(methods)
-    if any(b.path is not None and b.path.is_relative_to(WORKBENCH_ROOT) for b in bases):
+    if any(_workbench_class(b) for b in bases):
         callers.append(WORKBENCH_ROOT)  # the runner, the zoo: where the workbench calls a backend
     for folder in dict.fromkeys(callers):  # read for the calls they make; their classes are not checked
         for path in python_files(folder) if folder.is_dir() else [folder]:

@@ -1,7 +1,8 @@
 """``workbench check-contracts``: options, output formats (text, JSON, GitHub annotations), exit codes.
 
 Exit codes: 0 no breaks, 1 breaks (or drift, with ``--strict``), 2 usage or lookup error (a target or base
-not found, a target file that does not parse, no subclass of the base found).
+not found, a target file that does not parse or is not read, no subclass of the base found, an inheritance
+chain over ``MAX_ANCESTORS`` classes).
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ import importlib.util
 import inspect
 import os
 import re
+import stat
 import sys
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -32,6 +34,18 @@ Function = ast.FunctionDef | ast.AsyncFunctionDef
 _METHOD_CALL = re.compile(rb"\.\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 _INDENTED_CLASS = re.compile(rb"^[ \t]+class\s", re.M)
 Names = dict[str, tuple[Any, ...]]  # local name -> ("class", node) | ("from", mod, attr, level) | ("import", mod)
+
+MAX_FILE_BYTES = 5_000_000
+"""A larger file is skipped (noted), never read: real engine sources stay far below (sglang's largest module is
+well under 1 MB, torch's 1.4 MB), and parsing takes some 25 times a file's size in memory."""
+NOT_READ = "not read: "
+"""How the reason a file was left unread begins (in :attr:`SourceIndex.errors`): a special file, too large, or
+nested too deeply to parse; any other reason is Python's own error (``SyntaxError``, ``OSError``)."""
+MAX_ANCESTORS = 1000
+"""The most classes a resolution order may hold: real hierarchies hold a few dozen, and every class of a chain
+holds the whole chain above it (the time and memory grow with the square of its length)."""
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))  # fmt: skip
 
 
 @dataclass(frozen=True, eq=False)
@@ -233,11 +247,19 @@ def _class_member(node: ast.ClassDef, name: str) -> Member | None:
     return members(node).get(name)
 
 
+def unparse(node: ast.AST, fallback: str = "...") -> str:
+    """``ast.unparse``, or ``fallback`` for an expression nested too deeply for it (it recurses per level)."""
+    try:
+        return ast.unparse(node)
+    except (RecursionError, MemoryError):
+        return fallback
+
+
 def _source_default(node: ast.expr) -> Any:
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return SourceExpr(ast.unparse(node))
+        return SourceExpr(unparse(node))
 
 
 def signature_from_ast(args: ast.arguments) -> inspect.Signature:
@@ -320,7 +342,18 @@ def source_method(owner: Ref, name: str) -> Method | str | None:
 
 
 def calls_up(function: Function, name: str) -> bool:
-    """Whether a method body calls ``super().name(...)`` or ``SomeClass.name(self, ...)``: the base's runs."""
+    """Whether a method body calls ``super().name(...)`` or ``SomeClass.name(self, ...)``: the base's runs.
+
+    Cached on the function's node: a long hierarchy asks it of the same override for every subclass."""
+    cache: dict[str, bool] | None = getattr(function, "_wb_calls_up", None)
+    if cache is None:
+        cache = function._wb_calls_up = {}  # type: ignore[union-attr]
+    if name not in cache:
+        cache[name] = _calls_up(function, name)
+    return cache[name]
+
+
+def _calls_up(function: Function, name: str) -> bool:
     positional = [*function.args.posonlyargs, *function.args.args]
     self_name = positional[0].arg if positional else None
     for node in ast.walk(function):
@@ -335,19 +368,32 @@ def calls_up(function: Function, name: str) -> bool:
 
 
 def _c3(head: Ref, parents: list[Ref], parent_mros: list[list[Ref]]) -> list[Ref]:
-    """Python's method resolution order; an inconsistent hierarchy falls back to depth-first order."""
-    sequences = [list(s) for s in [*parent_mros, parents] if s]
+    """Python's method resolution order; an inconsistent hierarchy falls back to depth-first order.
+
+    Linear in the orders' lengths (times the number of bases): each sequence keeps a cursor, and a count of
+    the sequences holding each class past their cursor says which heads are free to go next. A chain of
+    500 classes costs 500 steps per class, not 500 squared.
+    """
+    sequences = [s for s in [*parent_mros, parents] if s]
+    tails: Counter[Ref] = Counter(r for s in sequences for r in s[1:])
+    cursors = [0] * len(sequences)
+    live = list(range(len(sequences)))
     order = [head]
-    while sequences:
-        for sequence in sequences:
-            candidate = sequence[0]
-            if not any(candidate in other[1:] for other in sequences):
+    while live:
+        for i in live:
+            candidate = sequences[i][cursors[i]]
+            if not tails[candidate]:
                 break
         else:
             return [head, *dict.fromkeys(r for s in parent_mros for r in s)]
         order.append(candidate)
-        sequences = [[r for r in s if r != candidate] for s in sequences]
-        sequences = [s for s in sequences if s]
+        for i in live:  # in no tail: it can only be a head
+            sequence = sequences[i]
+            while cursors[i] < len(sequence) and sequence[cursors[i]] == candidate:
+                cursors[i] += 1
+                if cursors[i] < len(sequence):
+                    tails[sequence[cursors[i]]] -= 1  # the next one leaves the tail for the head
+        live = [i for i in live if cursors[i] < len(sequences[i])]
     return order
 
 
@@ -359,6 +405,55 @@ def _regular_root(folder: Path) -> tuple[list[str], Path]:
         parts.insert(0, root.name)
         root = root.parent
     return parts, root
+
+
+class HierarchyTooDeep(ValueError):
+    """A class whose resolution order holds more than :data:`MAX_ANCESTORS` classes."""
+
+    def __init__(self, ref: Ref, ancestors: int) -> None:
+        super().__init__(f"{ref.label} derives from {ancestors} classes")
+        self.ref = ref
+        self.ancestors = ancestors
+
+
+class Unreadable(ValueError):
+    """A file that is not read at all: a special file (a FIFO would block), or one over ``MAX_FILE_BYTES``."""
+
+
+def _kind(mode: int) -> str | None:
+    return next((name for test, name in _SPECIAL if test(mode)), None)
+
+
+def special_file(path: Path) -> str | None:
+    """What a path is when it is neither a regular file nor missing (``"a FIFO"``), found without opening it."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return None if stat.S_ISREG(mode) else _kind(mode) or "a special file"
+
+
+def read_source(path: Path) -> bytes:
+    """A source file's bytes. A special file is refused before it is opened (reading a FIFO blocks until a
+    writer comes, a device may never end), and a file over :data:`MAX_FILE_BYTES` is refused unread."""
+    kind = special_file(path)
+    if kind is not None:
+        raise Unreadable(f"{kind}, not a regular file")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # swapped for a FIFO meanwhile: no block
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise Unreadable(f"{_kind(info.st_mode) or 'a special file'}, not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise Unreadable(_too_large(info.st_size))
+        source = file.read(MAX_FILE_BYTES + 1)  # a file that grew since: still bounded
+    if len(source) > MAX_FILE_BYTES:
+        raise Unreadable(_too_large(len(source)))
+    return source
+
+
+def _too_large(size: int) -> str:
+    return f"{size / 1e6:.1f} MB, over the {MAX_FILE_BYTES / 1e6:g} MB limit for a source file"
 
 
 class SourceIndex:
@@ -462,10 +557,16 @@ class SourceIndex:
 
     def _parse(self, path: Path) -> SourceModule | None:
         try:
-            source = path.read_bytes()
+            source = read_source(path)
             tree = ast.parse(source, filename=str(path))
         except SyntaxError as exc:
             self.errors[path] = f"SyntaxError: {exc.msg} (line {exc.lineno})"
+            return None
+        except Unreadable as exc:
+            self.errors[path] = NOT_READ + str(exc)
+            return None
+        except (RecursionError, MemoryError) as exc:  # a+a+...+a some 3000 deep: the parser's own limit
+            self.errors[path] = f"{NOT_READ}nested too deeply to parse: {exc or type(exc).__name__}"
             return None
         except (OSError, ValueError) as exc:
             self.errors[path] = f"{type(exc).__name__}: {exc}"
@@ -562,8 +663,8 @@ class SourceIndex:
 
     def resolve(self, module: SourceModule, expr: ast.expr, scope: Names | None = None) -> Ref | None:
         """The class a base-class expression (``Name``, ``pkg.mod.Name``, ``Name[T]``) refers to."""
-        if isinstance(expr, ast.Subscript):
-            return self.resolve(module, expr.value, scope)
+        while isinstance(expr, ast.Subscript):  # a loop: ``Name[T][T]...`` may be nested thousands deep
+            expr = expr.value
         parts: list[str] = []
         while isinstance(expr, ast.Attribute):
             parts.insert(0, expr.attr)
@@ -592,18 +693,40 @@ class SourceIndex:
             return []
         module = self.module(ref.path)
         found = [(self.resolve(module, b, ref.scope) if module else None, b) for b in ref.node.bases]
-        return [p or Ref(ast.unparse(b), "?") for p, b in found]
+        return [p or Ref(unparse(b), "?") for p, b in found]
 
-    def mro(self, ref: Ref, seen: frozenset[Ref] = frozenset()) -> list[Ref]:
-        """The class's resolution order as far as source reveals it (memoized)."""
+    def mro(self, ref: Ref) -> list[Ref]:
+        """The class's resolution order as far as source reveals it (memoized). A loop, not a recursion: an
+        inheritance chain thousands of classes long is read like any other; a class that (through imports)
+        derives from itself ends its own order there."""
         if ref in self._mros:
             return self._mros[ref]
-        if ref.node is None or ref in seen:
+        if ref.node is None:
             return [ref]
-        parents = self.parents(ref)
-        order = _c3(ref, parents, [self.mro(p, seen | {ref}) for p in parents])
-        self._mros[ref] = order
-        return order
+        stack: list[tuple[Ref, list[Ref], list[list[Ref]]]] = [(ref, self.parents(ref), [])]
+        open_ = {ref}  # the classes whose order is being computed: a base among them is a cycle
+        while stack:
+            current, parents, done = stack[-1]
+            if len(done) < len(parents):
+                parent = parents[len(done)]
+                if parent in self._mros:
+                    done.append(self._mros[parent])
+                elif parent.node is None or parent in open_:
+                    done.append([parent])
+                else:
+                    if len(stack) > MAX_ANCESTORS:
+                        raise HierarchyTooDeep(ref, len(stack))
+                    stack.append((parent, self.parents(parent), []))
+                    open_.add(parent)
+                continue
+            stack.pop()
+            open_.discard(current)
+            order = self._mros[current] = _c3(current, parents, done)
+            if len(order) - 1 > MAX_ANCESTORS:
+                raise HierarchyTooDeep(current, len(order) - 1)
+            if stack:
+                stack[-1][2].append(order)
+        return self._mros[ref]
 
     def find_class(self, path: Path, qualname: str) -> Ref | None:
         """A class of a parsed file by its (possibly nested) qualified name."""

@@ -15,6 +15,11 @@ guard reads a slot of zero-length rows and writes the same bytes back, which no 
 tokens, it writes its result there (the guard band before the pool under sglang's -1, the null slot 0
 under vLLM's). A kernel must skip padded rows by their index, not by their length.
 
+A kernel writes its arguments in place. One that resizes or replaces a tensor it is given (``out.resize_``,
+``out.set_``, ``.data =`` on ``out``, a pool, an intermediate buffer) or writes a metadata tensor it must only
+read (``state_indices``, ``cu_seqlens``, ...) fails in one line naming the argument and what changed, and
+nothing else is judged: the caller reads the tensors it passed, not the kernel's new ones.
+
 >>> res = check_kernel("reference", "causal_conv1d.update", capture=False)
 >>> res.ok, res.names, [c.name for c in res["verify"].conventions]
 (True, ['decode', 'verify'], ['sglang', 'sglang-ascend', 'vllm'])
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -36,7 +41,14 @@ import torch
 from kernels.conventions import CONVENTIONS, Convention, get_convention
 from kernels.testing import Call, Case
 from workbench.errors import CaptureError
-from workbench.kernelcheck.choices import KernelCheckError, Shapes, draw_case, resolve_conventions, resolve_op
+from workbench.kernelcheck.choices import (
+    KernelCheckError,
+    Shapes,
+    draw_case,
+    resolve_conventions,
+    resolve_op,
+    resolve_sizes,
+)
 from workbench.kernelcheck.names import builtin, candidate_name
 from workbench.kernelcheck.results import CaptureResult, ConventionResult, KernelCheck, VariantCheck
 
@@ -73,6 +85,91 @@ def _returned_instead(returned: object, call: Call) -> bool:
     return returned.untyped_storage().data_ptr() != out.untyped_storage().data_ptr()
 
 
+_IN_PLACE = "a kernel must write its arguments in place, never resize or replace them"
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What a kernel must leave as it found it in a tensor argument: it writes the values, in place."""
+
+    dtype: torch.dtype
+    device: torch.device
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    storage: int  # which storage (torch's StorageImpl: set_ swaps it, a resize of the storage keeps it)
+    address: int  # where its memory is
+    nbytes: int  # its size
+    offset: int
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> _Layout:
+        s = t.untyped_storage()
+        return cls(
+            t.dtype, t.device, tuple(t.shape), t.stride(), s._cdata, s.data_ptr(), s.nbytes(), int(t.storage_offset())
+        )
+
+    def change(self, name: str, now: _Layout) -> str | None:
+        """How ``now`` differs from this layout of ``name``, in words (None: it does not)."""
+        if now.dtype != self.dtype:
+            return f"changed the dtype of `{name}` from {self.dtype} to {now.dtype}"
+        if now.device != self.device:
+            return f"moved `{name}` from {self.device} to {now.device}"
+        if now.shape != self.shape:
+            return f"resized `{name}` from {list(self.shape)} to {list(now.shape)}"
+        if now.storage != self.storage:
+            return f"replaced the storage of `{name}` (set_ or .data =): the caller reads the old one"
+        if now.nbytes != self.nbytes:
+            return f"resized the storage of `{name}` from {self.nbytes} to {now.nbytes} bytes"
+        if now.address != self.address:
+            return f"moved the storage of `{name}`: the caller reads the old memory"
+        if now.offset != self.offset:
+            return f"moved `{name}` within its storage (offset {self.offset} to {now.offset})"
+        if now.stride != self.stride:
+            return f"changed the strides of `{name}` from {list(self.stride)} to {list(now.stride)}"
+        return None
+
+
+@dataclass
+class _Before:
+    """Each tensor argument's layout before a call, and a copy of each metadata tensor (indices, lengths,
+    flags: the non-floating ones, which the kernel only reads)."""
+
+    layouts: dict[str, _Layout]
+    metadata: dict[str, torch.Tensor]
+
+    @classmethod
+    def of(cls, call: Call) -> _Before:
+        tensors = {k: v for k, v in call.args.items() if isinstance(v, torch.Tensor)}
+        return cls({k: _Layout.of(v) for k, v in tensors.items()},
+                   {k: v.clone() for k, v in tensors.items() if not v.is_floating_point()})  # fmt: skip
+
+    def misuse(self, call: Call) -> str | None:
+        """What the kernel did to ``call``'s arguments beyond writing values in place, in one line naming
+        them: resized or replaced a tensor (then its values are not where the caller reads them; a check of
+        them would compare tensors of other shapes, or a guard band of a storage that moved), or wrote a
+        metadata tensor. None when nothing."""
+        moved = [m for k, was in self.layouts.items() if (m := was.change(k, _Layout.of(call.args[k]))) is not None]
+        if moved:
+            return f"the kernel {'; '.join(moved)}: {_IN_PLACE}"
+        written = [
+            _written(k, was, call.args[k]) for k, was in self.metadata.items() if not torch.equal(was, call.args[k])
+        ]
+        if written:
+            return (f"the kernel wrote into {'; '.join(written)}: a kernel must only read the step's metadata "
+                    "(every layer reads the same tensors)")  # fmt: skip
+        return None
+
+
+def _written(name: str, was: torch.Tensor, now: torch.Tensor) -> str:
+    """The first element of ``name`` the kernel changed, in words: ``"`state_indices` (element 3: -1 became 0)"``."""
+    diff = (was != now).reshape(-1).nonzero().flatten().tolist()
+    i = diff[0]
+    at = [int(j) for j in torch.unravel_index(torch.tensor(i), tuple(was.shape))]
+    where = ", ".join(map(str, at))
+    more = f"{len(diff)} elements, e.g. " if len(diff) > 1 else ""
+    return f"`{name}` ({more}element {where}: {was.reshape(-1)[i].item()} became {now.reshape(-1)[i].item()})"
+
+
 def check_convention(
     fn: Candidate,
     op: str = "gated_delta_rule.recurrent",
@@ -94,18 +191,23 @@ def check_convention(
             padded batch rows; seed: every input is drawn from it.
         padded_tokens: padded rows of varlen ops get tokens too (a kernel must still skip them).
 
-    The candidate may raise anything: that is reported (``error``), never raised. A bad op, variant,
-    convention or shape raises :class:`KernelCheckError`.
+    The candidate may raise anything: that is reported (``error``), never raised; a candidate that resizes
+    or replaces an argument, or writes a metadata tensor, fails naming it (``misuse``), unjudged. A bad op,
+    variant, convention or shape raises :class:`KernelCheckError`.
     """
     f = _candidate(fn, op)
     case = draw_case(op, variant, convention=convention, shapes=shapes, rows=rows, padded=padded, seed=seed,
                      padded_tokens=padded_tokens)  # fmt: skip
     _reference(case)
     call = case.fresh()
+    before = _Before.of(call)
     try:
         returned = f(**call.args)
     except Exception as e:  # the user's kernel may raise anything: report it, never into the notebook
         return ConventionResult(case.convention, case, call, error=f"{type(e).__name__}: {e}")
+    misuse = before.misuse(call)
+    if misuse is not None:  # nothing to judge: the values are not where the caller reads them
+        return ConventionResult(case.convention, case, call, misuse=misuse)
     check = case.check(call)
     notes = []
     if check.unwritten and _returned_instead(returned, call):
@@ -146,8 +248,9 @@ def check_capture(
     ``seed + 1``, same slots) into the captured tensors, replay, and judge the replay with ``Case.check``.
 
     Fails, in words, when the recorder refuses the capture (a host read, a storage swap: ``CaptureError``),
-    when ``fn`` raises, or when the replay is off (e.g. it froze a capture-time value). Arguments as
-    :func:`check_convention`.
+    when ``fn`` raises, when its warm-up, capture or replay resizes or replaces an argument or writes a
+    metadata tensor (said before what the recorder or the kernel made of it), or when the replay is off
+    (e.g. it froze a capture-time value). Arguments as :func:`check_convention`.
     """
     from workbench.graphs import get_backend
 
@@ -159,12 +262,21 @@ def check_capture(
     _reference(target)
     name = static.convention.name
     call = static.fresh()
+    before = _Before.of(call)
     try:
         graph = get_backend("cpu").capture(lambda: f(**call.args), warmup=1)
-    except CaptureError as e:
-        return CaptureResult(name, False, f"capture refused: {e}")
     except Exception as e:  # the user's kernel may raise anything during warm-up or capture
-        return CaptureResult(name, False, f"capture raised {type(e).__name__}: {e}")
+        # what the warm-up did to the arguments first: the capture's call fails on the tensors it resized
+        misuse = before.misuse(call)
+        if misuse is not None:
+            return CaptureResult(name, False, misuse)
+        if isinstance(e, CaptureError):
+            return CaptureResult(name, False, f"capture refused: {e}")
+        error = f"{type(e).__name__}: {e}"
+        return CaptureResult(name, False, f"capture raised {error}", error=error)
+    misuse = before.misuse(call)
+    if misuse is not None:
+        return CaptureResult(name, False, misuse)
     ops = [r.name for r in graph.ops or []]
     new = target.fresh()
     for k, v in call.args.items():
@@ -172,10 +284,15 @@ def check_capture(
             _write_into(v, new.args[k])
     for k, s in call.storage.items():  # the pools are views of these: guard band included
         s.copy_(new.storage[k])
+    before = _Before.of(call)
     try:
         graph.replay()
     except Exception as e:  # reported in words, like the capture's
-        return CaptureResult(name, False, f"replay raised {type(e).__name__}: {e}", ops)
+        error = f"{type(e).__name__}: {e}"
+        return CaptureResult(name, False, f"replay raised {error}", ops, error=error)
+    misuse = before.misuse(call)
+    if misuse is not None:
+        return CaptureResult(name, False, f"replay: {misuse}", ops)
     check = target.check(call)
     what = f"{len(ops)} recorded op(s); replay on new values"
     if check.ok:
@@ -301,6 +418,7 @@ def check_kernel(
         candidate=name or candidate_name(f),
         variants=checks,
         shapes=_shapes_text(shapes),
+        sizes=resolve_sizes(shapes),
         rows=rows,
         padded=padded,
         seed=seed,

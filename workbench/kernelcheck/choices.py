@@ -13,10 +13,11 @@ workbench.kernelcheck.choices.KernelCheckError: variant: causal_conv1d.update ha
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 from kernels.conventions import CONVENTIONS, Convention, get_convention
-from kernels.testing import Case, OpSpec, get_op, make_case
+from kernels.testing import SHAPES, Case, OpSpec, get_op, make_case
 from workbench.errors import WorkbenchError
 
 Shapes = str | Mapping[str, int]  # a preset name of kernels.testing.SHAPES, or sizes overriding "small"'s
@@ -74,3 +75,55 @@ def draw_case(
         )  # fmt: skip
     except ValueError as e:
         raise KernelCheckError(str(e)) from None
+
+
+def resolve_sizes(shapes: Shapes) -> dict[str, int]:
+    """Every size a check draws with: a preset's of :data:`kernels.testing.SHAPES`, or "small"'s with
+    ``shapes`` over them (unchecked: :func:`draw_case` checks them)."""
+    if isinstance(shapes, str):
+        return dict(SHAPES.get(shapes, SHAPES["small"]))
+    return {**SHAPES["small"], **shapes}
+
+
+_SIZE = re.compile(r"([A-Za-z_]\w*)=(.*)")
+
+
+def parse_shape(text: str, used: Sequence[str]) -> Shapes:
+    """``--shape``'s value: a preset of :data:`kernels.testing.SHAPES` (``quarter``), or ``NAME=INT`` sizes
+    joined by commas (``K=16,V=32``) over "small"'s; ``used``: the sizes the checked variants draw with
+    (another is refused: it would change nothing). One-line :class:`KernelCheckError` naming the size and the
+    value.
+
+    >>> parse_shape("K=16,V=32", ["H", "HV", "K", "V"])
+    {'K': 16, 'V': 32}
+    >>> parse_shape("dim=16", ["H", "HV", "K", "V"])
+    Traceback (most recent call last):
+    ...
+    workbench.kernelcheck.choices.KernelCheckError: --shape 'dim=16': these variants draw no dim; the sizes they use: H, HV, K, V
+    """  # noqa: E501
+    if text in SHAPES:
+        return text
+    presets = ", ".join(SHAPES)
+    if "=" not in text:
+        raise KernelCheckError(f"--shape {text!r}: not a preset ({presets}) nor NAME=INT sizes such as K=16,V=32")
+    sizes: dict[str, int] = {}
+    for part in text.split(","):
+        m = _SIZE.fullmatch(part.strip())
+        if m is None:
+            raise KernelCheckError(f"--shape {text!r}: {part!r} is not NAME=INT (sizes such as K=16,V=32)")
+        name, value = m.groups()
+        if name not in SHAPES["small"]:
+            raise KernelCheckError(
+                f"--shape {text!r}: unknown size {name!r} ({part}); the sizes these variants use: {', '.join(used)}"
+            )
+        if name not in used:
+            raise KernelCheckError(
+                f"--shape {text!r}: these variants draw no {name}; the sizes they use: {', '.join(used)}"
+            )
+        low = 2 if name == "width" else 1
+        if not re.fullmatch(r"[0-9]+", value.strip()) or int(value) < low:
+            raise KernelCheckError(f"--shape {text!r}: {name} must be an int >= {low}, got {value!r}")
+        if name in sizes:
+            raise KernelCheckError(f"--shape {text!r}: {name} given twice")
+        sizes[name] = int(value)
+    return sizes

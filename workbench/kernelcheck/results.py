@@ -12,6 +12,7 @@ from typing import Any
 from kernels.conventions import Convention
 from kernels.testing import Call, Case, CaseCheck
 from workbench import html
+from workbench.kernelcheck.sizing import sizes_used
 
 ErrorMap = tuple[list[str], list[str], list[list[float]]]  # row labels, head labels, max |error| per cell
 TOKENS = "+tokens"  # the key suffix of a run whose padded rows carry tokens ("sglang+tokens")
@@ -32,6 +33,8 @@ class ConventionResult:
             (outputs, pools), None if it never ran.
         check: ``Case.check``'s verdict (None when the candidate raised).
         error: ``"Type: message"`` when the candidate raised.
+        misuse: what the candidate did to its arguments instead of writing them in place (resized or replaced
+            a tensor, wrote a metadata tensor it must only read), in words; then nothing was judged.
         notes: hints beside the verdict (e.g. a result returned instead of written into ``out``).
         padded_tokens: padded rows of a varlen op carried the live rows' token count (else zero tokens, as
             engines pad); paired: the other form ran too under this convention (then the label says which).
@@ -42,6 +45,7 @@ class ConventionResult:
     call: Call | None = field(default=None, repr=False)
     check: CaseCheck | None = None
     error: str | None = None
+    misuse: str | None = None
     notes: list[str] = field(default_factory=list)
     padded_tokens: bool = False
     paired: bool = False
@@ -83,7 +87,7 @@ class ConventionResult:
 
     @property
     def ok(self) -> bool:
-        return self.error is None and self.check is not None and self.check.ok
+        return self.error is None and self.misuse is None and self.check is not None and self.check.ok
 
     @property
     def max_err(self) -> float:
@@ -94,6 +98,8 @@ class ConventionResult:
         """One phrase per kind of failure (empty when ok)."""
         if self.error is not None:
             return [f"raised {self.error}"]
+        if self.misuse is not None:
+            return [self.misuse]
         return ([] if self.check is None else self.check.problems()) + ([] if self.ok else self.notes)
 
     def rows_text(self) -> str:
@@ -112,8 +118,9 @@ class ConventionResult:
 
     def error_map(self, output: str | None = None) -> ErrorMap | None:
         """``Case.error_map`` of ``output`` (default: the op's first output) per (batch row, head); None when
-        the candidate raised or the op writes no output (``scatter_accepted``)."""
-        if self.call is None or self.error is not None or not self.case.outputs:
+        the candidate raised, resized or replaced an argument (:attr:`misuse`), or the op writes no output
+        (``scatter_accepted``)."""
+        if self.call is None or self.error is not None or self.misuse is not None or not self.case.outputs:
             return None
         return self.case.error_map(self.call, output or self.case.outputs[0])
 
@@ -148,6 +155,8 @@ class CaptureResult:
         ok: the verdict; detail: why, in words.
         ops: the names of the recorded ops (one custom op per kernel call when it is registered as one).
         check: ``Case.check`` of the replay (None when capture or replay failed).
+        error: ``"Type: message"`` when the kernel raised during warm-up, capture or replay (not when the
+            recorder refused it).
     """
 
     convention: str
@@ -155,6 +164,7 @@ class CaptureResult:
     detail: str
     ops: list[str] = field(default_factory=list)
     check: CaseCheck | None = None
+    error: str | None = None
 
     @property
     def num_ops(self) -> int:
@@ -229,6 +239,8 @@ class VariantCheck:
         for c in self.conventions:
             if c.ok:
                 out.append(f"ok   {self.name} {c.label}: max error {c.max_err:.2e}")
+            elif c.misuse is not None:  # nothing was judged: the rows and slots say nothing
+                out.append(f"FAIL {self.name} {c.label}: {c.misuse}")
             else:
                 out.append(f"FAIL {self.name} {c.label}: {'; '.join(c.problems())}; {c.rows_text()}")
         if self.capture is not None:
@@ -257,13 +269,15 @@ class KernelCheck:
     Attributes:
         op: what was checked (a name of ``kernels.testing.OPS``); candidate: the kernel's name.
         variants: one :class:`VariantCheck` per variant, in the op's order.
-        shapes, rows, padded, seed: how the cases were drawn (``kernels.testing.make_case``).
+        shapes, rows, padded, seed: how the cases were drawn (``kernels.testing.make_case``); sizes: every
+            size of the shapes (``kernels.testing.SHAPES``'s keys).
     """
 
     op: str
     candidate: str
     variants: list[VariantCheck]
     shapes: str = "small"
+    sizes: dict[str, int] = field(default_factory=dict)
     rows: int = 3
     padded: int = 2
     seed: int = 0
@@ -299,9 +313,56 @@ class KernelCheck:
             return self.variants[0][key]
         raise KeyError(f"variant: {key!r} was not checked; checked {self.names} (index a variant by convention)")
 
+    def _errors(self) -> list[str | None]:
+        """Per check that ran (each convention run, each capture): what the kernel raised, None if nothing."""
+        out: list[str | None] = []
+        for v in self.variants:
+            out += [c.error for c in v.conventions]
+            out += [] if v.capture is None else [v.capture.error]
+        return out
+
+    @property
+    def num_checks(self) -> int:
+        """The checks made: each convention run and capture, and one per variant the kernel does not fit."""
+        return len(self._errors()) + sum(v.unfit is not None for v in self.variants)
+
+    @property
+    def num_failed(self) -> int:
+        """The checks that failed (of :attr:`num_checks`)."""
+        failed = sum(not c.ok for c in self.results) + sum(v.unfit is not None for v in self.variants)
+        return failed + sum(v.capture is not None and not v.capture.ok for v in self.variants)
+
+    @property
+    def raised(self) -> str | None:
+        """``"Type: message"`` when every check ran the kernel and each time it raised that same error (then
+        nothing was judged: :meth:`lines` says so once); else None."""
+        errors = self._errors()
+        if any(v.unfit is not None for v in self.variants) or not errors or len(set(errors)) != 1:
+            return None
+        return errors[0]
+
+    def hint(self) -> str:
+        """What to try when every check raised :attr:`raised`: power-of-two sizes where the error says the
+        kernel needs them and some size of these shapes is not one (Triton's ``tl.arange(0, K)``); else ""."""
+        error = self.raised or ""
+        if "power of 2" not in error and "power of two" not in error.lower():
+            return ""
+        used = [k for k in sizes_used(self.op, self.names) if k != "extend"]  # a token count: no block of it
+        odd = {k: n for k, n in self.sizes.items() if k in used and n & (n - 1)}
+        if not odd:
+            return ""
+        here = ", ".join(f"{k}={n}" for k, n in odd.items())
+        two = ",".join(f"{k}={1 << (n - 1).bit_length()}" for k, n in odd.items())
+        return f"; the kernel may support only power-of-two sizes ({here} here): try --shape quarter or --shape {two}"
+
     def lines(self) -> list[str]:
-        """One line per check of every variant (see :meth:`VariantCheck.lines`)."""
-        return [line for v in self.variants for line in v.lines()]
+        """One line per check of every variant (see :meth:`VariantCheck.lines`); one line in all when every
+        check raised the same error (:attr:`raised`), with a :meth:`hint`."""
+        error = self.raised
+        if error is not None and self.num_checks > 1:
+            return [f"FAIL {self.name}: every check ({self.num_checks}) raised {error}{self.hint()}"]
+        out = [line for v in self.variants for line in v.lines()]
+        return out if error is None else [line + self.hint() for line in out]
 
     def summary(self) -> str:
         verdict = "OK" if self.ok else "PROBLEMS"
@@ -314,7 +375,7 @@ class KernelCheck:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "candidate": self.candidate, "ok": self.ok, "shapes": self.shapes,
+        return {"op": self.op, "candidate": self.candidate, "ok": self.ok, "shapes": self.shapes, "sizes": self.sizes,
                 "rows": self.rows, "padded": self.padded, "seed": self.seed,
                 "variants": [v.to_dict() for v in self.variants]}  # fmt: skip
 

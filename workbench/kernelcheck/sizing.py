@@ -16,13 +16,39 @@ kernel writes, the float64 reference (twice the bytes) and the kernel's temporar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from kernels.conventions import CONVENTIONS
-from kernels.testing import scan_chunk_size
+from kernels.testing import SHAPES, scan_chunk_size
 
 CHECK_FACTOR = 5  # the case, the kernel's copy, the float64 reference (x2), temporaries
 FLOAT = 4  # bytes: activations, states and outputs are float32 in a check's case
+
+
+_GDN, _CONV, _SSM = ("H", "HV", "K", "V"), ("dim", "width"), ("nheads", "headdim", "dstate", "ngroups")
+# The sizes of kernels.testing.SHAPES that each op's builder reads, per variant (D: a verify's draft tokens,
+# extend: the longest extend row); tests/test_kernelcheck_sizing.py holds it against the builders.
+SIZES_USED: dict[str, dict[str, tuple[str, ...]]] = {
+    "gated_delta_rule.recurrent": {"decode": _GDN, "gating": _GDN, "verify": (*_GDN, "D"), "extend": (*_GDN, "extend")},
+    "gated_delta_rule.chunked": {"extend": (*_GDN, "extend")},
+    "gated_delta_rule.scatter_accepted": {"accept": ("HV", "K", "V", "D")},
+    "causal_conv1d.update": {"decode": _CONV, "verify": (*_CONV, "D")},
+    "causal_conv1d.varlen": {"extend": (*_CONV, "extend")},
+    "mamba2.selective_state_update": {"decode": _SSM, "verify": (*_SSM, "D")},
+    "mamba2.chunk_scan": {"extend": (*_SSM, "extend")},
+    "linear_attn.recurrent": {"decode": _GDN, "extend": (*_GDN, "extend")},
+}  # fmt: skip
+
+
+def sizes_used(op: str, variants: Sequence[str]) -> list[str]:
+    """The sizes (keys of ``kernels.testing.SHAPES``) that a check of ``op``'s ``variants`` draws with, in
+    the presets' order: what ``--shape`` may set.
+
+    >>> sizes_used("causal_conv1d.update", ["decode", "verify"])
+    ['D', 'dim', 'width']
+    """
+    used = {k for v in variants for k in SIZES_USED[op][v]}
+    return [k for k in SHAPES["small"] if k in used]
 
 
 def _slots(rows: int) -> int:

@@ -1,13 +1,15 @@
 """Plotly figures: pure functions, data in, ``go.Figure`` out (plotly: a default dependency).
 
 ``viz.metadata``: what a step's metadata looks like (padding, slots, query_start_loc, integrity).
-``viz.timeline``: a serving trace's slot owners, step by step. ``viz.timing``: latency with IQR bands, the
+``viz.timeline``: a serving trace's slot owners, step by step. ``viz.zoo``: a bug zoo case's evidence,
+broken beside fixed. ``viz.timing``: latency with IQR bands, the
 roofline, bucket waste. ``viz.palette``: the colour-blind-safe colours every figure shares.
 """
 
 from workbench.viz.metadata import integrity_heatmap, padded_batch, padding_map, qsl_staircase, slot_map
 from workbench.viz.timeline import slot_timeline
 from workbench.viz.timing import bucket_waste, latency, roofline
+from workbench.viz.zoo import zoo_evidence
 
 __all__ = [
     "bucket_waste",
@@ -19,4 +21,5 @@ __all__ = [
     "roofline",
     "slot_map",
     "slot_timeline",
+    "zoo_evidence",
 ]

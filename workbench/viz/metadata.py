@@ -188,15 +188,18 @@ def padding_map(metas: Metadata | Sequence[Metadata]) -> go.Figure:
                 "<br>request row %{customdata[3]}<br>%{customdata[4]}<extra></extra>",
             )
         )
+    # The legend sits at the figure's foot (yref "container" reserves its rows), so the x-axis title stays
+    # above it however few steps are drawn and however many rows the legend wraps to; the y-axis title is a
+    # word, so it fits beside a single step (the tick labels say "profile mode raw->bs").
     fig.update_layout(
         title="Padding map: what the kernel does with each row of the bucket",
         barmode="overlay",
         bargap=0.25,
-        margin=dict(l=200, r=20, t=60, b=50),
-        legend_orientation="h",
+        margin=dict(l=200, r=20, t=60, b=10),
+        legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0, xanchor="left"),
     )
     fig.update_xaxes(title_text="batch row (bucket slot, rows)")
-    fig.update_yaxes(categoryorder="array", title_text="step (profile mode raw->bs)")
+    fig.update_yaxes(categoryorder="array", type="category", title_text="step")
     fig.update_layout(**padding_map_layout(metas))
     return fig
 
@@ -204,14 +207,14 @@ def padding_map(metas: Metadata | Sequence[Metadata]) -> go.Figure:
 def padding_map_layout(metas: Metadata | Sequence[Metadata]) -> dict[str, Any]:
     """The part of :func:`padding_map`'s layout that follows the data, as ``fig.update_layout`` keywords (a
     widget updating the figure in place applies the same): ``height`` (px, 60 a step), ``xaxis_range``
-    (batch rows), ``yaxis_categoryarray`` (the steps' :func:`unique_labels`, top first), ``legend_y``."""
+    (batch rows; at least one, so an empty step keeps a readable axis) and ``yaxis_categoryarray`` (the steps'
+    :func:`unique_labels`, top first)."""
     metas = _as_list(metas)
     max_bs = max((m.batch_size for m in metas), default=1)
     return {
         "height": 140 + 60 * max(len(metas), 1),
-        "xaxis_range": [-0.6, max_bs - 0.4],
+        "xaxis_range": [-0.6, max(max_bs, 1) - 0.4],
         "yaxis_categoryarray": unique_labels(metas)[::-1],
-        "legend_y": -0.35 if len(metas) < 3 else -0.2,
     }
 
 
@@ -409,10 +412,13 @@ def qsl_staircase(metas: Metadata | Sequence[Metadata]) -> go.Figure:
     fig.update_layout(
         title="query_start_loc: where each row's tokens start (flat tail = zero-length padded rows)",
         height=360,
-        margin=dict(l=60, r=20, t=60, b=50),
-        legend=dict(orientation="h", y=-0.25),
+        margin=dict(l=60, r=20, t=60, b=10),
+        # at the figure's foot, as the padding and slot maps: below the x-axis title however many rows it wraps to
+        legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0, xanchor="left"),
     )
-    fig.update_xaxes(title_text="entry i of query_start_loc (row i starts here)")
+    # the entry labels stand a little below the axis: where both axes have a tick at the corner (an empty
+    # step's single point (0, 0), drawn in [-1, 1] both ways), the two "-1" labels would meet there
+    fig.update_xaxes(title_text="entry i of query_start_loc (row i starts here)", ticklabelstandoff=6)
     fig.update_yaxes(title_text="token offset (tokens)")
     return fig
 

@@ -11,15 +11,22 @@ drawn for minutes. When the current inputs are refused, :attr:`ExplorerModel.sta
 what is on screen is the last accepted step (``ExplorerModel.shown``), not these inputs. ``SLIDERS`` are the
 view's slider ranges: a value at a slider's end may have been cut to it by the browser, and
 :meth:`ExplorerModel.notes` says so beside the control.
+
+Any value comes back in words, never as an exception. A value a control can hold (an int, a text) that is
+out of range is taken and refused beside its control until it changes, as the control shows it. A value
+no control holds (``KINDS``: None, a list, a float or a bool for an int, a number for a text) or a name
+that is no control refuses the whole call: nothing of it is taken, so the next call works as before it.
 """
 
 from __future__ import annotations
 
 import random
+import reprlib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from workbench.batch import Batch
+from workbench.buckets import check_buckets
 from workbench.errors import MetadataError, WorkbenchError
 from workbench.limits import check_int
 from workbench.metadata import Metadata, build_metadata, validate
@@ -39,6 +46,25 @@ LIMITS: dict[str, tuple[int, int, str]] = {
     "raw_batch_size": (0, MAX_ROWS, "the explorer draws every row; `workbench metadata` prints larger steps"),
     "pool_size": (2, MAX_POOL, "the slot map draws every slot; `workbench metadata --num-slots` takes more"),
     "draft_tokens": (1, MAX_DRAFT, "engines draft a few tokens per request"),
+}
+# the kind of value each control holds; a value of another kind is refused and not taken
+KINDS: dict[str, str] = {
+    "profile": "text",
+    "mode": "text",
+    "raw_batch_size": "int",
+    "seq_lens": "text",
+    "draft_tokens": "int",
+    "buckets": "text",
+    "pool_size": "int",
+    "fragmentation": "number",
+    "seed": "int",
+}
+# what a text box holds, for the refusal of another kind of value
+TEXTS = {
+    "profile": f"one of {list(PROFILE_CHOICES)}",
+    "mode": f"one of {list(MODES)}",
+    "seq_lens": "comma-separated lengths, or '' for random ones",
+    "buckets": "comma-separated batch sizes, or '' for the engine's list",
 }
 # the view's slider ranges (min, max): the browser cuts a typed value to them without a word
 SLIDERS: dict[str, tuple[float, float]] = {
@@ -106,6 +132,26 @@ def parse_int_list(field_name: str, text: str) -> list[int]:
     return out
 
 
+def shown(value: object) -> str:
+    """``repr(value)``, cut short: a refusal stays one line whatever was passed."""
+    return reprlib.repr(value)
+
+
+def kind_error(name: str, kind: str, value: object, text: str = "") -> str | None:
+    """Why ``value`` cannot be the value of control ``name`` holding ``kind`` ("int" | "text" | "number" in
+    [0, 1] | "bool"), or None: a bool is no int and no number, NaN is a number (refused by its range).
+    ``text``: what the text box holds, said in the refusal."""
+    if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+        return f"{name} must be an int, got {shown(value)}"
+    if kind == "number" and (isinstance(value, bool) or not isinstance(value, int | float)):
+        return f"{name}: {shown(value)} is not a number in [0, 1]"
+    if kind == "text" and not isinstance(value, str):
+        return f"{name} must be text{f' ({text})' if text else ''}, got {shown(value)}"
+    if kind == "bool" and not isinstance(value, bool):
+        return f"{name} must be True or False, got {shown(value)}"
+    return None
+
+
 def control_of(message: str) -> str:
     """Which control an error message is about (its leading field name), "general" when none matches."""
     head = message.split(":")[0].split("[")[0].split(" ")[0]
@@ -144,9 +190,9 @@ class ExplorerModel:
     """
 
     def __init__(self, **params: Any) -> None:
-        self.params = ExplorerParams(**params)
+        self.params = ExplorerParams()
         self.shown: ExplorerState | None = None
-        self.state = self.update()
+        self.state = self.update(**params)  # refused in words, as any update: the defaults stay
 
     @property
     def stale(self) -> str | None:
@@ -175,15 +221,31 @@ class ExplorerModel:
         return out
 
     def update(self, **changes: Any) -> ExplorerState:
-        """Apply ``changes`` to the parameters and rebuild; returns (and keeps) the new state."""
-        try:
-            self.params = replace(self.params, **changes)
-        except TypeError as e:  # an unknown parameter name is a programming error, not user input
-            raise MetadataError(f"ExplorerModel.update: {e}") from None
+        """Apply ``changes`` to the parameters and rebuild; returns (and keeps) the new state.
+
+        A name that is no control, or a value of a kind its control cannot hold, refuses the whole call in
+        words (``errors``) and takes none of it: the parameters stay as they were."""
+        refused = self._refusals(changes)
+        if refused:
+            self.state = ExplorerState(params=self.params, errors=refused, raw_batch_size=self.params.raw_batch_size)
+            return self.state
+        self.params = replace(self.params, **changes)
         self.state = self._build(self.params)
         if self.state.metas:
             self.shown = self.state
         return self.state
+
+    def _refusals(self, changes: dict[str, Any]) -> dict[str, str]:
+        """Control -> why ``changes`` cannot be taken at all (unknown names, values of the wrong kind)."""
+        unknown = sorted(set(changes) - set(KINDS))
+        if unknown:
+            return {"general": f"update: {unknown} are not explorer controls; controls are {list(KINDS)}"}
+        out = {}
+        for name, value in changes.items():
+            why = kind_error(name, KINDS[name], value, TEXTS.get(name, ""))
+            if why is not None:
+                out[name] = f"{why}; not taken, still {shown(getattr(self.params, name))}"
+        return out
 
     # -- building -------------------------------------------------------------------------------------
     def _build(self, p: ExplorerParams) -> ExplorerState:
@@ -212,6 +274,8 @@ class ExplorerModel:
             buckets = parse_int_list("buckets", p.buckets) if p.buckets.strip() else None
             if buckets is not None and not buckets:
                 raise MetadataError("buckets: no batch size typed; clear the box for the engine default")
+            if buckets is not None:  # checked here, whatever the mode: extend pads nothing, yet the list is wrong
+                check_buckets(buckets)
             for i, b in enumerate(buckets or []):
                 if b > MAX_ROWS:  # a padded step is as tall as its bucket
                     raise MetadataError(

@@ -53,8 +53,9 @@ class CaptureReplayLab(W.VBox):
     """Capture a layer step per bucket on a graph backend, then replay steps and check them.
 
     Controls: layer, preset, profile (the padding convention: pool and runner are rebuilt at the next
-    Capture), backend (unavailable ones marked, with the reason), buckets, D; Capture (with a progress bar);
-    then batch size, mode, random-requests seed and Replay; Verify + accept after a verify step. Shows how
+    Capture), backend (unavailable ones marked, with the reason), buckets, D (of target_verify); Capture (with
+    a progress bar); then batch size, mode (exactly the modes the model's step takes, ``LabModel.modes``),
+    random-requests seed and Replay; Verify + accept after a verify step. Shows how
     the step ran (replayed in its bucket, or eagerly above the largest) and its integrity, a slot heatmap of
     what each action changed (the dummy slot marked), the recorded ops of the replayed graph, and the
     step's timing. A refused value is one line under its control; changing an input clears the results.
@@ -96,11 +97,16 @@ class CaptureReplayLab(W.VBox):
             "<br>".join(f"<small><b>{b}</b> unavailable: {html.escape(why)}</small>" for b, why in choices if why)
         )
         self.buckets = W.Text(value=m.buckets_text, description="buckets", style=style, continuous_update=False)
-        self.draft_tokens = W.IntText(value=m.draft_tokens, description="D", style=style)
+        self.draft_tokens = W.IntText(
+            value=m.draft_tokens,
+            description="D",
+            tooltip="draft tokens per request of a target_verify step",
+            style=style,
+        )
         self.capture_button = W.Button(description="Capture", button_style="primary", icon="camera")
         self.progress = W.IntProgress(value=0, min=0, max=1, description="capture")
         self.batch_size = W.IntText(value=3, description="batch size", style=style)
-        self.mode = W.Dropdown(options=("decode",), value="decode", description="mode", style=style)
+        self.mode = W.Dropdown(options=m.modes, description="mode", style=style)  # what the model's step takes
         self.seed = W.IntText(value=0, description="requests seed", style=style)
         self.replay_button = W.Button(description="Replay", icon="play", disabled=True)
         self.accepted_text = W.Text(value="", placeholder="empty: random", description="accepted", style=style)
@@ -167,10 +173,6 @@ class CaptureReplayLab(W.VBox):
         ok = m.capture(progress)
         if not ok and m.error_control in INPUTS:
             self._inputs_ok = False
-        if ok:
-            assert m.runner is not None
-            if tuple(self.mode.options) != m.modes:
-                self.mode.options = m.modes
         self._render()
         return ok
 
@@ -204,6 +206,8 @@ class CaptureReplayLab(W.VBox):
         self.ops.value = records_html(rows) if rows else (f"<i>{html.escape(m.ops_note())}</i>" if m.runner else "")
         if m.runner is None:
             self.progress.value = 0
+        if tuple(self.mode.options) != m.modes:  # the model is the truth: the modes its step takes, no other
+            self.mode.options = m.modes
         self.capture_button.disabled = not self._inputs_ok
         self.replay_button.disabled = m.runner is None
         last = m.last

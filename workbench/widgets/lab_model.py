@@ -7,7 +7,9 @@ control it belongs beside (``LabModel.error_control``, one of ``CONTROLS``), nev
 notebook. Settings are checked before any work starts (sizes, memory, CPU work: ``lab_plan``). Results say
 only what is true: a step that ran eagerly says so and claims no replay; every result (step, accept,
 history) is dropped when an input it depends on changes or a capture fails (``generation`` counts these).
-Nothing typed is clamped: a value out of range is refused, beside its control.
+Nothing typed is clamped: a value out of range is refused, beside its control. A value of a kind no
+control holds (``KINDS``: None, a list, a number for a text), or a name that is no input, refuses the whole
+``set`` and takes none of it: the inputs (and the results) stay as they were.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import torch
 
 from workbench.batch import Batch
+from workbench.engines.versions import SUPPORTED as ENGINES
 from workbench.errors import MetadataError, WorkbenchError
 from workbench.graphs import available_backends
 from workbench.layers import GatedDeltaNetLayer, Intermediate, Mamba2Layer, float64_reference
@@ -28,8 +31,18 @@ from workbench.measure.integrity import DEFAULT_ATOL, DEFAULT_RTOL, changed_slot
 from workbench.metadata import build_metadata
 from workbench.pool import StatePool
 from workbench.runner import GraphRunner
-from workbench.widgets.explorer_model import parse_int_list
-from workbench.widgets.lab_plan import BACKENDS, LAYERS, PRESETS, SEED_MAX, Plan, Refusal, layer_config, make_plan
+from workbench.widgets.explorer_model import kind_error, parse_int_list, shown
+from workbench.widgets.lab_plan import (
+    BACKENDS,
+    LAYERS,
+    PRESETS,
+    SEED_MAX,
+    Plan,
+    Refusal,
+    layer_config,
+    layer_modes,
+    make_plan,
+)
 from workbench.widgets.lab_reports import AcceptReport, HistoryRow, StepReport, Verdict
 
 # what a capture depends on: the control's name -> the model's attribute
@@ -44,6 +57,16 @@ INPUTS = {
 }
 PROFILE_METADATA = "profile"
 """The ``metadata`` input's default: the workbench's own backend for the profile (else an engine's name)."""
+# the kind of value each input holds (``set`` takes no other) and what a text input holds, in words
+KINDS = {name: "int" if name == "draft_tokens" else "text" for name in INPUTS}
+TEXTS = {
+    "layer": f"one of {list(LAYERS)}",
+    "preset": f"one of {list(PRESETS)}",
+    "profile": "a profile's name",
+    "backend": f"one of {list(BACKENDS)}",
+    "buckets": "comma-separated batch sizes, or '' for 1, 2, 4, 8",
+    "metadata": f"{PROFILE_METADATA!r} or an engine's name",
+}
 CONTROLS = (*INPUTS, "batch_size", "mode", "seed", "accepted", "general")
 
 __all__ = [
@@ -131,9 +154,9 @@ class LabModel:
 
     def check(self) -> Plan | None:
         """Check the settings without building anything (microseconds); None with ``error`` set if refused."""
-        self.error = None
+        self.error, self.error_control = None, "general"
         try:
-            return make_plan(
+            plan = make_plan(
                 self.layer_name,
                 self.preset,
                 self.profile,
@@ -143,6 +166,14 @@ class LabModel:
                 self.num_slots,
                 dict(backend_choices()),
             )
+            if self.metadata != PROFILE_METADATA and (
+                not isinstance(self.metadata, str) or self.metadata not in ENGINES
+            ):
+                raise Refusal(
+                    "metadata",
+                    f"metadata: {shown(self.metadata)} is not {PROFILE_METADATA!r} or one of {tuple(ENGINES)}",
+                )
+            return plan
         except Refusal as r:
             self._fail(r.control, str(r))
         except WorkbenchError as e:
@@ -160,6 +191,11 @@ class LabModel:
         if unknown:
             self._fail("general", f"set: {unknown} are not lab inputs; inputs are {list(INPUTS)}")
             return False
+        for k, v in changes.items():
+            why = kind_error(k, KINDS[k], v, TEXTS.get(k, ""))
+            if why is not None:
+                self._fail(k, f"{why}; not taken, still {shown(getattr(self, INPUTS[k]))}")
+                return False
         changed = [k for k, v in changes.items() if getattr(self, INPUTS[k]) != v]
         for k, v in changes.items():
             setattr(self, INPUTS[k], v)
@@ -256,7 +292,12 @@ class LabModel:
 
     @property
     def modes(self) -> tuple[str, ...]:
-        return self.runner.modes if self.runner is not None else ()
+        """The modes :meth:`step` takes: the captured runner's, else those a capture of the current layer
+        will have (decode, and target_verify with its ``draft_tokens`` D); none while the layer is refused.
+        The view's mode dropdown lists exactly these."""
+        if self.runner is not None:
+            return self.runner.modes
+        return layer_modes(self.layer_name) if self.layer_name in LAYERS else ()
 
     def capture_text(self) -> str:
         """What the capture left: its graphs, or "" when nothing is captured."""
@@ -372,12 +413,25 @@ class LabModel:
             return None
         r, d = rep.batch.raw_batch_size, runner.draft_tokens
         try:
-            acc = parse_int_list("num_accepted", num_accepted) if isinstance(num_accepted, str) else num_accepted
+            check_int("accept seed", seed, 0, SEED_MAX)
+        except MetadataError as e:
+            self._fail("seed", str(e))
+            return None
+        try:
+            if num_accepted is None or isinstance(num_accepted, str):
+                acc = parse_int_list("num_accepted", num_accepted) if num_accepted else []
+            elif isinstance(num_accepted, list | tuple):
+                acc = list(num_accepted)
+            else:
+                raise MetadataError(
+                    f"num_accepted must be typed counts ('2, 1'), a list of ints or None (random), "
+                    f"got {shown(num_accepted)}"
+                )
             if not acc:
                 rng = random.Random(seed)
                 acc = [rng.randint(1, d) for _ in range(r)]
             if len(acc) != r or any(isinstance(a, bool) or not isinstance(a, int) or not 1 <= a <= d for a in acc):
-                raise MetadataError(f"num_accepted: {acc}, need {r} values each in [1, {d}]")
+                raise MetadataError(f"num_accepted: {shown(acc)}, need {r} values each in [1, {d}]")
         except WorkbenchError as e:
             self._fail("accepted", str(e))
             return None

@@ -25,7 +25,7 @@ from workbench.layers import GatedDeltaNetLayer, GDNConfig, Mamba2Config, Mamba2
 from workbench.limits import check_int, check_memory, gib
 from workbench.metadata import tokens_per_row
 from workbench.profiles import PROFILES, get_profile
-from workbench.widgets.explorer_model import parse_int_list
+from workbench.widgets.explorer_model import parse_int_list, shown
 
 LAYERS = ("gdn", "mamba2")
 PRESETS = ("small", "engine")  # the names of workbench.sweeps.common
@@ -56,9 +56,9 @@ class Refusal(MetadataError):
 def layer_config(layer: str, preset: str) -> GDNConfig | Mamba2Config:
     """The shapes of ``layer`` at ``preset`` (no weights drawn: cheap)."""
     if layer not in LAYERS:
-        raise Refusal("layer", f"layer: {layer!r} is not one of {list(LAYERS)}")
+        raise Refusal("layer", f"layer: {shown(layer)} is not one of {list(LAYERS)}")
     if preset not in PRESETS:
-        raise Refusal("preset", f"preset: {preset!r} is not one of {list(PRESETS)}")
+        raise Refusal("preset", f"preset: {shown(preset)} is not one of {list(PRESETS)}")
     if layer == "gdn":
         return GDNConfig.small() if preset == "small" else GDNConfig()
     return Mamba2Config.small() if preset == "small" else Mamba2Config()
@@ -141,7 +141,7 @@ class Plan:
 def choose_device(backend: str, reasons: dict[str, str | None]) -> str:
     """The device ``backend`` runs on: "auto" is the first device backend that runs here, else the CPU."""
     if backend not in BACKENDS:
-        raise Refusal("backend", f"backend: {backend!r} is not one of {list(BACKENDS)}")
+        raise Refusal("backend", f"backend: {shown(backend)} is not one of {list(BACKENDS)}")
     if backend == "auto":
         return next((b for b in ("cuda", "npu") if reasons.get(b) is None), "cpu")
     why = reasons.get(backend, "unknown")
@@ -152,6 +152,8 @@ def choose_device(backend: str, reasons: dict[str, str | None]) -> str:
 
 def parse_buckets(text: str) -> list[int]:
     """The typed bucket list, each in ``[1, MAX_BUCKET]``, strictly increasing; "" is ``DEFAULT_BUCKETS``."""
+    if not isinstance(text, str):
+        raise Refusal("buckets", f"buckets must be text (comma-separated batch sizes), got {shown(text)}")
     try:
         buckets = parse_int_list("buckets", text) or list(DEFAULT_BUCKETS)
     except MetadataError as e:
@@ -181,8 +183,8 @@ def make_plan(
 ) -> Plan:
     """Every check of a capture, cheapest first; raises :class:`Refusal` naming the control."""
     cfg = layer_config(layer, preset)
-    if profile not in PROFILES:
-        raise Refusal("profile", f"profile: {profile!r} is not one of {list(PROFILES)}")
+    if not isinstance(profile, str) or profile not in PROFILES:
+        raise Refusal("profile", f"profile: {shown(profile)} is not one of {list(PROFILES)}")
     try:
         check_int("D", draft_tokens, 1, MAX_DRAFT_TOKENS)
     except MetadataError as e:

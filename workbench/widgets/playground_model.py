@@ -15,6 +15,12 @@ into :data:`RANGES` (and says so), and a check that would hold more than :data:`
 once (:func:`workbench.kernelcheck.sizing.check_bytes`) is refused in words. The bounds: 256 MiB for the
 reference; 16 MiB for Triton in the interpreter, which runs each program in Python (on this workbench's
 CPUs a check of a few MiB takes seconds per convention: 4 MiB of gated-delta-rule state, about 5 s).
+
+Any value set on the model comes back in words: :meth:`PlaygroundModel.plan` refuses each choice the check
+cannot take (an unknown op or variant, shapes that are no preset or mapping of known sizes, a size or row
+count that is no int, ``padded_tokens`` not None/True/False, unknown conventions, ``capture`` not a bool, a
+seed outside ``[0, 2**63 - 1]``, a user kernel that is not callable) beside its control, before any work;
+nothing is kept from a refused run, and the next run of good choices runs as on a fresh model.
 """
 
 from __future__ import annotations
@@ -23,18 +29,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels.conventions import CONVENTIONS
+from kernels.conventions import CONVENTIONS, Convention
 from kernels.testing import OPS, SHAPES
 from workbench.devices import TRITON_ON_CPU, triton_cpu_problem
 from workbench.errors import WorkbenchError
 from workbench.kernelcheck import KernelCheck, KernelCheckError, check_kernel
 from workbench.kernelcheck.sizing import check_bytes
-from workbench.limits import gib
+from workbench.limits import check_int, gib
+from workbench.widgets.explorer_model import shown
 
 IMPLS = ("triton", "reference")
 TRITON_HINT = TRITON_ON_CPU
 MAX_BYTES = {"reference": 256 * 2**20, "triton": 16 * 2**20}  # see the module docstring
 MAX_SIZE = 8192
+SEED_MAX = 2**63 - 1  # a non-negative int64: torch.Generator.manual_seed takes it on every platform
 RANGES: dict[str, tuple[int, int]] = {"rows": (1, 64), "padded": (0, 64)} | {
     k: (2 if k == "width" else 1, MAX_SIZE) for k in SHAPES["small"]
 }
@@ -111,7 +119,9 @@ class PlaygroundModel:
         self.op, self.variant = op, variant
         self.impl = default_impl() if impl is None else impl
         self.shapes, self.rows, self.padded, self.padded_tokens = shapes, rows, padded, padded_tokens
-        self.conventions, self.capture, self.seed = tuple(conventions), capture, seed
+        # a sequence is kept as a tuple; anything else as given, refused in words by plan()
+        self.conventions = tuple(conventions) if isinstance(conventions, list | tuple) else conventions
+        self.capture, self.seed = capture, seed
         self.user_fn: Callable[..., Any] | None = None
         self.errors: dict[str, str] = {}
         self.notes: dict[str, str] = {}
@@ -129,7 +139,7 @@ class PlaygroundModel:
     @staticmethod
     def variants(op: str) -> list[str]:
         """The variants of ``op`` (empty for an unknown op)."""
-        return list(OPS[op].variants) if op in OPS else []
+        return list(OPS[op].variants) if isinstance(op, str) and op in OPS else []
 
     @staticmethod
     def presets() -> list[str]:
@@ -144,7 +154,7 @@ class PlaygroundModel:
         if self.user_fn is not None:
             return None
         if self.impl not in IMPLS:
-            return f"impl: unknown implementation {self.impl!r}; choose one of {list(IMPLS)}"
+            return f"impl: unknown implementation {shown(self.impl)}; choose one of {list(IMPLS)}"
         return triton_problem() if self.impl == "triton" else None
 
     def candidate(self) -> Callable[..., Any] | str:
@@ -158,22 +168,74 @@ class PlaygroundModel:
     def _clamp(self, name: str, value: object, notes: list[str]) -> int:
         lo, hi = RANGES[name]
         if isinstance(value, bool) or not isinstance(value, int):
-            raise KernelCheckError(f"{name}: must be an int, got {value!r}")
+            raise KernelCheckError(f"{name}: must be an int, got {shown(value)}")
         clamped = min(max(value, lo), hi)
         if clamped != value:
             notes.append(f"{name}: {value:,} clamped to {clamped} (the playground takes {lo} to {hi})")
         return clamped
 
+    def _refusals(self) -> dict[str, str]:
+        """Control -> why a choice other than the sizes cannot be checked (see the module docstring)."""
+        out: dict[str, str] = {}
+        if not isinstance(self.op, str) or self.op not in OPS:
+            out["op"] = f"op: unknown op {shown(self.op)}; choose one of {list(OPS)}"
+        elif self.variant is not None and (
+            not isinstance(self.variant, str) or self.variant not in self.variants(self.op)
+        ):
+            out["variant"] = (
+                f"variants: {self.op} has no variant {shown(self.variant)}; choose one of {self.variants(self.op)}"
+            )
+        if self.padded_tokens is not None and not isinstance(self.padded_tokens, bool):
+            out["padded_rows"] = (
+                f"padded_tokens must be None (both forms), True or False, got {shown(self.padded_tokens)}"
+            )
+        general = []
+        if self.user_fn is not None and not callable(self.user_fn):
+            general.append(f"fn: {shown(self.user_fn)} is not a function; use_kernel takes your kernel, or None")
+        conventions = self.conventions
+        items = [conventions] if isinstance(conventions, str | Convention) else conventions
+        if not isinstance(items, list | tuple) or not items:
+            general.append(f"conventions: name at least one of {list(CONVENTIONS)}, got {shown(conventions)}")
+        else:
+            bad = [
+                c for c in items if not isinstance(c, Convention) and (not isinstance(c, str) or c not in CONVENTIONS)
+            ]
+            if bad:
+                general.append(f"conventions: unknown {shown(bad)}; choose from {list(CONVENTIONS)}")
+        if not isinstance(self.capture, bool):
+            general.append(f"capture must be True or False, got {shown(self.capture)}")
+        try:
+            check_int("seed", self.seed, 0, SEED_MAX)
+        except WorkbenchError as e:
+            general.append(str(e))
+        if general:
+            out["general"] = "; ".join(general)
+        return out
+
+    def _given_sizes(self) -> tuple[str, dict[str, Any]]:
+        """The preset the sizes start from and every size asked for; KernelCheckError (shapes) when the shapes
+        are no preset's name or no mapping of known sizes."""
+        small = SHAPES["small"]
+        if isinstance(self.shapes, str):
+            if self.shapes not in SHAPES:
+                raise KernelCheckError(f"shapes: unknown preset {shown(self.shapes)}; choose one of {list(SHAPES)}")
+            return self.shapes, dict(SHAPES[self.shapes])
+        if not isinstance(self.shapes, Mapping):
+            raise KernelCheckError(
+                f"shapes: a preset's name or a mapping of sizes, got {shown(self.shapes)}; presets {list(SHAPES)}"
+            )
+        unknown = [k for k in self.shapes if not isinstance(k, str) or k not in small]
+        if unknown:
+            raise KernelCheckError(f"shapes: unknown sizes {shown(unknown)}; sizes are {list(small)}")
+        return "small", {**small, **self.shapes}
+
     def plan(self) -> Plan:
         """The run's sizes, clamped into :data:`RANGES`, and its refusals, in microseconds: nothing is drawn."""
-        preset = self.shapes if isinstance(self.shapes, str) else "small"
         plan = Plan({}, self.rows, self.padded)
-        if preset not in SHAPES:
-            plan.errors["shapes"] = f"shapes: unknown preset {preset!r}; choose one of {list(SHAPES)}"
-            return plan
-        given = dict(SHAPES[preset]) if isinstance(self.shapes, str) else {**SHAPES["small"], **self.shapes}
+        plan.errors.update(self._refusals())
         notes: list[str] = []
         try:
+            preset, given = self._given_sizes()
             plan.rows = self._clamp("rows", self.rows, notes)
             plan.padded = self._clamp("padded", self.padded, notes)
             plan.sizes = {k: (self._clamp(k, v, notes) if k in RANGES else v) for k, v in given.items()}
@@ -185,11 +247,9 @@ class PlaygroundModel:
         problem = self.impl_problem()
         if problem is not None:
             plan.errors["impl"] = problem
-        if self.op not in OPS:
-            return plan  # the harness names the choices
-        variant = self.variant if self.variant is not None else OPS[self.op].variants[0]
-        if variant not in OPS[self.op].variants:
+        if "op" in plan.errors or "variant" in plan.errors:
             return plan
+        variant = self.variant if self.variant is not None else OPS[self.op].variants[0]
         tail = 2 if preset == "small" else 0
         plan.nbytes = check_bytes(self.op, variant, plan.sizes, plan.rows, plan.padded, tail=tail)
         impl = "triton" if self.user_fn is None and self.impl == "triton" else "reference"

@@ -18,7 +18,9 @@ one step at a time, recording after each:
 
 Every user-facing failure comes back as one line (``error``) with the control it belongs beside
 (``error_control``, one of ``CONTROLS``), never as an exception into the view; a failed build drops every
-earlier result (nothing on show outlives the settings it came from).
+earlier result (nothing on show outlives the settings it came from). A value of a kind no control holds
+(``KINDS``: None, a list, a float or a bool for an int, an int for a checkbox) or a name that is no input
+refuses the whole build and takes none of it: the inputs stay as they were.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from workbench.traces.model import Trace, TraceStep
 from workbench.traces.replay import GRAPH_STEP_MODES, TraceReplayer, TraceResult
 from workbench.traces.simulate import simulate
 from workbench.viz.timeline import Checkpointed, Copy
+from workbench.widgets.explorer_model import kind_error, shown
 
 MAX_STEPS = 400
 """Most steps a build replays (each is a real replay on the CPU, with a float64 shadow beside it)."""
@@ -44,6 +47,14 @@ INPUTS = ("profile", "layer", "steps", "seed", "spec", "mixed", "dp_dummies", "p
 PREFIX_CACHES = ("none", "no_buffer", "extra_buffer", "align")
 """The prefix-cache choices of a simulated trace (sglang's mamba radix cache strategies; vLLM's align)."""
 CONTROLS = (*INPUTS, "step", "general")
+# the kind of value each input holds (``build`` takes no other) and what a text input holds, in words
+KINDS = {"profile": "text", "layer": "text", "steps": "int", "seed": "int", "spec": "int"}
+KINDS |= {"mixed": "bool", "dp_dummies": "bool", "prefix_cache": "text"}
+TEXTS = {
+    "profile": "a profile's name",
+    "layer": f"one of {list(LAYERS)}",
+    "prefix_cache": f"one of {list(PREFIX_CACHES)}",
+}
 ROW_COLUMNS = ("id", "req_pool_index", "slot", "seq_len", "new_tokens", "cached_tokens", "accepted")
 
 __all__ = [
@@ -126,12 +137,12 @@ class TimelineModel:
 
     def check(self) -> bool:
         """Check the settings without simulating; False with ``error`` beside its control when refused."""
-        self.error = None
-        if self.profile not in PROFILES:
-            self._fail("profile", f"profile: {self.profile!r} is not one of {tuple(PROFILES)}")
+        self.error, self.error_control = None, "general"
+        if not isinstance(self.profile, str) or self.profile not in PROFILES:
+            self._fail("profile", f"profile: {shown(self.profile)} is not one of {tuple(PROFILES)}")
             return False
         if self.layer not in LAYERS:
-            self._fail("layer", f"layer: {self.layer!r} is not one of {LAYERS}")
+            self._fail("layer", f"layer: {shown(self.layer)} is not one of {LAYERS}")
             return False
         for name, lo, hi in (("steps", 1, MAX_STEPS), ("seed", 0, 2**31 - 1), ("spec", 0, 8)):
             value = getattr(self, name)
@@ -147,10 +158,10 @@ class TimelineModel:
                 return False
         for name in ("mixed", "dp_dummies"):
             if not isinstance(getattr(self, name), bool):
-                self._fail(name, f"{name} = {getattr(self, name)!r}: must be True or False")
+                self._fail(name, f"{name} = {shown(getattr(self, name))}: must be True or False")
                 return False
         if self.prefix_cache not in PREFIX_CACHES:
-            self._fail("prefix_cache", f"prefix_cache = {self.prefix_cache!r}: choose one of {PREFIX_CACHES}")
+            self._fail("prefix_cache", f"prefix_cache = {shown(self.prefix_cache)}: choose one of {PREFIX_CACHES}")
             return False
         return True
 
@@ -164,6 +175,11 @@ class TimelineModel:
         if unknown:
             self._fail("general", f"build: {unknown} are not timeline inputs; inputs are {list(INPUTS)}")
             return False
+        for k, v in changes.items():
+            why = kind_error(k, KINDS[k], v, TEXTS.get(k, ""))
+            if why is not None:
+                self._fail(k, f"{why}; not taken, still {shown(getattr(self, k))}")
+                return False
         for k, v in changes.items():
             setattr(self, k, v)
         if not self.check():

@@ -11,10 +11,16 @@ names, never as an exception. Three rules keep what the dashboard shows true:
   it cannot run (:func:`impl_problem`) says how to restart, beside the control, before any work.
 - A failed action marks its figure stale (``stale[figure]``: one line) and leaves no success line standing
   (``status`` is cleared); a saved run of another benchmark kind is refused, not overlaid.
+
+The inputs are plain attributes the view (or a notebook) sets; whatever they hold, :meth:`TimingModel.problems`
+and every action answer in words beside the control, before any work: texts that are no text, impls and
+modes that are no list of known names, a device torch cannot allocate on, a ``min_run_time`` outside
+``(0, MAX_RUN_TIME]`` seconds, arguments of the wrong kind. Nothing of a refused action is kept.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -24,16 +30,17 @@ from typing import Any
 import torch
 
 from kernels.dispatch import resolve_impl, triton_importable
-from workbench.devices import TRITON_RESTART, triton_cpu_problem
+from workbench.devices import TRITON_RESTART, canonical_device, triton_cpu_problem
 from workbench.errors import WorkbenchError
-from workbench.limits import check_memory, gib
+from workbench.limits import check_int, check_memory, gib
 from workbench.measure.timing import Results
 from workbench.profiles import sglang_buckets, vllm_buckets
 from workbench.viz.timing import benchmark_kind
-from workbench.widgets.explorer_model import parse_int_list
+from workbench.widgets.explorer_model import parse_int_list, shown
 
 Progress = Callable[[int, int], None]
 IMPLS = ("reference", "triton")
+MODES = ("eager", "replay")
 FIGURES = ("latency", "roofline", "waste")
 # what one dashboard sweep may ask of the CPU: the reference kernels run each row's state through torch ops,
 # so a step's time grows with its state bytes and its rows (a quarter-width layer at 256 rows: ~30 s a sweep)
@@ -41,6 +48,7 @@ STATE_BUDGET = 64 * 2**20
 MAX_BATCH = 1024
 MAX_SIZES = 16
 DEVICE_MAX_BATCH = 8192  # on a GPU/NPU memory is the bound (checked), and this keeps the page usable
+MAX_RUN_TIME = 10.0  # seconds a case is timed for at least; a sweep times each size x impl x mode this long
 KIND = "replay"  # the latency figure is the replay sweep's: layer-step latency per batch size
 
 
@@ -55,7 +63,7 @@ def relabel(res: Results, label: str) -> Results:
 def impl_problem(impl: str, device: str) -> str | None:
     """Why ``impl`` cannot run on ``device`` here, in one line naming the fix, or None."""
     if impl not in IMPLS:
-        return f"impls: {impl!r} is not one of {list(IMPLS)}"
+        return f"impls: {shown(impl)} is not one of {list(IMPLS)}"
     if impl == "reference":
         return None
     if torch.device(device).type == "cpu":
@@ -63,6 +71,17 @@ def impl_problem(impl: str, device: str) -> str | None:
         return None if problem is None else f"impls: {problem}"
     if not triton_importable():
         return "impls: triton cannot be imported here (pip install triton, or choose reference)"
+    return None
+
+
+def device_problem(device: object) -> str | None:
+    """Why the dashboard cannot time on ``device`` (no text, or torch cannot allocate there), or None."""
+    if not isinstance(device, str):
+        return f"device must be text ('cpu', 'cuda', ...), got {shown(device)}"
+    try:
+        canonical_device(device)
+    except WorkbenchError as e:  # DeviceUnavailable: names the device and torch's reason
+        return str(e)
     return None
 
 
@@ -75,10 +94,10 @@ def layer_state_bytes(layer: str, preset: str) -> int:
     """float32 state bytes of one request (one slot) of the replay sweep's ``layer`` at ``preset``."""
     from workbench.sweeps.replay import LAYERS, PRESETS
 
-    if layer not in LAYERS:
-        raise WorkbenchError(f"layer: {layer!r} is not one of {list(LAYERS)}")
-    if preset not in PRESETS:
-        raise WorkbenchError(f"preset: {preset!r} is not one of {list(PRESETS)}")
+    if not isinstance(layer, str) or layer not in LAYERS:
+        raise WorkbenchError(f"layer: {shown(layer)} is not one of {list(LAYERS)}")
+    if not isinstance(preset, str) or preset not in PRESETS:
+        raise WorkbenchError(f"preset: {shown(preset)} is not one of {list(PRESETS)}")
     # the layer's own shape rule, read without building a layer (no weights allocated)
     shapes = LAYERS[layer][0]._state_shapes(SimpleNamespace(config=PRESETS[preset][layer]), 1)  # type: ignore[arg-type]
     return 4 * sum(_prod(s[1:]) for s in shapes)
@@ -88,8 +107,8 @@ def kernel_state_bytes(preset: str) -> int:
     """The largest float32 state of one row among the decode kernels at ``kernels.testing.SHAPES[preset]``."""
     from kernels.testing import SHAPES
 
-    if preset not in SHAPES:
-        raise WorkbenchError(f"preset: {preset!r} is not one of {list(SHAPES)}")
+    if not isinstance(preset, str) or preset not in SHAPES:
+        raise WorkbenchError(f"preset: {shown(preset)} is not one of {list(SHAPES)}")
     s = SHAPES[preset]
     return 4 * max(s["HV"] * s["K"] * s["V"], s["nheads"] * s["headdim"] * s["dstate"], s["dim"] * (s["width"] - 1))
 
@@ -151,8 +170,12 @@ class TimingModel:
         buckets: str = "",
         min_run_time: float = 0.05,
     ) -> None:
-        self.batch_sizes, self.modes = batch_sizes, tuple(modes)
-        self.impls = tuple(impls) if impls is not None else default_impls(device)
+        # sequences are kept as tuples; anything else as given, refused in words by problems()
+        self.batch_sizes = batch_sizes
+        self.modes = tuple(modes) if isinstance(modes, list | tuple) else modes
+        if impls is None:  # what "auto" runs on the device; the reference while the device is refused
+            impls = default_impls(device) if device_problem(device) is None else ("reference",)
+        self.impls = tuple(impls) if isinstance(impls, list | tuple) else impls
         self.layer, self.preset, self.device = layer, preset, device
         self.buckets, self.min_run_time = buckets, min_run_time
         self.results = Results()
@@ -182,27 +205,61 @@ class TimingModel:
         return {"latency": len(self.results) > 0, "roofline": self.kernels is not None, "waste": True}[figure]
 
     def _sizes(self) -> list[int]:
+        if not isinstance(self.batch_sizes, str):
+            raise WorkbenchError(
+                f"batch sizes must be text (comma-separated, e.g. 1, 2, 4, 8), got {shown(self.batch_sizes)}"
+            )
         sizes = parse_int_list("batch sizes", self.batch_sizes)
         if not sizes:
             raise WorkbenchError("batch sizes: type at least one, e.g. 1, 2, 4, 8")
+        for i, bs in enumerate(sizes):
+            if bs < 1:
+                raise WorkbenchError(f"batch sizes: item {i} is {bs}; a batch size is an int >= 1")
         return sizes
 
     def _impl_error(self) -> str | None:
+        """Why ``impls`` cannot run (read only once the device is good: Triton's problem depends on it)."""
+        if not isinstance(self.impls, list | tuple):
+            return f"impls must be a list of names from {list(IMPLS)}, got {shown(self.impls)}"
         if not self.impls:
             return "impls: choose at least one"
         return next((p for p in (impl_problem(i, self.device) for i in self.impls) if p), None)
 
+    def _modes_error(self) -> str | None:
+        if not isinstance(self.modes, list | tuple) or not self.modes:
+            return f"modes: choose eager and/or replay, got {shown(self.modes)}"
+        bad = [m for m in self.modes if m not in MODES]
+        return f"modes: {shown(bad)} not in {list(MODES)}" if bad else None
+
+    def _run_time_error(self) -> str | None:
+        t = self.min_run_time
+        if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t <= MAX_RUN_TIME:  # NaN fails too
+            return f"min_run_time = {shown(t)}: seconds each case is timed for, in (0, {MAX_RUN_TIME:g}]"
+        return None
+
     def problems(self) -> dict[str, str]:
         """What would refuse a sweep of the current inputs, by control, without running or changing anything
-        (parsing, sizes and memory, the implementations): microseconds, for a check on every change."""
+        (parsing, sizes and memory, the implementations, modes, device and run time): microseconds, for a
+        check on every change."""
         out: dict[str, str] = {}
+        device = device_problem(self.device)
+        if device:
+            out["general"] = device
         try:
-            check_sweep(self._sizes(), layer_state_bytes(self.layer, self.preset), self.device, self.preset)
+            sizes, per_row = self._sizes(), layer_state_bytes(self.layer, self.preset)
+            if not device:
+                check_sweep(sizes, per_row, self.device, self.preset)
         except WorkbenchError as e:
-            out[_control_of(str(e))] = str(e)
-        problem = self._impl_error()
+            out.setdefault(_control_of(str(e)), str(e))
+        problem = self._modes_error()
+        if problem:
+            out["modes"] = problem
+        problem = None if device else self._impl_error()
         if problem:
             out["impls"] = problem
+        problem = self._run_time_error()
+        if problem:
+            out.setdefault("general", problem)
         return out
 
     def plan_sweep(self) -> list[int] | None:
@@ -256,14 +313,20 @@ class TimingModel:
         from workbench.sweeps.kernels import sweep
 
         self._start()
+        general = device_problem(self.device) or self._run_time_error() or _ops_error(ops)
+        if general:
+            self._fail("roofline", "general", general)
+            return None
         try:
             sizes = self._sizes()
             check_sweep(sizes, kernel_state_bytes(self.preset), self.device, self.preset)
         except WorkbenchError as e:
             self._fail("roofline", _control_of(str(e)), str(e))
             return None
-        impl = "triton" if "triton" in self.impls else "reference"
-        problem = impl_problem(impl, self.device)
+        problem = self._impl_error()
+        if problem is None:
+            impl = "triton" if "triton" in self.impls else "reference"
+            problem = impl_problem(impl, self.device)
         if problem:
             self._fail("roofline", "impls", problem)
             return None
@@ -288,12 +351,18 @@ class TimingModel:
         """The engines' default lists (and yours, when typed) up to ``max_bs`` (default: the largest size)."""
         self._start()
         try:
+            if max_bs is not None:
+                check_int("max_bs", max_bs, 1, DEVICE_MAX_BATCH)
             top = max_bs or max(self._sizes() + [64])
             if top > DEVICE_MAX_BATCH:
                 raise WorkbenchError(
                     f"batch sizes: {top:,}; the waste figure draws raw sizes up to {DEVICE_MAX_BATCH:,}"
                 )
             lists = {"sglang default": sglang_buckets(top), "vLLM default": vllm_buckets(top)}
+            if not isinstance(self.buckets, str):
+                raise WorkbenchError(
+                    f"buckets must be text (comma-separated batch sizes, or '' for none), got {shown(self.buckets)}"
+                )
             if self.buckets.strip():
                 from workbench.buckets import check_buckets
 
@@ -312,6 +381,12 @@ class TimingModel:
         """Load a saved result file (``Results`` JSON) to overlay on the latency figure; refused when it holds
         another benchmark (metadata updates, kernels: not layer-step latency)."""
         self._start()
+        if label is not None and not isinstance(label, str):
+            self._fail(None, "path", f"label must be text (the overlay's name; None: the file's), got {shown(label)}")
+            return None
+        if not isinstance(path, str | os.PathLike) or not str(path).strip():
+            self._fail(None, "path", f"file: a path to a saved result file, got {shown(path)}")
+            return None
         p = Path(path)
         try:
             res = Results.load(p)
@@ -320,6 +395,9 @@ class TimingModel:
             return None
         except (WorkbenchError, ValueError, KeyError, TypeError) as e:
             self._fail(None, "path", f"file: {str(p)!r} is not a saved result file ({e})")
+            return None
+        except OSError as e:  # a folder, no permission: unreadable, in words
+            self._fail(None, "path", f"file: {str(p)!r} cannot be read ({e.strerror or e})")
             return None
         name = label or p.stem
         kind = benchmark_kind(res)
@@ -349,6 +427,18 @@ class TimingModel:
         if "triton" in self.impls and torch.device(self.device).type == "cpu" and TRITON_RESTART not in message:
             return f"{message} ({TRITON_RESTART})"
         return message
+
+
+def _ops_error(ops: object) -> str | None:
+    """Why ``ops`` names no kernels the roofline can time (None: the decode ops), or None."""
+    if ops is None:
+        return None
+    from kernels.testing import OPS
+
+    if not isinstance(ops, list | tuple) or not ops:
+        return f"ops: a list of op names from {list(OPS)}, or None for the decode ops; got {shown(ops)}"
+    bad = [o for o in ops if not isinstance(o, str) or o.partition("[")[0] not in OPS]
+    return f"ops: unknown {shown(bad)}, known {list(OPS)}" if bad else None
 
 
 def _control_of(message: str) -> str:

@@ -6,17 +6,36 @@ import html
 from typing import Any
 
 import ipywidgets as W
+import plotly.graph_objects as go
 
+from workbench.widgets.figure_sync import refill
 from workbench.widgets.html import error_html
 from workbench.widgets.zoo_model import SPEC_HINT, ZooModel
+
+WAITING = "Run the case: its evidence, broken beside fixed, is drawn here"
+
+
+def placeholder() -> go.Figure:
+    """The figure before a run (and after a failed one): a line saying what will be drawn, no axes."""
+    fig = go.Figure()
+    fig.update_layout(
+        title_text=WAITING,
+        height=110,
+        margin=dict(l=20, r=20, t=50, b=10),
+        plot_bgcolor="white",
+    )
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
 
 
 class BugZoo(W.VBox):
     """Pick a known production bug, run it unfixed and fixed side by side: evidence and explanation. Below,
     "your backend": a ``MODULE_OR_FILE:CLASS`` checked against every case that exercises a metadata backend.
 
-    Attributes: ``model``, ``case`` (Dropdown), ``run_button``, ``unfixed`` / ``fixed`` / ``explanation``
-    (HTML), ``error``; ``your_backend`` (Text), ``check_button``, ``checks`` (HTML, the results table).
+    Attributes: ``model``, ``case`` (Dropdown), ``run_button``, ``figure`` (FigureWidget: the evidence,
+    broken beside fixed), ``unfixed`` / ``fixed`` / ``explanation`` (HTML), ``error``; ``your_backend``
+    (Text), ``check_button``, ``checks`` (HTML, the results table).
     """
 
     def __init__(self, **params: Any) -> None:
@@ -27,6 +46,7 @@ class BugZoo(W.VBox):
         self.unfixed = W.HTML(layout=W.Layout(width="50%"))
         self.fixed = W.HTML(layout=W.Layout(width="50%"))
         self.explanation = W.HTML()
+        self.figure = go.FigureWidget(placeholder())
         self.your_backend = W.Text(
             placeholder="MODULE_OR_FILE:CLASS",
             description="your backend",
@@ -47,6 +67,7 @@ class BugZoo(W.VBox):
                 W.HBox([self.case, self.run_button]),
                 self.error,
                 self.explanation,
+                self.figure,
                 W.HBox([self.unfixed, self.fixed]),
                 W.HTML("<b>Your backend</b>: which of these bugs would your MetadataBackend subclass have?"),
                 W.HBox([self.your_backend, self.check_button]),
@@ -61,15 +82,21 @@ class BugZoo(W.VBox):
             f"<div><b>{html.escape(c.title)}</b> ({html.escape(c.issue)}, profile {html.escape(c.profile)})"
             f"<p style='max-width:70em'>{html.escape(c.explanation)}</p></div>"
         )
+        self._clear()
+
+    def _clear(self) -> None:
         self.unfixed.value = self.fixed.value = ""
+        if self.figure.layout.title.text != WAITING:
+            refill(self.figure, placeholder())
 
     def do_run(self) -> bool:
         pair = self.model.run(self.case.value)
         self.error.value = error_html(self.model.error)
         if pair is None:
-            self.unfixed.value = self.fixed.value = ""  # a failed run leaves no earlier verdict on show
+            self._clear()  # a failed run leaves no earlier verdict on show
             return False
         broken, fixed = pair
+        refill(self.figure, self.model.figure())
         self.unfixed.value = (
             f"<div class='wb-zoo' data-broken='{str(broken.broken).lower()}'>{broken._repr_html_()}</div>"
         )

@@ -1,5 +1,5 @@
-"""The model behind ``BugZoo``: run one known bug unfixed and fixed, side by side, and run the zoo's cases
-against the user's own metadata backend (plain Python)."""
+"""The model behind ``BugZoo``: run one known bug unfixed and fixed, side by side (its evidence as a figure),
+and run the zoo's cases against the user's own metadata backend (plain Python)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ class ZooModel:
     """Pick a case of ``workbench.zoo`` and run both variants, or check a backend class against every case;
     ``error`` in words instead of raising.
 
-    Attributes: ``backend`` (the graph backend the cases run on), ``last`` (the last pair of runs),
+    Attributes: ``backend`` (the graph backend the cases run on), ``last`` (the last pair of runs; its
+    evidence drawn by :meth:`figure`),
     ``backend_spec`` (the user's ``MODULE_OR_FILE:CLASS``) and ``checks`` (its ``ZooChecks``, None when
     there is none for the spec as it stands).
     """
@@ -51,6 +52,21 @@ class ZooModel:
             return None
         self.last = pair
         return pair
+
+    def panels(self) -> list[Any]:
+        """What the last run's figure draws (``viz.zoo.evidence_panels``: a row per kind of evidence, each
+        with the broken and the fixed run's); empty before a run or after a failed one."""
+        from workbench.viz.zoo import evidence_panels
+
+        return evidence_panels(*self.last) if self.last is not None else []
+
+    def figure(self) -> Any:
+        """The last run's evidence, broken beside fixed (``viz.zoo_evidence``: the padding map of the metadata
+        the graph ran with, the slots each step wrote, the NaN rows, or a trace's slot timeline); None before
+        a run or after a failed one."""
+        from workbench.viz.zoo import zoo_evidence
+
+        return zoo_evidence(*self.last) if self.last is not None else None
 
     def set_backend_spec(self, spec: str) -> None:
         """A new spec: the checks of the previous one no longer describe it, so they are dropped."""

@@ -14,11 +14,11 @@ from workbench.batch import Batch
 from workbench.errors import CaptureError
 from workbench.graphs import get_backend
 from workbench.layers import GatedDeltaNetLayer, GDNConfig, LayerState, Mamba2Config, Mamba2Layer, float64_reference
-from workbench.measure.integrity import check, snapshot
+from workbench.measure.integrity import IntegrityReport, changed_slots, check, snapshot
 from workbench.metadata import build_metadata
 from workbench.pool import StatePool
 from workbench.runner import GraphRunner
-from workbench.traces.model import Trace
+from workbench.traces.model import Trace, TraceStep
 from workbench.traces.replay import TraceDivergence, TraceReplayer
 from workbench.zoo.result import (
     AddressMismatch,
@@ -26,6 +26,7 @@ from workbench.zoo.result import (
     IntegrityEvidence,
     RaisedError,
     RowsDiffer,
+    SlotTimeline,
     Survived,
     TraceEvidence,
     ZooError,
@@ -136,8 +137,33 @@ def replay_and_check(
         padded_outputs=padded,
         padded_offset=n,
     )
+    return integrity_evidence(what, report, pool, pre, runner.state.tensors(), live, may_write)
+
+
+def integrity_evidence(
+    what: str,
+    report: IntegrityReport,
+    pool: StatePool,
+    before: dict[str, torch.Tensor],
+    after: dict[str, torch.Tensor],
+    live: Iterable[int],
+    may_write: Iterable[int] = (),
+) -> IntegrityEvidence:
+    """``report`` as evidence: the owners of the slots it names, and what a figure of the pool needs (every
+    slot the step wrote, ``before`` against ``after``; the live rows' slots; the dummy slot when it may be
+    written; the pool's size)."""
     named = {s for _, s in report.changed_slots} | {s for _, s, _ in report.state_mismatches}
-    return IntegrityEvidence(what, report, owners(pool, named))
+    written = sorted({s for _, s in changed_slots(before, after)})
+    dummy = pool.profile.dummy_slot
+    return IntegrityEvidence(
+        what,
+        report,
+        owners(pool, named),
+        written=tuple(written),
+        live=tuple(sorted({int(s) for s in live})),
+        dummy=dummy if dummy in set(may_write) else None,
+        num_slots=pool.num_slots,
+    )
 
 
 def decode_after_capture(runner: GraphRunner, pool: StatePool, device: torch.device) -> list[Evidence]:
@@ -186,12 +212,28 @@ def metadata_rows_differ(
     exp = getattr(want, field_name).tolist()
     got_t = getattr(meta, field_name)
     what = field_name if rows is None else f"{field_name} (live rows)"
+    kept = (meta.clone(), want)  # the graph's buffers are rewritten by the next replay
     if got_t is None:  # the backend left the field out: every row differs
-        return RowsDiffer(f"{field_name} (missing)", list(range(len(exp))), got=[None] * len(exp), expected=exp)
+        n = len(exp)
+        return RowsDiffer(
+            f"{field_name} (missing)",
+            list(range(n)),
+            got=[None] * n,
+            expected=exp,
+            field_name=field_name,
+            metadata=kept,
+        )
     got = got_t.tolist()
     keep = set(range(len(exp))) if rows is None else set(rows)
     differ = [i for i, (g, e) in enumerate(zip(got, exp, strict=True)) if g != e and i in keep]
-    return RowsDiffer(what, differ, got=[got[i] for i in differ], expected=[exp[i] for i in differ])
+    return RowsDiffer(
+        what,
+        differ,
+        got=[got[i] for i in differ],
+        expected=[exp[i] for i in differ],
+        field_name=field_name,
+        metadata=kept,
+    )
 
 
 def is_host_sync(exc: BaseException, graph_backend: str) -> bool:
@@ -260,10 +302,68 @@ def replay_trace(
     if boot_zeroed:
         for t in (*rep.runner.state.tensors().values(), *rep.shadow.tensors().values()):
             t.zero_()
-    res = rep.run(stop_at_first=True)
+    book = _TimelineBook(rep)
+    for step in trace.steps:  # TraceReplayer.run(stop_at_first=True), the slot owners recorded per step
+        held = book.before(step)
+        found = rep.step(step)
+        book.after(step, held, found)
+        if found:
+            break
+    res = rep.result
     d = res.first
     matches, facts = reading(rep, d) if d is not None else (False, "")
-    return TraceEvidence(what, res.steps, len(trace), d, matches, facts)
+    return TraceEvidence(what, res.steps, len(trace), d, matches, facts, timeline=book.timeline())
+
+
+class _TimelineBook:
+    """The slot owners, foreign writes, prefix-cache checkpoints and copies of each step a replayer runs:
+    a :class:`SlotTimeline` for a figure."""
+
+    def __init__(self, rep: TraceReplayer) -> None:
+        self.rep = rep
+        self.steps: list[int] = []
+        self.owners: list[tuple[int | None, ...]] = []
+        self.foreign: set[tuple[int, int]] = set()
+        self.bad: set[tuple[int | None, int]] = set()  # (slot, step that published it off its prefix)
+        self.checkpoints: dict[tuple[int, int], tuple[int, int, int, int, bool]] = {}
+        self.copies: list[tuple[int, int, int, bool]] = []
+
+    def before(self, step: TraceStep) -> dict[int, tuple[int, ...]]:
+        pool = self.rep.pool
+        return {rid: tuple(pool.slots_of(row)) for rid, row in self.rep.live.items()}
+
+    def after(self, step: TraceStep, held: dict[int, tuple[int, ...]], found: list[TraceDivergence]) -> None:
+        pool = self.rep.pool
+        for rid, row in self.rep.live.items():  # admitted at this step
+            held.setdefault(rid, tuple(pool.slots_of(row)))
+        for r in step.rows:  # admitted and finished at this step: its pool row is already freed
+            held.setdefault(r.id, (r.slot,))
+        line: list[int | None] = [None] * pool.num_slots
+        for rid, owned in held.items():
+            for s in owned:
+                if 0 <= s < pool.num_slots:
+                    line[s] = rid
+        self.steps.append(step.step)
+        self.owners.append(tuple(line))
+        self.foreign |= {(step.step, d.slot) for d in found if d.kind == "foreign" and d.slot is not None}
+        self.bad |= {(d.slot, step.step) for d in found if d.kind == "prefix" and d.field == "checkpoint"}
+        for slot, cp in self.rep.book.live.items():
+            ok = (slot, cp.step) not in self.bad
+            self.checkpoints[(step.step, slot)] = (step.step, slot, cp.request, len(cp.tokens), ok)
+        md = step.metadata or {}
+        for key, before in (("copies_before", True), ("copies_after", False)):
+            self.copies += [(step.step, int(p[0]), int(p[1]), before) for p in md.get(key, [])]
+
+    def timeline(self) -> SlotTimeline:
+        return SlotTimeline(
+            steps=tuple(self.steps),
+            slots=tuple(range(self.rep.pool.num_slots)),
+            owners=tuple(self.owners),
+            dummy=self.rep.pool.profile.dummy_slot,
+            foreign=tuple(sorted(self.foreign)),
+            checkpoints=tuple(self.checkpoints.values()),
+            copies=tuple(self.copies),
+        )
 
 
 def tokens_in_state(trace: Trace, request: int, step: int) -> int:

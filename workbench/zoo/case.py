@@ -15,7 +15,7 @@ from typing import Any
 from workbench.backends import MetadataBackend
 from workbench.profiles import Profile, get_profile
 from workbench.zoo import _harness as h
-from workbench.zoo.result import Evidence, Interrupted, ZooError, ZooResult
+from workbench.zoo.result import Evidence, Interrupted, NotApplicable, ZooError, ZooResult
 
 RunFn = Callable[[bool, str], Sequence[Evidence]]
 ScenarioFn = Callable[[Any, str, str], Sequence[Evidence]]
@@ -132,7 +132,8 @@ class ZooCase:
         kernel case's own). ``label``: how the result names ``obj`` (default ``module:qualname``; give the
         ``MODULE_OR_FILE:NAME`` spec to make :meth:`ZooResult.to_pytest` able to load it again).
 
-        The result's ``status`` is "not applicable" (with the reason) when the scenario cannot apply,
+        The result's ``status`` is "not applicable" (with the reason) when the scenario cannot apply (``applies``
+        says so, or the scenario raises :class:`~workbench.zoo.result.NotApplicable` once it runs),
         "reproduced" when evidence of this case's own mechanism broke, "other failure" when the scenario
         failed another way or stopped on an exception (``Interrupted``), and "clean" only when it ran to
         the end and every piece of evidence is clean.
@@ -149,6 +150,8 @@ class ZooCase:
         assert self.scenario is not None  # not_applicable_to returned a reason otherwise
         try:
             evidence = tuple(self.scenario(obj, prof.name, backend))
+        except NotApplicable as exc:  # the scenario found it cannot be built around obj
+            return self._result(None, (), not_applicable=str(exc), **extra)
         except Exception as exc:  # the user's code may raise anything: the case could not look
             evidence = (Interrupted.of(exc),)
         return self._result(None, evidence, **extra)

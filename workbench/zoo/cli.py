@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from workbench.errors import WorkbenchError
 from workbench.zoo import cases, names, run_all
 from workbench.zoo.check import ZooChecks, check_backend, check_kernel, fit
+from workbench.zoo.export import export_folder
 
 
 def _error(message: str) -> int:
@@ -31,9 +31,12 @@ def run_against(
     """Run the cases (default: those of each subject) against the user's backend class and/or kernel: one
     line per case and a verdict per subject; 0 when every applicable case is clean, 1 when any reproduced
     or failed another way, 2 for bad input (one line). ``export``: a folder to write ``test_<case>.py`` of
-    every case that is not clean into."""
-    if export is not None and not Path(export).is_dir():
-        return _error(f"--export: {export!r} is not a folder")
+    every case that is not clean into (made, parents too, when missing; checked before any case runs)."""
+    if export is not None:
+        try:
+            export_folder(export, what="--export")  # a file or an unwritable place: before minutes of cases
+        except WorkbenchError as e:
+            return _error(str(e))
     chosen = list(selected) or None
     checks: list[ZooChecks] = []
     try:
@@ -46,7 +49,12 @@ def run_against(
     ok = all(c.ok for c in checks)
     exported = []
     if export is not None:
-        exported = [r.write_pytest(export) for c in checks for r in c if r.status in ("reproduced", "other failure")]
+        try:
+            folder = export_folder(export, make=True, what="--export")
+            failing = [r for c in checks for r in c if r.status in ("reproduced", "other failure")]
+            exported = [r.write_pytest(folder) for r in failing]
+        except WorkbenchError as e:  # the folder went away or turned read-only while the cases ran
+            return _error(str(e))
     if as_json:
         data = {"ok": ok, "checks": [c.to_dict() for c in checks], "exported": [str(p) for p in exported]}
         print(json.dumps(data))

@@ -15,7 +15,7 @@ from workbench.pool import StatePool
 from workbench.profiles import Profile
 from workbench.zoo import _harness as h
 from workbench.zoo.case import ZooCase
-from workbench.zoo.result import Evidence, RaisedError, Survived
+from workbench.zoo.result import Evidence, NotApplicable, RaisedError, Survived
 
 EXPLANATION = (
     "In sglang the public host-side hook of the mamba backend base calls a private hook on `self`, "
@@ -100,6 +100,68 @@ def overrides_the_hook(cls: type[MetadataBackend], profile: Profile) -> str | No
     )
 
 
+class _HookLoop(Exception):
+    """The stacked base's public hook was entered again while it ran: the user's own hooks route back to it."""
+
+
+class _BaseHook:
+    """What the stacked base's public hook saw in one capture: how often it was entered, how deep it is now."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.depth = 0
+
+
+def _watching(base: type[EarlierBase], hook: _BaseHook) -> type[EarlierBase]:
+    """``base`` with its public hook counted (``hook.calls``) and a re-entry refused (``_HookLoop``), so the
+    scenario can tell a class whose own hooks route around the base from one that breaks under it."""
+
+    class Watched(base):  # type: ignore[valid-type, misc]
+        def init_forward_metadata_out_graph(self, batch: Batch, in_capture: bool = False) -> Metadata:
+            if hook.depth:
+                raise _HookLoop
+            hook.calls += 1
+            hook.depth += 1
+            try:
+                return super().init_forward_metadata_out_graph(batch, in_capture=in_capture)
+            finally:
+                hook.depth -= 1
+
+    Watched.__name__, Watched.__qualname__, Watched.__module__ = base.__name__, base.__qualname__, base.__module__
+    return Watched
+
+
+def own_public_hook(cls: type[MetadataBackend]) -> type | None:
+    """The first class of ``cls``'s MRO that defines ``init_forward_metadata_out_graph`` itself, when it is the
+    user's (not a workbench backend, not this case's bases); None when the hook is the workbench's own."""
+    for k in cls.__mro__:
+        if "init_forward_metadata_out_graph" in vars(k):
+            ours = k.__module__.startswith("workbench.backends") or k in (EarlierBase, LaterBase)
+            return None if ours else k
+    return None
+
+
+def _routed(cls: type[MetadataBackend], base: type[EarlierBase], looped: bool) -> str:
+    """Why the scenario cannot put ``base`` under ``cls`` (its hooks loop through the base, or skip it)."""
+    owner = own_public_hook(cls)
+    name = owner.__qualname__ if owner is not None else cls.__qualname__
+    if looped:
+        how = (
+            f"{name}.init_forward_metadata_out_graph calls _replay_metadata itself, and its _replay_metadata "
+            "goes on to the base's init_forward_metadata_out_graph: with this case's base below it the two "
+            "hooks would call each other forever"
+        )
+    else:
+        how = (
+            f"{name}.init_forward_metadata_out_graph prepares the metadata without calling the base's, so the "
+            f"keyword {base.__name__} passes could never reach the override"
+        )
+    return (
+        f"{how}. {name} stands where this case's base would: the keywords its overrides must take are the "
+        f"ones {name} passes (check them from source with `workbench check-contracts FILE`)"
+    )
+
+
 def _capture(cls: type[MetadataBackend], profile: str, backend: str) -> tuple[Any, StatePool, Exception | None]:
     name, device = h.resolve_backend(backend)
     pool = StatePool(16, profile, device=device)
@@ -113,17 +175,39 @@ def _capture(cls: type[MetadataBackend], profile: str, backend: str) -> tuple[An
     return runner, pool, None
 
 
+def _capture_on(
+    cls: type[MetadataBackend], base: type[EarlierBase], profile: str, backend: str
+) -> tuple[Any, StatePool, Exception | None]:
+    """Capture with ``cls`` on ``base``. A class of the user's that does not derive from ``base`` gets it
+    stacked below (``on_base``), watched: when the class's own public hook loops back through the base, or
+    captures without ever reaching it, the case cannot be built around the class (``NotApplicable``, with
+    the reason). A keyword its own hook passes and its override does not take is still this case's
+    evidence: the same drift, between the class's own base and its override."""
+    if issubclass(cls, base):
+        return _capture(cls, profile, backend)
+    hook = _BaseHook()
+    try:
+        runner, pool, exc = _capture(on_base(cls, _watching(base, hook)), profile, backend)
+    except _HookLoop:
+        raise NotApplicable(_routed(cls, base, looped=True)) from None
+    if exc is None and hook.calls == 0 and own_public_hook(cls) is not None:
+        raise NotApplicable(_routed(cls, base, looped=False))
+    return runner, pool, exc
+
+
 def scenario(cls: type[MetadataBackend], profile: str, backend: str) -> list[Evidence]:
     """Capture buckets 2 and 4 with ``cls`` on the earlier base, then on the later base (skipped when ``cls``
     already derives from the later one), then replay one decode step of three requests and check it.
-    Evidence of the bug: a ``TypeError`` from a keyword the override does not take."""
+    Evidence of the bug: a ``TypeError`` from a keyword the override does not take. A class whose own
+    public hook calls ``_replay_metadata`` (its own base, standing where this case's would) cannot have the
+    case's base put under it: ``NotApplicable``, saying so."""
     out: list[Evidence] = []
     if not issubclass(cls, LaterBase):
-        runner, _, exc = _capture(on_base(cls, EarlierBase), profile, backend)
+        runner, _, exc = _capture_on(cls, EarlierBase, profile, backend)
         if exc is not None:
             return [h.capture_failure(exc, runner)]
         out.append(Survived(f"earlier base: captured {len(runner.captured)} graphs"))
-    runner, pool, exc = _capture(on_base(cls, LaterBase), profile, backend)
+    runner, pool, exc = _capture_on(cls, LaterBase, profile, backend)
     if exc is not None:
         return [*out, h.capture_failure(exc, runner)]
     out.append(Survived(f"later base: captured {len(runner.captured)} graphs"))

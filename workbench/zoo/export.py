@@ -9,12 +9,39 @@ exported run observed (``OBSERVED``: metadata rows, slots, errors) and the expec
 from __future__ import annotations
 
 import json
+import os
 import textwrap
+from pathlib import Path
 
 from workbench.zoo.result import ZooError, ZooResult
 
 ENV = "WORKBENCH_ZOO_SUBJECT"
 """Environment variable that points an exported test at another ``MODULE_OR_FILE:NAME``."""
+
+
+def export_folder(directory: str | Path, *, make: bool = False, what: str = "export") -> Path:
+    """The folder exported tests go to, checked without running anything: ``ZooError`` (one line naming
+    ``what``) when the path, or a folder on its way, is a file, or when the deepest folder of it that exists
+    cannot be written; a missing folder is fine (made, parents too, when ``make``)."""
+    if not isinstance(directory, str | Path) or not str(directory).strip():
+        raise ZooError(f"{what}: expected a folder path, got {directory!r}")
+    folder = Path(directory).expanduser()
+    existing = folder  # the deepest part of the path that exists
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        if existing == folder:
+            raise ZooError(f"{what}: {str(folder)!r} is a file, not a folder")
+        raise ZooError(f"{what}: {str(folder)!r} cannot be made: {str(existing)!r} on its way is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        inside = "" if existing == folder else f" (to make {str(folder)!r} in it)"
+        raise ZooError(f"{what}: cannot write into the folder {str(existing)!r}{inside}: permission denied")
+    if make:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ZooError(f"{what}: cannot make the folder {str(folder)!r}: {e.strerror or e}") from e
+    return folder
 
 
 def _loadable(subject: str) -> bool:

@@ -10,18 +10,28 @@ from __future__ import annotations
 import math
 import re
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench import html
 from workbench.errors import WorkbenchError
 from workbench.measure.integrity import IntegrityReport, error_text, worst
 from workbench.traces.replay import TraceDivergence
 
+if TYPE_CHECKING:
+    from workbench.metadata import Metadata
+
 
 class ZooError(WorkbenchError, ValueError):
     """An unknown case name, or a bad argument to a case."""
+
+
+class NotApplicable(Exception):
+    """Raised by a scenario that finds, once it runs, that it cannot be built around the user's class (its
+    own hooks route around the case's base, say): the message says why, and the result is "not
+    applicable", never a failure of a class the case could not look at. Not a ``WorkbenchError``: it is
+    no bad input either."""
 
 
 @dataclass(frozen=True)
@@ -91,12 +101,19 @@ class IntegrityEvidence:
     """An integrity report (``workbench.measure.integrity``) and who owns the slots it names.
 
     ``what`` says which step was checked; ``owners`` maps each slot the report names to the request-pool
-    row that owns it (None: no live request owns it).
+    row that owns it (None: no live request owns it). For a figure of the pool (``viz.zoo_evidence``):
+    ``written``, every slot whose state the step changed (allowed or not); ``live``, the slots the step's
+    live rows own; ``dummy``, the slot it may write without owning it (None: none); ``num_slots``, the
+    pool's size (0: not recorded).
     """
 
     what: str
     report: IntegrityReport
     owners: dict[int, int | None] = field(default_factory=dict)
+    written: tuple[int, ...] = ()
+    live: tuple[int, ...] = ()
+    dummy: int | None = None
+    num_slots: int = 0
 
     @property
     def broken(self) -> bool:
@@ -142,6 +159,10 @@ class IntegrityEvidence:
             "what": self.what,
             "report": self.report.to_dict(),
             "owners": {str(k): v for k, v in self.owners.items()},
+            "written": list(self.written),
+            "live": list(self.live),
+            "dummy": self.dummy,
+            "num_slots": self.num_slots,
         }
 
 
@@ -150,7 +171,9 @@ class RowsDiffer:
     """Rows of one quantity that differ from what they should hold, each with its error or values.
 
     ``rows[i]`` differs by ``errors[i]`` (max abs error; ``inf`` where the row is not finite), or holds
-    ``got[i]`` where ``expected[i]`` was due (index metadata).
+    ``got[i]`` where ``expected[i]`` was due (index metadata). For a figure (``viz.zoo_evidence``):
+    ``field_name``, the metadata field compared, and ``metadata``, clones of the metadata the graph ran with
+    and of the metadata it should have had (None: not kept; left out of :meth:`ZooResult.to_dict`).
     """
 
     what: str
@@ -158,6 +181,8 @@ class RowsDiffer:
     errors: list[float] = field(default_factory=list)
     got: list[Any] = field(default_factory=list)
     expected: list[Any] = field(default_factory=list)
+    field_name: str = ""
+    metadata: tuple[Metadata, Metadata] | None = field(default=None, compare=False, repr=False)
 
     @property
     def broken(self) -> bool:
@@ -199,9 +224,12 @@ class AddressMismatch:
 
 @dataclass(frozen=True)
 class Propagation:
-    """Rows holding non-finite values (NaN, inf) at each stage of a pipeline, in pipeline order."""
+    """Rows holding non-finite values (NaN, inf) at each stage of a pipeline, in pipeline order: ``stages``,
+    ``(stage name, its non-finite rows)``."""
 
     stages: tuple[tuple[str, tuple[int, ...]], ...]
+    num_rows: int = 0
+    """The step's token rows (live and padded: a figure's columns); 0 when not recorded."""
 
     @property
     def broken(self) -> bool:
@@ -255,6 +283,27 @@ class Interrupted:
 
 
 @dataclass(frozen=True)
+class SlotTimeline:
+    """Who owned each state slot at each step a trace replay ran (the data of ``viz.slot_timeline``, in
+    plain values: the zoo sits below the figures).
+
+    ``owners[i][j]``: the request id owning ``slots[j]`` after ``steps[i]`` (None: free); ``dummy``: the
+    profile's dummy slot; ``foreign``: ``(step, slot)`` written by a row that does not own it;
+    ``checkpoints``: ``(step, slot, request, tokens, ok)`` held by a prefix cache after the step (``ok``:
+    verified against the float64 state of that prefix); ``copies``: ``(step, src, dst, before)`` slot copies
+    (before or after the step's forward).
+    """
+
+    steps: tuple[int, ...]
+    slots: tuple[int, ...]
+    owners: tuple[tuple[int | None, ...], ...]
+    dummy: int
+    foreign: tuple[tuple[int, int], ...] = ()
+    checkpoints: tuple[tuple[int, int, int, int, bool], ...] = ()
+    copies: tuple[tuple[int, int, int, bool], ...] = ()
+
+
+@dataclass(frozen=True)
 class TraceEvidence:
     """A serving trace replayed step by step against the float64 shadow of every request
     (:mod:`workbench.traces`): steps run of ``total``, the first divergence, and the case's reading of it.
@@ -262,6 +311,8 @@ class TraceEvidence:
     ``matches``: the case found its own mechanism in the divergence (a new tenant at its first chunk on a
     reused slot, a padded row naming the slot that changed, ...); a divergence it does not match is a
     failure, but not this bug. ``facts``: what the case read off it (the slot's previous tenant, the chunk).
+    ``timeline``: the slot owners of the steps that ran, for a figure (None: not recorded; left out of
+    :meth:`to_dict`).
     """
 
     what: str
@@ -270,6 +321,7 @@ class TraceEvidence:
     divergence: TraceDivergence | None = None
     matches: bool = False
     facts: str = ""
+    timeline: SlotTimeline | None = field(default=None, compare=False, repr=False)
 
     @property
     def broken(self) -> bool:
@@ -312,7 +364,10 @@ Evidence = (
 
 
 def _evidence_dict(e: Evidence) -> dict[str, Any]:
-    d = e.to_dict() if isinstance(e, IntegrityEvidence | TraceEvidence) else asdict(e)
+    if isinstance(e, IntegrityEvidence | TraceEvidence):
+        d = e.to_dict()
+    else:  # plain values; a figure's metadata clones stay out
+        d = {f.name: getattr(e, f.name) for f in fields(e) if f.name != "metadata"}
     return {"kind": type(e).__name__, "broken": e.broken, "summary": e.summary(), **d}
 
 
@@ -412,12 +467,16 @@ class ZooResult:
         return pytest_source(self)
 
     def write_pytest(self, directory: str | Path) -> Path:
-        """Write :meth:`to_pytest` to ``directory/test_<case>.py`` (the folder must exist); returns the path."""
-        folder = Path(directory)
-        if not folder.is_dir():
-            raise ZooError(f"export: {str(folder)!r} is not a folder")
-        path = folder / f"test_{self.case}.py"
-        path.write_text(self.to_pytest())
+        """Write :meth:`to_pytest` to ``directory/test_<case>.py``, making the folder (parents too) when it is
+        missing; returns the path. ``ZooError`` (one line) when the path is a file or cannot be written."""
+        from workbench.zoo.export import export_folder
+
+        text = self.to_pytest()  # refuses what cannot be exported before anything is made
+        path = export_folder(directory, make=True) / f"test_{self.case}.py"
+        try:
+            path.write_text(text)
+        except OSError as e:
+            raise ZooError(f"export: cannot write {str(path)!r}: {e.strerror or e}") from e
         return path
 
     def __repr__(self) -> str:

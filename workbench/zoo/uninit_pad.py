@@ -140,7 +140,7 @@ def nonfinite_rows(stages: dict[str, torch.Tensor]) -> Propagation:
         t = stages[name]
         rows = (~torch.isfinite(t.reshape(t.shape[0], -1))).any(dim=1).nonzero().flatten().tolist()
         found.append((name, tuple(rows)))
-    return Propagation(tuple(found))
+    return Propagation(tuple(found), num_rows=max((int(t.shape[0]) for t in stages.values()), default=0))
 
 
 def scenario(kernel: Callable[..., Any], profile: str, backend: str) -> list[Evidence]:

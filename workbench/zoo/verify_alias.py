@@ -96,8 +96,7 @@ def verify_and_accept(
         live_outputs=out_g,
         reference_outputs=out_r,
     )
-    named = {s for _, s, _ in report.state_mismatches} | {s for _, s in report.changed_slots}
-    return IntegrityEvidence("verify + accept", report, h.owners(pool, named))
+    return h.integrity_evidence("verify + accept", report, pool, pre, runner.state.tensors(), live)
 
 
 def variant(fixed: bool) -> type[MetadataBackend]:
