@@ -8,7 +8,10 @@ padded rows point at the dummy slot and are really processed there (several rows
 concurrently; nobody reads it).
 
 The torch references and the ops' argument checks use :func:`skipped_rows`; the Triton kernels test
-``slot > pad_slot_id`` on the device.
+``slot > pad_slot_id`` on the device. A reference that indexes the pool reads its rows through
+:func:`live_rows_and_slots` or :func:`host_rows`, which refuse a processed row whose slot is outside the pool:
+a Python or torch index of -1 (sglang's sentinel, passed under a convention that skips nothing) would
+otherwise be the pool's last slot.
 """
 
 from __future__ import annotations
@@ -36,8 +39,26 @@ def live_rows_and_slots(
     bad = (slots < 0) | (slots >= num_slots)
     if bool(bad.any()):
         row = int(rows[bad.nonzero()[0, 0]])
-        raise IndexError(
-            f"state_indices: row {row} has slot {int(state_indices[row])}, outside the pool [0, {num_slots}) "
-            f"and not skipped under pad_slot_id={pad_slot_id}"
-        )
+        raise _outside_the_pool(row, int(state_indices[row]), num_slots, pad_slot_id)
     return rows, slots
+
+
+def _outside_the_pool(row: int, slot: int, num_slots: int, pad_slot_id: int | None) -> IndexError:
+    return IndexError(
+        f"state_indices: row {row} has slot {slot}, outside the pool [0, {num_slots}) "
+        f"and not skipped under pad_slot_id={pad_slot_id}"
+    )
+
+
+def host_rows(state_indices: torch.Tensor, pad_slot_id: int | None, num_slots: int) -> tuple[list[int], list[bool]]:
+    """``(slots, skipped)`` per row as host lists, every processed row's slot checked against the pool.
+
+    For a reference that indexes the pool with Python ints (``state[slot]``): an unchecked -1 there is the
+    last slot. Raises the IndexError of :func:`live_rows_and_slots`.
+    """
+    slots: list[int] = state_indices.tolist()
+    skipped: list[bool] = skipped_rows(state_indices, pad_slot_id).tolist()
+    for row, slot in enumerate(slots):
+        if not skipped[row] and not 0 <= slot < num_slots:
+            raise _outside_the_pool(row, slot, num_slots, pad_slot_id)
+    return slots, skipped

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.dtypes import compute_dtype
-from kernels.padding import skipped_rows
+from kernels.padding import host_rows, skipped_rows
 
 L2NORM_EPS = 1e-6
 
@@ -86,7 +86,7 @@ def _prepare(
     if use_qk_l2norm:
         q, k = l2norm(q), l2norm(k)
     group = v.shape[1] // q.shape[1]  # value head h reads q/k head h // group
-    slots = state_indices.tolist()
+    slots, skipped = host_rows(state_indices, pad_slot_id, state.shape[0])  # -1 processed: an IndexError
     return _Batch(
         q=(q * scale).repeat_interleave(group, dim=1),
         k=k.repeat_interleave(group, dim=1),
@@ -95,7 +95,7 @@ def _prepare(
         beta=beta.to(dtype),
         bounds=cu_seqlens.tolist(),
         slots=slots,
-        skipped=skipped_rows(state_indices, pad_slot_id).tolist(),
+        skipped=skipped,
         has_init=[True] * len(slots) if has_initial_state is None else has_initial_state.bool().tolist(),
     )
 
