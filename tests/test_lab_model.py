@@ -233,5 +233,5 @@ def test_an_engine_step_above_the_cpu_bound_is_refused():
 @pytest.mark.parametrize("preset", lab_plan.PRESETS)
 def test_slot_size_is_the_layers_own(layer, cls, preset):
     cfg = lab_plan.layer_config(layer, preset)
-    shapes = cls._state_shapes(type("L", (), {"config": cfg})(), 1)  # the layer's method, without its weights
-    assert lab_plan.slot_elements(cfg) == sum(torch.Size(s[1:]).numel() for s in shapes)
+    shapes = cls.state_shapes(cfg, 1)  # the layer's own rule, without its weights
+    assert lab_plan.slot_elements(layer, cfg) == sum(torch.Size(s[1:]).numel() for s in shapes)

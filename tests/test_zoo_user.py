@@ -16,6 +16,7 @@ from workbench import zoo
 from workbench.backends import MetadataBackend, NpuMetadataBackend
 from workbench.cli import main
 from workbench.zoo import ZooCase
+from workbench.zoo.export import to_pytest, write_pytest
 from workbench.zoo.result import Interrupted, NotApplicable, RaisedError, ZooError
 from workbench.zoo.uninit_pad import skips_padded_outputs
 
@@ -302,7 +303,7 @@ def test_cli_export_refuses_a_bad_folder_before_any_case_runs(bad, tmp_path, mon
 
 def test_write_pytest_makes_its_folder(tmp_path):
     (res,) = zoo.check_backend(f"{USER}/in_capture_bug.py:AscendBackend", ["in_capture"])
-    path = res.write_pytest(tmp_path / "a" / "b")
+    path = write_pytest(res, tmp_path / "a" / "b")
     assert path == tmp_path / "a" / "b" / "test_in_capture.py" and "sglang PR 29598" in path.read_text()
 
 
@@ -410,14 +411,14 @@ def test_export_fails_while_the_bug_is_there_and_passes_once_fixed(tmp_path, cap
 
 def test_to_pytest_refuses_what_it_cannot_export():
     with pytest.raises(ZooError, match="the zoo's own variant"):
-        zoo.get("fill_count").run(False).to_pytest()
+        to_pytest(zoo.get("fill_count").run(False))
     with pytest.raises(ZooError, match="does not apply"):
-        zoo.get("verify_alias").run_with(MetadataBackend).to_pytest()
+        to_pytest(zoo.get("verify_alias").run_with(MetadataBackend))
 
     class Local(MetadataBackend):
         pass
 
     with pytest.raises(ZooError, match="cannot be loaded by a standalone test"):
-        zoo.get("fill_count").run_with(Local).to_pytest()
+        to_pytest(zoo.get("fill_count").run_with(Local))
     with pytest.raises(ZooError, match="is a file, not a folder"):
-        zoo.check_backend(f"{USER}/in_capture_bug.py:AscendBackend", ["in_capture"])[0].write_pytest(__file__)
+        write_pytest(zoo.check_backend(f"{USER}/in_capture_bug.py:AscendBackend", ["in_capture"])[0], __file__)

@@ -21,28 +21,30 @@ def _ints(name: str, values: IntsLike, dtype: torch.dtype, device: torch.device 
     device = as_device(device)
     if isinstance(values, torch.Tensor):
         if values.dtype.is_floating_point or values.dtype.is_complex or values.dtype == torch.bool:
-            raise MetadataError(f"{name}: expected an integer tensor, got dtype {values.dtype}")
+            raise MetadataError(f"{name}: expected an integer tensor, got dtype {values.dtype}", field=name)
         if values.dim() != 1:
-            raise MetadataError(f"{name}: expected a 1-D tensor, got shape {tuple(values.shape)}")
+            raise MetadataError(f"{name}: expected a 1-D tensor, got shape {tuple(values.shape)}", field=name)
         if device is not None and values.device != canonical_device(device):
-            raise MetadataError(f"{name}: on device {values.device}, expected {device}")
+            raise MetadataError(f"{name}: on device {values.device}, expected {device}", field=name)
         if values.device.type == "cpu" and values.numel() and values.dtype.itemsize > dtype.itemsize:
             info = torch.iinfo(dtype)  # .to() would wrap silently: 2**32 + 5 becomes 5
             bad = ((values < info.min) | (values > info.max)).nonzero()
             if bad.numel():
                 i = int(bad[0, 0])
-                check_fits(f"{name}[{i}]", [int(values[i])], _DTYPE_NAMES[dtype])
+                check_fits(f"{name}[{i}]", [int(values[i])], _DTYPE_NAMES[dtype], field=name, row=i)
         return values.to(dtype)
     try:
         if isinstance(values, str | bytes):
             raise TypeError
         values = list(values)
     except TypeError:
-        raise MetadataError(f"{name}: expected a list of ints or a 1-D integer tensor, got {values!r}") from None
+        raise MetadataError(
+            f"{name}: expected a list of ints or a 1-D integer tensor, got {values!r}", field=name
+        ) from None
     for i, v in enumerate(values):
         if isinstance(v, bool) or not isinstance(v, int):
-            raise MetadataError(f"{name}[{i}]: expected an int, got {v!r}")
-    check_fits(name, values, _DTYPE_NAMES[dtype])
+            raise MetadataError(f"{name}[{i}]: expected an int, got {v!r}", field=name, row=i)
+    check_fits(name, values, _DTYPE_NAMES[dtype], field=name)
     return torch.tensor(values, dtype=dtype, device=device)
 
 
@@ -53,7 +55,9 @@ def _check_total(name: str, t: torch.Tensor) -> None:
     """Token counts are summed into int32 ``query_start_loc``: the sum must fit too (CPU only, as above)."""
     total = int(t.sum(dtype=torch.int64)) if t.device.type == "cpu" and t.numel() else 0
     if total > INT32_MAX:
-        raise MetadataError(f"{name}: {total:,} tokens in one step; the total must fit int32 (max {INT32_MAX:,})")
+        raise MetadataError(
+            f"{name}: {total:,} tokens in one step; the total must fit int32 (max {INT32_MAX:,})", field=name
+        )
 
 
 def _check_min(name: str, t: torch.Tensor, minimum: int) -> None:
@@ -63,7 +67,7 @@ def _check_min(name: str, t: torch.Tensor, minimum: int) -> None:
     bad = (t < minimum).nonzero()
     if bad.numel():
         i = int(bad[0, 0])
-        raise MetadataError(f"{name}[{i}] = {int(t[i])}: must be >= {minimum}")
+        raise MetadataError(f"{name}[{i}] = {int(t[i])}: must be >= {minimum}", field=name, row=i)
 
 
 @dataclass
@@ -109,22 +113,29 @@ class Batch:
     ) -> Batch:
         """Speculative verify: ``draft_tokens`` (D) tokens per request."""
         if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or draft_tokens < 1:
-            raise MetadataError(f"draft_tokens must be an int >= 1, got {draft_tokens!r}")
+            raise MetadataError(f"draft_tokens must be an int >= 1, got {draft_tokens!r}", field="draft_tokens")
         rpi, sl = cls._common(req_pool_indices, seq_lens, device)
         if max(1, rpi.numel()) * draft_tokens > INT32_MAX:
             raise MetadataError(
                 f"draft_tokens={draft_tokens}: {rpi.numel()} requests x {draft_tokens} tokens = "
-                f"{rpi.numel() * draft_tokens:,} tokens in one step; the total must fit int32 (max {INT32_MAX:,})"
+                f"{rpi.numel() * draft_tokens:,} tokens in one step; the total must fit int32 (max {INT32_MAX:,})",
+                field="draft_tokens",
             )
         acc = None
         if num_accepted_tokens is not None:
             acc = _ints("num_accepted_tokens", num_accepted_tokens, torch.int32, rpi.device)
             if acc.numel() != rpi.numel():
-                raise MetadataError(f"num_accepted_tokens: {acc.numel()} values for {rpi.numel()} requests")
+                raise MetadataError(
+                    f"num_accepted_tokens: {acc.numel()} values for {rpi.numel()} requests", field="num_accepted_tokens"
+                )
             _check_min("num_accepted_tokens", acc, 1)
             if acc.device.type == "cpu" and acc.numel() and int(acc.max()) > draft_tokens:
                 i = int(acc.argmax())
-                raise MetadataError(f"num_accepted_tokens[{i}] = {int(acc[i])}: more than draft_tokens={draft_tokens}")
+                raise MetadataError(
+                    f"num_accepted_tokens[{i}] = {int(acc[i])}: more than draft_tokens={draft_tokens}",
+                    field="num_accepted_tokens",
+                    row=i,
+                )
         return cls("target_verify", rpi, sl, draft_tokens=draft_tokens, num_accepted_tokens=acc)
 
     @classmethod
@@ -144,7 +155,7 @@ class Batch:
         )
         for name, t in (("extend_lens", ext), ("prefix_lens", pre)):
             if t.numel() != rpi.numel():
-                raise MetadataError(f"{name}: {t.numel()} values for {rpi.numel()} requests")
+                raise MetadataError(f"{name}: {t.numel()} values for {rpi.numel()} requests", field=name)
         _check_min("extend_lens", ext, 1)
         _check_min("prefix_lens", pre, 0)
         _check_total("extend_lens", ext)
@@ -154,7 +165,9 @@ class Batch:
             if int(total[i]) > INT32_MAX:
                 raise MetadataError(
                     f"prefix_lens[{i}] + extend_lens[{i}] = {int(total[i]):,}: a sequence length must fit int32 "
-                    f"(max {INT32_MAX:,})"
+                    f"(max {INT32_MAX:,})",
+                    field="prefix_lens",
+                    row=i,
                 )
         cls._check_rows(rpi)
         return cls("extend", rpi, pre + ext, draft_tokens=0, extend_lens=ext, prefix_lens=pre)
@@ -175,12 +188,16 @@ class Batch:
         every row maps to the dummy slot and capture writes only there.
         """
         if mode not in ("decode", "target_verify"):
-            raise MetadataError(f"mode: graphs are captured for decode and target_verify, got {mode!r}")
+            raise MetadataError(f"mode: graphs are captured for decode and target_verify, got {mode!r}", field="mode")
         check_int("batch_size", batch_size, 1, INT32_MAX)
         check_int("draft_tokens", draft_tokens, 1, INT32_MAX)
         device = as_device(device)
         check_memory(
-            f"batch_size={batch_size}", 12 * batch_size, f"{batch_size:,} capture rows of 12 B", device or "cpu"
+            f"batch_size={batch_size}",
+            12 * batch_size,
+            f"{batch_size:,} capture rows of 12 B",
+            device or "cpu",
+            field="batch_size",
         )
         rpi = torch.zeros(batch_size, dtype=torch.int64, device=device)
         d = draft_tokens if mode == "target_verify" else 1
@@ -193,7 +210,7 @@ class Batch:
         rpi = _ints("req_pool_indices", req_pool_indices, torch.int64, device)
         sl = _ints("seq_lens", seq_lens, torch.int32, rpi.device)
         if sl.numel() != rpi.numel():
-            raise MetadataError(f"seq_lens: {sl.numel()} values for {rpi.numel()} requests")
+            raise MetadataError(f"seq_lens: {sl.numel()} values for {rpi.numel()} requests", field="seq_lens")
         _check_min("seq_lens", sl, 1)
         cls._check_rows(rpi)
         return rpi, sl
@@ -206,7 +223,9 @@ class Batch:
             for i, row in enumerate(rpi.tolist()):
                 if row in seen:
                     raise MetadataError(
-                        f"req_pool_indices[{i}] = {row}: duplicate of row {seen[row]} (a request runs once a step)"
+                        f"req_pool_indices[{i}] = {row}: duplicate of row {seen[row]} (a request runs once a step)",
+                        field="req_pool_indices",
+                        row=i,
                     )
                 seen[row] = i
 

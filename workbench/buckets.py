@@ -21,7 +21,7 @@ def capture_buckets(max_bs: int, speculative: bool = False, profile: str | Profi
     [1, 2, 4, 8, 12, 16, 20]
     """
     if isinstance(max_bs, bool) or not isinstance(max_bs, int) or max_bs < 1:
-        raise MetadataError(f"max_bs must be a positive int, got {max_bs!r}")
+        raise MetadataError(f"max_bs must be a positive int, got {max_bs!r}", field="max_bs")
     return get_profile(profile or "sglang").buckets(max_bs, speculative)
 
 
@@ -53,11 +53,13 @@ def resolve_bucket(raw_bs: int, buckets: Sequence[int], bucket: int | str = "aut
     if bucket == "auto":
         return choose_bucket(raw_bs, buckets)
     if isinstance(bucket, bool) or not isinstance(bucket, int):
-        raise MetadataError(f"bucket must be 'auto', None or an int, got {bucket!r}")
+        raise MetadataError(f"bucket must be 'auto', None or an int, got {bucket!r}", field="bucket")
     if bucket not in buckets:
-        raise MetadataError(f"bucket {bucket} was not captured; captured buckets: {list(buckets)}")
+        raise MetadataError(f"bucket {bucket} was not captured; captured buckets: {list(buckets)}", field="bucket")
     if raw_bs > bucket:
-        raise MetadataError(f"raw batch {raw_bs} is larger than bucket {bucket}; a batch is never truncated")
+        raise MetadataError(
+            f"raw batch {raw_bs} is larger than bucket {bucket}; a batch is never truncated", field="bucket"
+        )
     return bucket
 
 
@@ -65,10 +67,12 @@ def check_buckets(buckets: Sequence[int]) -> list[int]:
     """Validate a user-given bucket list: positive ints, strictly increasing."""
     out = list(buckets)
     if not out:
-        raise MetadataError("buckets: empty list; capture at least one batch size")
+        raise MetadataError("buckets: empty list; capture at least one batch size", field="buckets")
     for i, bs in enumerate(out):
         if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
-            raise MetadataError(f"buckets[{i}] must be a positive int, got {bs!r}")
+            raise MetadataError(f"buckets[{i}] must be a positive int, got {bs!r}", field="buckets", row=i)
         if i and bs <= out[i - 1]:
-            raise MetadataError(f"buckets must be strictly increasing: buckets[{i}]={bs} after {out[i - 1]}")
+            raise MetadataError(
+                f"buckets must be strictly increasing: buckets[{i}]={bs} after {out[i - 1]}", field="buckets", row=i
+            )
     return out

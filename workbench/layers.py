@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +24,8 @@ import kernels.mamba2 as mamba2
 from kernels.padding import skipped_rows
 from workbench import html
 from workbench.devices import canonical_device
-from workbench.errors import MetadataError
+from workbench.errors import MetadataError, WorkbenchError
+from workbench.layer_names import GDN, MAMBA2, PRESET_NAMES
 from workbench.metadata import Metadata
 
 
@@ -73,11 +74,12 @@ class Intermediate:
 class _SeededLayer:
     """What both layer steps share: seeded weights, dtype/impl copies, a state pool of their shapes.
 
-    Subclasses set ``config_class`` and ``supported_modes`` and define ``_draw_weights(config, gen)``
-    and ``_state_shapes(num_slots)``.
+    Subclasses set ``config_class`` and ``supported_modes`` and define ``_draw_weights(config, gen)``,
+    ``state_shapes(config, num_slots)`` and ``token_macs(config)`` (static: read from a config alone, so the
+    registry (:data:`LAYERS`) sizes a layer without drawing its weights).
     """
 
-    config_class: type
+    config_class: ClassVar[type]
     supported_modes: tuple[str, ...] = ()
     chunk_grid: str = "sequence"
     """How the layer's prefill kernel lays out its chunk states ``h``: "sequence" (one grid per sequence,
@@ -103,8 +105,18 @@ class _SeededLayer:
     def _draw_weights(config: Any, gen: torch.Generator) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
-    def _state_shapes(self, num_slots: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    @staticmethod
+    def state_shapes(config: Any, num_slots: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The pool's shapes for ``config``: conv windows ``[num_slots, ...]`` and SSM states ``[num_slots, ...]``."""
         raise NotImplementedError
+
+    @staticmethod
+    def token_macs(config: Any) -> int:
+        """Multiply-adds of one token through the layer: its projections, the conv and the recurrence."""
+        raise NotImplementedError
+
+    def _state_shapes(self, num_slots: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return self.state_shapes(self.config, num_slots)
 
     def to(self, dtype: torch.dtype | None = None, impl: str | None = None) -> Any:
         """A copy with other weight dtype and/or kernel implementation (same seed, same values)."""
@@ -228,6 +240,16 @@ class GDNConfig:
         """A tiny layer for tests and the Triton interpreter."""
         return cls(hidden_size=32, num_k_heads=2, num_v_heads=4, head_k_dim=8, head_v_dim=8)
 
+    @classmethod
+    def quarter(cls) -> GDNConfig:
+        """A quarter of the engine layer's value heads (half its width): its state pool fits a CPU bench."""
+        return cls(hidden_size=1024, num_v_heads=8, num_k_heads=4)
+
+    @classmethod
+    def engine(cls) -> GDNConfig:
+        """The engine-like defaults (a Qwen3-Next-sized layer)."""
+        return cls()
+
     @property
     def conv_dim(self) -> int:
         return 2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
@@ -271,9 +293,15 @@ class GatedDeltaNetLayer(_SeededLayer):
             "w_out": _weight(g, vv, c.hidden_size, fan_in=vv),
         }
 
-    def _state_shapes(self, num_slots: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        c = self.config
+    @staticmethod
+    def state_shapes(c: GDNConfig, num_slots: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return (num_slots, c.conv_dim, c.conv_kernel - 1), (num_slots, c.num_v_heads, c.head_k_dim, c.head_v_dim)
+
+    @staticmethod
+    def token_macs(c: GDNConfig) -> int:
+        hv, v = c.num_v_heads, c.head_v_dim
+        proj = c.hidden_size * (c.conv_dim + hv * v + 2 * hv) + hv * v * c.hidden_size
+        return proj + c.conv_dim * c.conv_kernel + 4 * hv * c.head_k_dim * v
 
     def forward(
         self, x: torch.Tensor, meta: Metadata, state: LayerState, intermediate: Intermediate | None = None
@@ -339,7 +367,18 @@ class Mamba2Config:
 
     @classmethod
     def small(cls) -> Mamba2Config:
+        """A tiny layer for tests and the Triton interpreter."""
         return cls(hidden_size=32, head_dim=8, num_heads=4, n_groups=2, state_size=8, chunk_size=16)
+
+    @classmethod
+    def quarter(cls) -> Mamba2Config:
+        """A quarter of the engine layer's heads (half its width): its state pool fits a CPU bench."""
+        return cls(hidden_size=1024, num_heads=16, n_groups=2)
+
+    @classmethod
+    def engine(cls) -> Mamba2Config:
+        """The engine-like defaults."""
+        return cls()
 
     @property
     def d_inner(self) -> int:
@@ -382,9 +421,14 @@ class Mamba2Layer(_SeededLayer):
             "w_out": _weight(g, c.d_inner, c.hidden_size, fan_in=c.d_inner),
         }
 
-    def _state_shapes(self, num_slots: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        c = self.config
+    @staticmethod
+    def state_shapes(c: Mamba2Config, num_slots: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return (num_slots, c.conv_dim, c.conv_kernel - 1), (num_slots, c.num_heads, c.head_dim, c.state_size)
+
+    @staticmethod
+    def token_macs(c: Mamba2Config) -> int:
+        proj = c.hidden_size * (c.d_inner + c.conv_dim + c.num_heads) + c.d_inner * c.hidden_size
+        return proj + c.conv_dim * c.conv_kernel + 3 * c.num_heads * c.head_dim * c.state_size
 
     def forward(
         self, x: torch.Tensor, meta: Metadata, state: LayerState, intermediate: Intermediate | None = None
@@ -451,12 +495,122 @@ def float64_reference(layer: _L) -> _L:
     return layer.to(torch.float64, impl="reference")
 
 
+# -- the registry --------------------------------------------------------------------------------------
+class LayerError(WorkbenchError):
+    """A layer or a preset the registry does not have; the one line names the field and the choices."""
+
+
+def _choices(names: tuple[str, ...] | list[str]) -> str:
+    return repr(tuple(names))
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One layer the workbench runs: its name (a trace header's ``layer``, ``--layer``), its class, and what
+    the rest of the workbench reads of it without building one (no weights drawn).
+
+    Everything but the name and the title is read from the class, so it cannot drift from what runs:
+    ``config_class`` and ``supported_modes`` (class attributes), ``chunk_grid`` ("sequence": one chunk grid
+    per sequence, GDN's; "batch": one grid over the flattened batch, Mamba2's scan), ``presets`` (the names
+    of :data:`~workbench.layer_names.PRESET_NAMES` the config class has a classmethod for),
+    ``state_shapes`` / ``slot_elements`` (float32 elements of one state slot) and ``token_macs`` (the
+    multiply-adds of one token: the lab's CPU-work bound).
+
+    >>> spec = LAYERS["gdn"]
+    >>> spec.layer_class.__name__, spec.presets, spec.chunk_grid, spec.slot_elements("small")
+    ('GatedDeltaNetLayer', ('small', 'quarter', 'engine'), 'sequence', 448)
+    """
+
+    name: str
+    title: str
+    layer_class: type[_SeededLayer]
+
+    @property
+    def config_class(self) -> type:
+        return self.layer_class.config_class
+
+    @property
+    def supported_modes(self) -> tuple[str, ...]:
+        return self.layer_class.supported_modes
+
+    @property
+    def chunk_grid(self) -> str:
+        return self.layer_class.chunk_grid
+
+    @property
+    def presets(self) -> tuple[str, ...]:
+        return tuple(p for p in PRESET_NAMES if callable(getattr(self.config_class, p, None)))
+
+    def config(self, preset: str = "small") -> Any:
+        """The layer's config at ``preset``; ``LayerError`` names the presets it has."""
+        if not isinstance(preset, str) or preset not in self.presets:
+            raise LayerError(f"preset: {preset!r} is not one of {_choices(self.presets)} for layer {self.name!r}")
+        return getattr(self.config_class, preset)()
+
+    def _config(self, config: Any) -> Any:
+        return self.config(config) if isinstance(config, str) else config
+
+    def state_shapes(self, config: Any = "small", num_slots: int = 1) -> tuple[tuple[int, ...], ...]:
+        """The state pool's shapes (conv windows, SSM states) for a config or a preset's name."""
+        return self.layer_class.state_shapes(self._config(config), num_slots)
+
+    def slot_elements(self, config: Any = "small") -> int:
+        """Elements of one state slot (conv window + SSM state) for a config or a preset's name."""
+        return sum(math.prod(shape[1:]) for shape in self.state_shapes(config, 1))
+
+    def token_macs(self, config: Any = "small") -> int:
+        """Multiply-adds of one token through the layer, for a config or a preset's name."""
+        return self.layer_class.token_macs(self._config(config))
+
+    def make(self, preset: str = "small", *, seed: int = 0, config: Any = None, **kwargs: Any) -> Any:
+        """A seeded layer at ``preset`` (or ``config``); ``kwargs``: ``dtype``, ``device``, ``impl``."""
+        return self.layer_class(config if config is not None else self.config(preset), seed=seed, **kwargs)
+
+
+LAYERS: dict[str, LayerSpec] = {
+    spec.name: spec
+    for spec in (
+        LayerSpec(GDN, "Gated DeltaNet", GatedDeltaNetLayer),
+        LayerSpec(MAMBA2, "Mamba2", Mamba2Layer),
+    )
+}
+"""Every layer, by name: a trace header's ``layer``, every ``--layer`` flag, the widgets' and the sweeps'
+choices. Adding a layer is its class and one entry here (and its name in ``workbench.layer_names``)."""
+
+
+def get_layer_spec(name: str | LayerSpec) -> LayerSpec:
+    """The entry of ``name`` (a ``LayerSpec`` passes through); ``LayerError`` names the choices.
+
+    >>> get_layer_spec("mamba").name
+    Traceback (most recent call last):
+    ...
+    workbench.layers.LayerError: layer: 'mamba' is not one of ('gdn', 'mamba2')
+    """
+    if isinstance(name, LayerSpec):
+        return name
+    try:
+        return LAYERS[name]
+    except (KeyError, TypeError):
+        raise LayerError(f"layer: {name!r} is not one of {_choices(list(LAYERS))}") from None
+
+
+def make_layer(name: str, preset: str = "small", seed: int = 0, **kwargs: Any) -> Any:
+    """A seeded ``name`` layer at ``preset`` (``kwargs``: ``dtype``, ``device``, ``impl``): what a trace's
+    steps, an engine check and the zoo's cases run (the small preset, seed 0)."""
+    return get_layer_spec(name).make(preset, seed=seed, **kwargs)
+
+
 __all__ = [
+    "LAYERS",
     "GDNConfig",
     "GatedDeltaNetLayer",
     "Intermediate",
+    "LayerError",
+    "LayerSpec",
     "LayerState",
     "Mamba2Config",
     "Mamba2Layer",
     "float64_reference",
+    "get_layer_spec",
+    "make_layer",
 ]

@@ -9,6 +9,7 @@ torch: the command line runs these checks before torch is loaded.
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Any
 
@@ -19,22 +20,59 @@ INT64_MAX = 2**63 - 1
 RANGES = {"int32": (-(2**31), INT32_MAX), "int64": (-(2**63), INT64_MAX)}
 
 
-def check_int(name: str, value: object, minimum: int, maximum: int = INT64_MAX) -> int:
-    """``value`` as an int in ``[minimum, maximum]`` (bools refused), or a MetadataError naming ``name``."""
+_NAME = re.compile(r"(-{0,2}[A-Za-z_][\w.\-]*)(?:\[(\d+)\])?")
+
+
+def field_and_row(name: str) -> tuple[str, int | None]:
+    """The field and row a check's ``name`` names (:attr:`MetadataError.field`, :attr:`MetadataError.row`):
+    its leading identifier and the index right after it, if any; ``("", None)`` when it starts with none.
+
+    >>> field_and_row("slots[3]"), field_and_row("num_slots=10"), field_and_row("buckets=[1, 2]")
+    (('slots', 3), ('num_slots', None), ('buckets', None))
+    """
+    m = _NAME.match(name)
+    if m is None:
+        return "", None
+    return m.group(1), None if m.group(2) is None else int(m.group(2))
+
+
+def _error(message: str, name: str, field: str | None, row: int | None) -> MetadataError:
+    """A MetadataError for a check of ``name``: ``field`` and ``row`` as given, else read from ``name``."""
+    if field is None:
+        field, parsed = field_and_row(name)
+        row = parsed if row is None else row
+    return MetadataError(message, field=field, row=row)
+
+
+def check_int(
+    name: str,
+    value: object,
+    minimum: int,
+    maximum: int = INT64_MAX,
+    *,
+    field: str | None = None,
+    row: int | None = None,
+) -> int:
+    """``value`` as an int in ``[minimum, maximum]`` (bools refused), or a MetadataError naming ``name``
+    (its ``field`` and ``row``: as given, else :func:`field_and_row` of ``name``)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise MetadataError(f"{name} must be an int, got {value!r}")
+        raise _error(f"{name} must be an int, got {value!r}", name, field, row)
     if not minimum <= value <= maximum:
-        raise MetadataError(f"{name} = {value}: must be in [{minimum}, {maximum:,}]")
+        raise _error(f"{name} = {value}: must be in [{minimum}, {maximum:,}]", name, field, row)
     return value
 
 
-def check_fits(name: str, values: list[int], dtype: str) -> None:
-    """Every value fits ``dtype`` ("int32" or "int64"); names the first that does not."""
+def check_fits(name: str, values: list[int], dtype: str, *, field: str | None = None, row: int | None = None) -> None:
+    """Every value fits ``dtype`` ("int32" or "int64"); names the first that does not. ``name`` is a field
+    (the error's row: the index of that value) or, for one value, already indexed (``"seq_lens[3]"``; the
+    error's row: ``row``, else the index in ``name``)."""
     lo, hi = RANGES[dtype]
     for i, v in enumerate(values):
         if not lo <= v <= hi:
-            where = name if len(values) == 1 and name.endswith("]") else f"{name}[{i}]"
-            raise MetadataError(f"{where} = {v}: does not fit {dtype} (range [{lo}, {hi}])")
+            indexed = len(values) == 1 and name.endswith("]")
+            where = name if indexed else f"{name}[{i}]"
+            message = f"{where} = {v}: does not fit {dtype} (range [{lo}, {hi}])"
+            raise _error(message, where, field, row if indexed else i)
 
 
 # host_memory_bytes() reuses a read this young: metadata is built (and checked) every step, and reading
@@ -83,7 +121,7 @@ def as_device(device: object) -> Any:
     if device is None:
         return None
     if isinstance(device, bool):
-        raise MetadataError(f"device must be a str, torch.device or CUDA ordinal, got {device!r}")
+        raise MetadataError(f"device must be a str, torch.device or CUDA ordinal, got {device!r}", field="device")
     from workbench.devices import canonical_device
 
     return canonical_device(device)  # type: ignore[arg-type]  # it names a bad device in DeviceUnavailable
@@ -115,16 +153,19 @@ def gib(nbytes: float) -> str:
     return f"{int(nbytes)} B"
 
 
-def check_memory(name: str, nbytes: int, what: str, device: object = "cpu") -> None:
+def check_memory(
+    name: str, nbytes: int, what: str, device: object = "cpu", *, field: str | None = None, row: int | None = None
+) -> None:
     """Refuse an argument that would allocate more than the device has free.
 
     ``name`` names the argument and its value, ``what`` says what the bytes are for; the message reads
     ``num_slots=10000000000 needs 37 GiB for a slot mapping of 10,000,000,000 rows of 4 B; this machine
     has 24 GiB free``. Above that the allocation fails, or, on the host, the kernel kills the process.
+    The error's ``field`` and ``row``: as given, else :func:`field_and_row` of ``name`` (``num_slots``).
     """
     free, whose = device_memory_bytes(device)
     if free and 2 * nbytes > free:  # within a factor 2 of the limit: decide on a fresh read, never a reused one
         forget_host_memory()
         free, whose = device_memory_bytes(device)
     if free and nbytes > free:
-        raise MetadataError(f"{name} needs {gib(nbytes)} for {what}; {whose} {gib(free)} free")
+        raise _error(f"{name} needs {gib(nbytes)} for {what}; {whose} {gib(free)} free", name, field, row)

@@ -20,12 +20,16 @@ from workbench.errors import MetadataError
 from workbench.limits import check_memory
 from workbench.profiles import Profile, get_profile
 
+_NOT_FREE = "not free (owned by a request, held, reserved or past the pool)"
 
-def _as_int(name: str, value: object, minimum: int) -> int:
+
+def _as_int(name: str, value: object, minimum: int, *, row: int | None = None) -> int:
+    """``value`` as an int ``>= minimum``, or a MetadataError naming ``name`` (``name[row]`` when ``row`` is given)."""
+    where = name if row is None else f"{name}[{row}]"
     if isinstance(value, bool) or not isinstance(value, int):
-        raise MetadataError(f"{name} must be an int, got {value!r}")
+        raise MetadataError(f"{where} must be an int, got {value!r}", field=name, row=row)
     if value < minimum:
-        raise MetadataError(f"{name} must be >= {minimum}, got {value}")
+        raise MetadataError(f"{where} must be >= {minimum}, got {value}", field=name, row=row)
     return value
 
 
@@ -109,16 +113,17 @@ class StatePool:
         if usable < 1:
             raise MetadataError(
                 f"num_slots={num_slots} leaves no room for one request of {slots_per_request} slots "
-                f"beside the reserved dummy slot {self.profile.dummy_slot}"
+                f"beside the reserved dummy slot {self.profile.dummy_slot}",
+                field="num_slots",
             )
         self.max_requests = usable if max_requests is None else _as_int("max_requests", max_requests, 1)
         self.device = canonical_device(device)
         num_rows = self.max_requests + 1  # + the reserved row
-        culprit = f"num_slots={num_slots}" if max_requests is None else f"max_requests={max_requests}"
+        field = "num_slots" if max_requests is None else "max_requests"
+        culprit = f"{field}={num_slots if max_requests is None else max_requests}"
         row_bytes = 4 * self.slots_per_request  # one int32 per slot a request owns
-        check_memory(
-            culprit, num_rows * row_bytes, f"a slot mapping of {num_rows:,} rows of {row_bytes} B", self.device
-        )
+        what = f"a slot mapping of {num_rows:,} rows of {row_bytes} B"
+        check_memory(culprit, num_rows * row_bytes, what, self.device, field=field)
         self.mapping = torch.full(
             (num_rows, self.slots_per_request), self.profile.dummy_slot, dtype=torch.int32, device=self.device
         )
@@ -148,7 +153,7 @@ class StatePool:
     def slots_of(self, row: int) -> list[int]:
         """The slots request-pool row ``row`` owns."""
         if row not in self._slots_of:
-            raise MetadataError(f"req_pool_indices: row {row} is not allocated")
+            raise MetadataError(f"req_pool_indices: row {row} is not allocated", field="req_pool_indices")
         return list(self._slots_of[row])
 
     def owned_slots(self) -> set[int]:
@@ -169,19 +174,19 @@ class StatePool:
         recorded trace placed it); refused (naming the value) when it is not free. Returns the slot."""
         if slot is None:
             if len(self._free_slots) == 0:
-                raise MetadataError(f"pool exhausted: no free slot to hold ({self.num_slots} slots)")
+                raise MetadataError(f"pool exhausted: no free slot to hold ({self.num_slots} slots)", field="slot")
             (taken,) = self._free_slots.take(1)
         else:
             taken = _as_int("slot", slot, 0)
             if taken == self.profile.dummy_slot or not self._free_slots.take_member(taken):
-                raise MetadataError(f"slot={slot}: not free (owned by a request, held, reserved or past the pool)")
+                raise MetadataError(f"slot={slot}: {_NOT_FREE}", field="slot")
         self._held.add(taken)
         return taken
 
     def release(self, slot: int) -> None:
         """Give back a slot :meth:`hold` took (an evicted checkpoint)."""
         if slot not in self._held:
-            raise MetadataError(f"release: slot {slot} is not held by a prefix cache")
+            raise MetadataError(f"release: slot {slot} is not held by a prefix cache", field="slot")
         self._held.discard(slot)
         self._free_slots.give([slot])
 
@@ -191,11 +196,13 @@ class StatePool:
         freed (a prefix cache may then hold it). Returns the old slot; refused, naming the value, when
         ``slot`` is not free."""
         if self.slots_per_request != 1:
-            raise MetadataError(f"move: a request owns {self.slots_per_request} slots here; one can be moved")
+            raise MetadataError(
+                f"move: a request owns {self.slots_per_request} slots here; one can be moved", field="slots_per_request"
+            )
         (old,) = self.slots_of(row)
         slot = _as_int("slot", slot, 0)
         if slot == self.profile.dummy_slot or not self._free_slots.take_member(slot):
-            raise MetadataError(f"slot={slot}: not free (owned by a request, held, reserved or past the pool)")
+            raise MetadataError(f"slot={slot}: {_NOT_FREE}", field="slot")
         self._free_slots.give([slot])  # taken again by remap, with the rest of the bookkeeping
         (dropped,) = self.remap(row, [slot])
         return dropped
@@ -207,8 +214,10 @@ class StatePool:
         refused, naming the value, before anything changes."""
         have = self.slots_of(row)
         if len(slots) != self.slots_per_request:
-            raise MetadataError(f"slots: {len(slots)} given, the pool keeps {self.slots_per_request} per request")
-        new = [_as_int(f"slots[{i}]", s, 0) for i, s in enumerate(slots)]
+            raise MetadataError(
+                f"slots: {len(slots)} given, the pool keeps {self.slots_per_request} per request", field="slots"
+            )
+        new = [_as_int("slots", s, 0, row=i) for i, s in enumerate(slots)]
         taken: list[int] = []
         for i, slot in enumerate(new):
             problem = "given twice" if slot in new[:i] else None
@@ -216,10 +225,10 @@ class StatePool:
                 if slot != self.profile.dummy_slot and self._free_slots.take_member(slot):
                     taken.append(slot)
                 else:
-                    problem = "not free (owned by a request, held, reserved or past the pool)"
+                    problem = _NOT_FREE
             if problem is not None:
                 self._free_slots.give(taken)
-                raise MetadataError(f"slots[{i}]={slot}: {problem}")
+                raise MetadataError(f"slots[{i}]={slot}: {problem}", field="slots", row=i)
         dropped = [s for s in have if s not in new]
         self._slots_of[row] = new
         self.mapping[row] = torch.tensor(new, dtype=torch.int32, device=self.device)
@@ -230,7 +239,10 @@ class StatePool:
         """Free request-pool row ``row`` but keep its (one) slot held by a prefix cache, as a finishing request
         gives its state to the tree without a copy; returns the slot."""
         if self.slots_per_request != 1:
-            raise MetadataError(f"donate: a request owns {self.slots_per_request} slots here; one can be donated")
+            raise MetadataError(
+                f"donate: a request owns {self.slots_per_request} slots here; one can be donated",
+                field="slots_per_request",
+            )
         (slot,) = self.slots_of(row)
         self._slots_of.pop(row)
         self._free_rows.give([row])
@@ -248,7 +260,8 @@ class StatePool:
         if n > self.num_free:
             raise MetadataError(
                 f"pool exhausted: asked for {n} requests, {self.num_free} free "
-                f"({len(self._free_slots)} free slots, {self.slots_per_request} per request)"
+                f"({len(self._free_slots)} free slots, {self.slots_per_request} per request)",
+                field="n",
             )
         rows = self._free_rows.take(n)
         for row in rows:
@@ -262,21 +275,27 @@ class StatePool:
         recorded trace or an engine placed them; refused (naming the value) when any is taken or reserved."""
         row = _as_int("row", row, 0)
         if len(slots) != self.slots_per_request:
-            raise MetadataError(f"slots: {len(slots)} given, the pool keeps {self.slots_per_request} per request")
+            raise MetadataError(
+                f"slots: {len(slots)} given, the pool keeps {self.slots_per_request} per request", field="slots"
+            )
         if row in self._slots_of or row >= self.mapping.shape[0] or row == self.profile.reserved_request_row:
-            raise MetadataError(f"row={row}: not a free request-pool row (live, reserved or past the pool)")
+            raise MetadataError(
+                f"row={row}: not a free request-pool row (live, reserved or past the pool)", field="row"
+            )
         for i, slot in enumerate(slots):
             if slot == self.profile.dummy_slot or not 0 <= slot < self.num_slots or slot in slots[:i]:
-                raise MetadataError(f"slots[{i}]={slot}: the dummy slot, out of range or given twice")
+                raise MetadataError(
+                    f"slots[{i}]={slot}: the dummy slot, out of range or given twice", field="slots", row=i
+                )
         if not self._free_rows.take_member(row):
-            raise MetadataError(f"row={row}: not a free request-pool row")
+            raise MetadataError(f"row={row}: not a free request-pool row", field="row")
         taken: list[int] = []
         for i, slot in enumerate(slots):
             if not self._free_slots.take_member(int(slot)):
                 self._free_slots.give(taken)
                 self._free_rows.give([row])
                 whose = "held by a prefix cache (a checkpoint)" if slot in self._held else "owned by another request"
-                raise MetadataError(f"slots[{i}]={slot}: {whose}")
+                raise MetadataError(f"slots[{i}]={slot}: {whose}", field="slots", row=i)
             taken.append(int(slot))
         self._slots_of[row] = taken
         self.mapping[row] = torch.tensor(taken, dtype=torch.int32, device=self.device)
@@ -287,9 +306,11 @@ class StatePool:
         seen: set[int] = set()
         for i, row in enumerate(rows):
             if row in seen:
-                raise MetadataError(f"free: rows[{i}]={row} appears twice in one call")
+                raise MetadataError(f"free: rows[{i}]={row} appears twice in one call", field="rows", row=i)
             if row not in self._slots_of:
-                raise MetadataError(f"free: rows[{i}]={row} is not allocated (freed twice, or never allocated)")
+                raise MetadataError(
+                    f"free: rows[{i}]={row} is not allocated (freed twice, or never allocated)", field="rows", row=i
+                )
             seen.add(row)
         for row in rows:
             self._free_slots.give(self._slots_of.pop(row))

@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from workbench.layer_names import GDN, MAMBA2
 from workbench.measure.timing import Results, TimingRecord
 from workbench.traces.replay import TraceReplayer
 from workbench.traces.simulate import simulate
@@ -26,20 +27,13 @@ from workbench.traces.simulate import simulate
 PHASES = ("replay", "reference", "check")
 
 
-def _iqr(values: list[float]) -> float:
-    if len(values) < 4:
-        return 0.0
-    q = statistics.quantiles(values, n=4)
-    return q[2] - q[0]
-
-
 PREFIX_RUNS = {
-    "no_buffer": ("sglang", "gdn", "no_buffer", 0),
-    "extra_buffer": ("sglang", "gdn", "extra_buffer", 2),
-    "mamba2_no_buffer": ("sglang", "mamba2", "no_buffer", 0),
-    "mamba2_extra_buffer": ("sglang", "mamba2", "extra_buffer", 2),
-    "align": ("vllm", "gdn", "align", 0),
-    "align_spec": ("vllm", "gdn", "align", 3),
+    "no_buffer": ("sglang", GDN, "no_buffer", 0),
+    "extra_buffer": ("sglang", GDN, "extra_buffer", 2),
+    "mamba2_no_buffer": ("sglang", MAMBA2, "no_buffer", 0),
+    "mamba2_extra_buffer": ("sglang", MAMBA2, "extra_buffer", 2),
+    "align": ("vllm", GDN, "align", 0),
+    "align_spec": ("vllm", GDN, "align", 3),
 }
 """The prefix-cache traces timed: name -> (profile, layer, strategy, spec)."""
 
@@ -81,7 +75,7 @@ def run(
     write JSON if asked."""
     steps = steps or (500 if quick else 10_000)
     t0 = time.perf_counter()
-    trace = simulate("sglang", "gdn", steps=steps, seed=0, spec=2, buckets=[1, 2, 4, 8], max_running=10)
+    trace = simulate("sglang", GDN, steps=steps, seed=0, spec=2, buckets=[1, 2, 4, 8], max_running=10)
     simulate_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     replayer = TraceReplayer(trace, backend="cpu" if device == "auto" else device)
@@ -96,15 +90,19 @@ def run(
     rows = [("simulate", [simulate_s / steps] * steps)]
     rows += [(name, [t[i] for t in replayer.timings]) for i, name in enumerate(PHASES)]
     for name, values in rows:
-        med = statistics.median(values) * 1e6
         flat = statistics.median(values[half:]) / max(statistics.median(values[:half]), 1e-12) if half else 1.0
-        print(f"{name:<10}{med:16.1f}{_iqr(values) * 1e6:10.1f}{sum(values):10.2f}{flat:15.2f}x")
-        res.records.append(
-            TimingRecord(
-                "trace_step", "cpu", {"steps": steps}, "reference", name, med, _iqr(values) * 1e6, len(values),
-                torch.get_num_threads(), extra={"total_s": round(sum(values), 3), "second_half_ratio": round(flat, 3)},
-            )
-        )  # fmt: skip
+        rec = TimingRecord.from_times(
+            [v * 1e6 for v in values],
+            what="trace_step",
+            device="cpu",
+            shape={"steps": steps},
+            impl="reference",
+            mode=name,
+            threads=torch.get_num_threads(),
+            extra={"total_s": round(sum(values), 3), "second_half_ratio": round(flat, 3)},
+        )
+        print(f"{name:<10}{rec.median_us:16.1f}{rec.iqr_us:10.1f}{sum(values):10.2f}{flat:15.2f}x")
+        res.records.append(rec)
     total = simulate_s + run_s
     print(f"total {total:.1f} s (+ capture {capture_s:.1f} s): {steps / total:,.0f} steps/s; goal 10,000 in 60 s")
     res.meta.update({"seconds": round(total, 2), "capture_seconds": round(capture_s, 2), "steps_per_s": steps / total})

@@ -51,6 +51,7 @@ from workbench.contracts.source import (
     NOT_METHODS,
     NOT_READ,
     HierarchyTooDeep,
+    Names,
     Ref,
     SourceIndex,
     SourceModule,
@@ -351,61 +352,93 @@ def _overridden_names(trees: _Trees) -> set[str]:
     return names
 
 
-def _sites(trees: _Trees, bases: list[Ref], wanted: set[str]) -> list[tuple[CallSite, Ref]]:
-    """Every call on a receiver whose class is a base (with subclasses in the targets), with that class."""
-    index = trees.index
-    base_set = set(bases)
-    base_names = {b.name for b in bases}
-    out: list[tuple[CallSite, Ref]] = []
-    attr_cache: dict[tuple[Ref, str], list[tuple[Ref, bool]]] = {}
+class _Receivers:
+    """Which bases (with subclasses in the targets) a call's receiver can be: ``self``/``cls``/``super()`` in
+    a base's own method, an annotated attribute of the calling class, an annotated parameter."""
 
-    def attr_classes(cls: Ref, attr: str) -> list[tuple[Ref, bool]]:
+    def __init__(self, trees: _Trees, bases: list[Ref]) -> None:
+        self.trees = trees
+        self.bases = set(bases)
+        self.names = {b.name for b in bases}
+        self._attributes: dict[tuple[Ref, str], list[tuple[Ref, bool]]] = {}
+
+    def attribute(self, cls: Ref, attr: str) -> list[tuple[Ref, bool]]:
+        """The classes ``cls``'s attribute ``attr`` is annotated with, each with whether it is a container's
+        item; the first class in ``cls``'s order that annotates it decides (once per pair)."""
         key = (cls, attr)
-        if key not in attr_cache:
-            found: list[tuple[Ref, bool]] = []
-            for owner in trees.mro(cls):
-                annotation = attribute_types(owner.node).get(attr) if owner.node is not None else None
-                if annotation is not None and owner.path is not None:
-                    module = index.module(owner.path)
-                    if module is not None and annotation_names(annotation) & base_names:
-                        refs, container = annotation_classes(index, module, annotation, owner.scope)
-                        found = [(r, container) for r in refs]
-                    break
-            attr_cache[key] = found
-        return attr_cache[key]
+        if key not in self._attributes:
+            self._attributes[key] = self._annotated_attribute(cls, attr)
+        return self._attributes[key]
 
-    def typed(cls: Ref | None, module: SourceModule, site: CallSite, receiver: Receiver) -> list[Ref]:
-        if receiver.kind in ("self", "type", "super"):
-            return [cls] if cls is not None and cls in base_set else []
-        if receiver.kind == "attr" and cls is not None:
-            found = attr_classes(cls, receiver.attr)
-        elif receiver.kind == "param" and receiver.annotation is not None:
-            if not annotation_names(receiver.annotation) & base_names:
+    def _annotated_attribute(self, cls: Ref, attr: str) -> list[tuple[Ref, bool]]:
+        for owner in self.trees.mro(cls):
+            annotation = attribute_types(owner.node).get(attr) if owner.node is not None else None
+            if annotation is None or owner.path is None:
+                continue
+            module = self.trees.index.module(owner.path)
+            if module is None or not annotation_names(annotation) & self.names:
                 return []
-            refs, container = annotation_classes(index, module, receiver.annotation, cls.scope if cls else None)
-            found = [(r, container) for r in refs]
+            return self._annotated(module, annotation, owner.scope)
+        return []
+
+    def _annotated(self, module: SourceModule, annotation: ast.expr, scope: Names | None) -> list[tuple[Ref, bool]]:
+        refs, container = annotation_classes(self.trees.index, module, annotation, scope)
+        return [(r, container) for r in refs]
+
+    def classes(self, cls: Ref | None, module: SourceModule, receiver: Receiver) -> list[Ref]:
+        """The bases a call on ``receiver``, made in ``cls`` (None: a module-level function), can reach."""
+        if receiver.kind in ("self", "type", "super"):
+            return [cls] if cls is not None and cls in self.bases else []
+        if receiver.kind == "attr" and cls is not None:
+            found = self.attribute(cls, receiver.attr)
+        elif receiver.kind == "param" and receiver.annotation is not None:
+            if not annotation_names(receiver.annotation) & self.names:
+                return []
+            found = self._annotated(module, receiver.annotation, cls.scope if cls else None)
         else:
             return []
-        return [r for r, container in found if container == receiver.item and r in base_set]
+        return [r for r, container in found if container == receiver.item and r in self.bases]
 
-    for module in index.parsed:
+
+def _sites(trees: _Trees, bases: list[Ref], wanted: set[str]) -> list[tuple[CallSite, Ref]]:
+    """Every call on a receiver whose class is a base (with subclasses in the targets), with that class."""
+    receivers = _Receivers(trees, bases)
+    out: list[tuple[CallSite, Ref]] = []
+    for module in trees.index.parsed:
         by_name = module.method_calls()
         lines = sorted({line for name in wanted.intersection(by_name) for line in by_name[name]})
-        if not lines:
-            continue
-        classes = {id(ref.node): ref for ref in module.refs()}
-        for node, _, _ in module.class_nodes:
-            cls = classes[id(node)]
-            for statement in node.body:
-                if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    for site, receiver in function_calls(statement, str(module.path), cls.name, wanted, True, lines):
-                        out += [(site, r) for r in typed(cls, module, site, receiver)]
-        for statement in module.tree.body:
-            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and _annotated_with(
-                statement, base_names
-            ):
-                for site, receiver in function_calls(statement, str(module.path), "", wanted, False, lines):
-                    out += [(site, r) for r in typed(None, module, site, receiver)]
+        if lines:
+            out += _method_sites(module, receivers, wanted, lines)
+            out += _function_sites(module, receivers, wanted, lines)
+    return out
+
+
+def _method_sites(
+    module: SourceModule, receivers: _Receivers, wanted: set[str], lines: list[int]
+) -> list[tuple[CallSite, Ref]]:
+    """The calls on bases that the methods of ``module``'s classes make, on those lines."""
+    out: list[tuple[CallSite, Ref]] = []
+    classes = {id(ref.node): ref for ref in module.refs()}
+    for node, _, _ in module.class_nodes:
+        cls = classes[id(node)]
+        for statement in node.body:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for site, receiver in function_calls(statement, str(module.path), cls.name, wanted, True, lines):
+                    out += [(site, r) for r in receivers.classes(cls, module, receiver)]
+    return out
+
+
+def _function_sites(
+    module: SourceModule, receivers: _Receivers, wanted: set[str], lines: list[int]
+) -> list[tuple[CallSite, Ref]]:
+    """The calls on bases that ``module``'s top-level functions with a parameter annotated as one make."""
+    out: list[tuple[CallSite, Ref]] = []
+    for statement in module.tree.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and _annotated_with(
+            statement, receivers.names
+        ):
+            for site, receiver in function_calls(statement, str(module.path), "", wanted, False, lines):
+                out += [(site, r) for r in receivers.classes(None, module, receiver)]
     return out
 
 
@@ -664,11 +697,55 @@ def _check(
 ) -> Report:
     start = time.perf_counter()
     targets: list[Target] = list(target) if isinstance(target, (list, tuple)) else [target]  # type: ignore[list-item]
+    roots = _search_roots(search_path)
+    index = SourceIndex(roots)
+    files, parsed, notes = _read_targets(targets, index)
+    index.infer_roots(parsed)
+    index.add_roots([m.root for m in parsed])  # a base named pkg.mod resolves as the targets import it
+    packages = [_package_folder(name, index) for name in against]
+    index.add_roots([p.parent for p in packages])  # the targets import the engine by its package name
+    callers = [*packages, *_calls_from(calls_from)]
+    trees = [*roots, *packages]
+    trees += [_package_of(index, m.path) for m in parsed]
+    base_ref = _base_ref(base, index, parsed) if base is not None else None
+    within: set[Ref] | None = None
+    if base_ref is not None:  # named explicitly: its package's classes, and its ancestors', are contracts
+        state = _Trees(index, parsed, trees + _base_trees(index, base_ref))
+        within = _within_base(state, base_ref, targets)
+        label = base if isinstance(base, str) and ":" in base else base_ref.label
+    else:
+        state, label = _every_base(index, parsed, trees, notes)
+        if state.outside:
+            notes.append(_grouped_note("bases outside the trees, not checked (class count)", state.outside))
+    bases = [b for b in state.subclasses if within is None or b in within or any(b in state.mro(w) for w in within)]
+    wanted = _wanted(state, bases, methods)
+    if any(_workbench_class(b) for b in bases):
+        callers.append(WORKBENCH_ROOT)  # the runner, the zoo: where the workbench calls a backend
+    for folder in dict.fromkeys(callers):  # read for the calls they make; their classes are not checked
+        for path in python_files(folder) if folder.is_dir() else [folder]:
+            index.module(path)
+    sites = _sites(state, bases, wanted)
+    report = Report(label)
+    report.files = [str(p) for p in files]
+    report.findings = _findings(state, sites, within, methods, notes)
+    report.notes = list(dict.fromkeys(notes))
+    report.contracts = _contracts(state, sites, [base_ref] if base_ref is not None else bases, base_ref, label, methods)
+    report.classes = len(state.targets)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _search_roots(search_path: Sequence[str | os.PathLike]) -> list[Path]:
     roots = [Path(p).resolve() for p in search_path]
     for root in roots:
         if not root.is_dir():
             raise ContractError(f"--search-path {display_path(str(root))} is not a folder")
-    index = SourceIndex(roots)
+    return roots
+
+
+def _read_targets(targets: list[Target], index: SourceIndex) -> tuple[list[Path], list[SourceModule], list[str]]:
+    """The targets' files, those that parsed, and notes on those that did not (or were not read): a folder's
+    files may fail so, a file named on its own may not."""
     expanded = [(t, _expand(t, index)) for t in targets]
     files = list(dict.fromkeys(path for _, paths in expanded for path in paths))
     named = {paths[0] for t, paths in expanded if len(paths) == 1 and not Path(str(t)).is_dir()}
@@ -682,11 +759,17 @@ def _check(
         if skipped:
             raise ContractError(f"target file not read: {'; '.join(skipped + broken)}")
         raise ContractError(f"target file does not parse: {'; '.join(broken)}")
-    index.infer_roots(parsed)
-    index.add_roots([m.root for m in parsed])  # a base named pkg.mod resolves as the targets import it
-    packages = [_package_folder(name, index) for name in against]
-    index.add_roots([p.parent for p in packages])  # the targets import the engine by its package name
-    callers = [*packages]
+    notes: list[str] = []
+    if broken:
+        notes.append(f"{len(broken)} file(s) do not parse on this Python and were skipped: {'; '.join(broken[:3])}")
+    if skipped:
+        notes.append(f"{len(skipped)} file(s) were not read and were skipped: {'; '.join(skipped[:3])}")
+    return files, parsed, notes
+
+
+def _calls_from(calls_from: Sequence[str | os.PathLike]) -> list[Path]:
+    """``--calls-from``: existing files or folders, nothing special (a FIFO) among them."""
+    out = []
     for extra in calls_from:
         path = Path(extra).resolve()
         if not path.exists():
@@ -694,69 +777,84 @@ def _check(
         kind = special_file(path)
         if kind is not None and kind != "a folder":
             raise ContractError(f"--calls-from {display_path(str(path))} is {kind}, not a file or folder")
-        callers.append(path)
-    trees = [*roots, *packages]
-    trees += [_package_of(index, m.path) for m in parsed]
-    notes: list[str] = []
-    if broken:
-        notes.append(f"{len(broken)} file(s) do not parse on this Python and were skipped: {'; '.join(broken[:3])}")
-    if skipped:
-        notes.append(f"{len(skipped)} file(s) were not read and were skipped: {'; '.join(skipped[:3])}")
-    own = adds_bases = False  # checked against the workbench's classes; the targets define bases too
-    base_ref = _base_ref(base, index, parsed) if base is not None else None
-    if base_ref is not None:  # named explicitly: its package's classes, and its ancestors', are contracts
-        stdlib = sysconfig.get_paths()["stdlib"] + os.sep
-        for ref in index.mro(base_ref):
-            if ref.path is not None and not str(ref.path).startswith(stdlib):
-                trees.append(_package_of(index, ref.path))
+        out.append(path)
+    return out
+
+
+def _base_trees(index: SourceIndex, base_ref: Ref) -> list[Path]:
+    """The packages of a named base and of its ancestors (the standard library's left out)."""
+    stdlib = sysconfig.get_paths()["stdlib"] + os.sep
+    return [
+        _package_of(index, ref.path)
+        for ref in index.mro(base_ref)
+        if ref.path is not None and not str(ref.path).startswith(stdlib)
+    ]
+
+
+def _within_base(trees: _Trees, base_ref: Ref, targets: list[Target]) -> set[Ref]:
+    """The named base's subclasses in the targets; :class:`NothingToCheck` when there is none."""
+    within = _within(trees, base_ref)
+    if not trees.subclasses.get(base_ref):
+        where = ", ".join(display_path(str(t)) if not isinstance(t, ModuleType) else t.__name__ for t in targets)
+        raise NothingToCheck(f"no subclass of {base_ref.label} found in {where}")
+    return within
+
+
+def _every_base(
+    index: SourceIndex, parsed: list[SourceModule], trees: list[Path], notes: list[str]
+) -> tuple[_Trees, str]:
+    """No base named: every class in the trees a target derives from, and the installed workbench's classes
+    when a target derives from one (a user's file on ``MetadataBackend``); the hierarchy and its label."""
     state = _Trees(index, parsed, trees)
-    if base_ref is not None:
-        within: set[Ref] | None = _within(state, base_ref)
-        if not state.subclasses.get(base_ref):
-            where = ", ".join(display_path(str(t)) if not isinstance(t, ModuleType) else t.__name__ for t in targets)
-            raise NothingToCheck(f"no subclass of {base_ref.label} found in {where}")
-        label = base if isinstance(base, str) and ":" in base else base_ref.label
-    else:
-        within = None
-        if _on_workbench(state):  # a user's file on the workbench's own classes: check against those too
-            adds_bases = bool(state.subclasses)
-            state, own = _Trees(index, parsed, [*trees, WORKBENCH_ROOT]), True
-            names = ", ".join(dict.fromkeys(ref.label for ref in state.subclasses if _workbench_class(ref)))
-            if adds_bases:
-                notes.append(
-                    f"the targets derive from the workbench's own {names}: checked against those too, with the "
-                    "calls the workbench's runner makes"
-                )
-            else:
-                notes.append(f"no base class in the targets: checked against the workbench's own {names}")
-        if not state.subclasses:
-            hint = ""
-            if state.outside:
-                hint = "; their bases are outside the trees: " + ", ".join(list(state.outside)[:_MAX_NOTE_ITEMS])
-            raise NothingToCheck(
-                "no class in the targets derives from a class defined in the targets or on the search path"
-                f"{hint}; pass the base's root with --search-path DIR, or --base pkg.mod:Class"
+    own = adds_bases = False  # checked against the workbench's classes; the targets define bases too
+    if _on_workbench(state):  # a user's file on the workbench's own classes: check against those too
+        adds_bases = bool(state.subclasses)
+        state, own = _Trees(index, parsed, [*trees, WORKBENCH_ROOT]), True
+        names = ", ".join(dict.fromkeys(ref.label for ref in state.subclasses if _workbench_class(ref)))
+        if adds_bases:
+            notes.append(
+                f"the targets derive from the workbench's own {names}: checked against those too, with the "
+                "calls the workbench's runner makes"
             )
-        label = "every base class in the trees" if adds_bases or not own else "the workbench's own base classes"
-    if state.outside and base is None:
-        notes.append(_grouped_note("bases outside the trees, not checked (class count)", state.outside))
-    bases = [b for b in state.subclasses if within is None or b in within or any(b in state.mro(w) for w in within)]
-    wanted = _overridden_names(state)
-    if methods is not None:
-        known = wanted | {n for b in bases if b.node for n in members(b.node)}
-        for name in methods:
-            if name not in known:
-                names = ", ".join(b.label for b in bases[:_MAX_NOTE_ITEMS])
-                raise ContractError(f"--method {name!r}: no base class found ({names}) defines or calls it")
-        wanted &= set(methods)
-    if any(_workbench_class(b) for b in bases):
-        callers.append(WORKBENCH_ROOT)  # the runner, the zoo: where the workbench calls a backend
-    for folder in dict.fromkeys(callers):  # read for the calls they make; their classes are not checked
-        for path in python_files(folder) if folder.is_dir() else [folder]:
-            index.module(path)
-    sites = _sites(state, bases, wanted)
-    breaks, redesigned = _breaks(state, sites, within)
-    drift = redesigned + _drift(state, within, methods)
+        else:
+            notes.append(f"no base class in the targets: checked against the workbench's own {names}")
+    if not state.subclasses:
+        hint = ""
+        if state.outside:
+            hint = "; their bases are outside the trees: " + ", ".join(list(state.outside)[:_MAX_NOTE_ITEMS])
+        raise NothingToCheck(
+            "no class in the targets derives from a class defined in the targets or on the search path"
+            f"{hint}; pass the base's root with --search-path DIR, or --base pkg.mod:Class"
+        )
+    label = "every base class in the trees" if adds_bases or not own else "the workbench's own base classes"
+    return state, label
+
+
+def _wanted(trees: _Trees, bases: list[Ref], methods: Sequence[str] | None) -> set[str]:
+    """The method names whose calls are checked: those overridden, only ``methods`` if given (each of which
+    a base must define or some target override)."""
+    wanted = _overridden_names(trees)
+    if methods is None:
+        return wanted
+    known = wanted | {n for b in bases if b.node for n in members(b.node)}
+    for name in methods:
+        if name not in known:
+            names = ", ".join(b.label for b in bases[:_MAX_NOTE_ITEMS])
+            raise ContractError(f"--method {name!r}: no base class found ({names}) defines or calls it")
+    return wanted & set(methods)
+
+
+def _findings(
+    trees: _Trees,
+    sites: list[tuple[CallSite, Ref]],
+    within: set[Ref] | None,
+    methods: Sequence[str] | None,
+    notes: list[str],
+) -> list[Finding]:
+    """The breaks, then the drift that no break already shows, each in file order; a note on the calls in a
+    base's protocol that reach redesigned overrides (counted as drift)."""
+    breaks, redesigned = _breaks(trees, sites, within)
+    drift = redesigned + _drift(trees, within, methods)
     if redesigned:
         names = ", ".join(dict.fromkeys(f"{f.cls}.{f.method}" for f in redesigned))
         notes.append(
@@ -765,27 +863,32 @@ def _check(
         )
     shown = {(f.file, f.line, f.method, f.message) for f in breaks}
     drift = [f for f in drift if (f.file, f.line, f.method, f.message) not in shown]
-    report = Report(label)
-    report.files = [str(p) for p in files]
-    report.findings = sorted(breaks, key=_order) + sorted(drift, key=_order)
-    report.notes = list(dict.fromkeys(notes))
+    return sorted(breaks, key=_order) + sorted(drift, key=_order)
+
+
+def _contracts(
+    trees: _Trees,
+    sites: list[tuple[CallSite, Ref]],
+    bases: list[Ref],
+    base_ref: Ref | None,
+    label: str,
+    methods: Sequence[str] | None,
+) -> list[Contract]:
+    """One contract per base: its public methods, the calls made on it, its subclasses."""
     calls_by_base: dict[Ref, int] = defaultdict(int)
     for _, receiver in sites:
         calls_by_base[receiver] += 1
-    report.contracts = [
+    return [
         Contract(
             label if b == base_ref else b.label,
             str(b.path),
             b.node.lineno if b.node else None,
-            _public(state, b, methods),
+            _public(trees, b, methods),
             calls_by_base.get(b, 0),
-            tuple(dict.fromkeys(s.name for s in state.subclasses.get(b, ()))),
+            tuple(dict.fromkeys(s.name for s in trees.subclasses.get(b, ()))),
         )
-        for b in ([base_ref] if base_ref is not None else bases)
+        for b in bases
     ]
-    report.classes = len(state.targets)
-    report.seconds = time.perf_counter() - start
-    return report
 
 
 def _public(trees: _Trees, base: Ref, methods: Sequence[str] | None) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from workbench.batch import Batch
 from workbench.engines.versions import EngineError
+from workbench.layer_names import DEFAULT_LAYER
 from workbench.metadata import Metadata, MetadataBuffers
 from workbench.pool import StatePool
 
@@ -42,7 +43,8 @@ class EngineAdapter(ABC):
             table holds.
         buckets: the captured batch sizes (the engine's graph buckets).
         draft_tokens: D of target-verify steps.
-        layer: ``"gdn"`` or ``"mamba2"``: which of the engine's backends or builders.
+        layer: a name of ``layers`` (names of ``workbench.layers.LAYERS``): which of the engine's backends or
+            builders.
         backend_class: the engine class to build (a subclass of the engine's base: a user's modified file);
             default: the engine's own class for ``layer``.
 
@@ -52,7 +54,9 @@ class EngineAdapter(ABC):
 
     engine: ClassVar[str]
     version: ClassVar[str]
-    layers: ClassVar[tuple[str, ...]] = ("gdn", "mamba2")
+    layers: ClassVar[tuple[str, ...]] = ()
+    """The workbench layers (names of ``workbench.layers.LAYERS``) this engine version has a backend or builder
+    for: each adapter's own table, so a new workbench layer is never taken for one the engine has."""
 
     def __init__(
         self,
@@ -60,7 +64,7 @@ class EngineAdapter(ABC):
         buckets: Sequence[int],
         draft_tokens: int = 2,
         *,
-        layer: str = "gdn",
+        layer: str = DEFAULT_LAYER,
         backend_class: type | None = None,
     ) -> None:
         if layer not in self.layers:

@@ -25,7 +25,8 @@ from workbench.batch import Batch
 from workbench.engines.base import EngineAdapter, EngineError, probe_pool
 from workbench.engines.oracle import ORACLE_MODES, Divergence, OracleResult, compare, random_batch
 from workbench.engines.subject import EngineBackend, engine_backend
-from workbench.layers import GatedDeltaNetLayer, GDNConfig, Mamba2Config, Mamba2Layer
+from workbench.layer_names import DEFAULT_LAYER
+from workbench.layers import LayerError, make_layer
 from workbench.pool import StatePool
 from workbench.runner import GraphRunner
 
@@ -122,18 +123,18 @@ def _engine_frame(exc: BaseException) -> str:
 
 
 def _layer(name: str) -> Any:
-    if name == "gdn":
-        return GatedDeltaNetLayer(GDNConfig.small(), seed=0)
-    if name == "mamba2":
-        return Mamba2Layer(Mamba2Config.small(), seed=0)
-    raise EngineError(f"layer: {name!r} is not one of ('gdn', 'mamba2')")
+    """The small ``name`` layer (seed 0), as a trace replays; an unknown name is an ``EngineError``."""
+    try:
+        return make_layer(name)
+    except LayerError as e:
+        raise EngineError(str(e)) from None
 
 
 def engine_check(
     adapter_class: type[EngineAdapter],
     *,
     backend_class: type | None = None,
-    layer: str = "gdn",
+    layer: str = DEFAULT_LAYER,
     modes: Sequence[str] = ORACLE_MODES,
     batches: int = 200,
     replays: int = 8,

@@ -18,6 +18,8 @@ import json
 import sys
 from typing import Any
 
+from workbench.layer_names import DEFAULT_LAYER, LAYER_NAMES
+
 SUMMARY = "run the installed engine's own metadata backend as oracle (vs the profile) and subject (capture, replay)"
 EXAMPLE = "workbench engine-check sglang --file my_ascend_backend.py:AscendMamba2AttnBackend"
 MODES = ("decode", "target_verify", "extend", "idle")
@@ -33,7 +35,7 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--backend", metavar="MODULE:CLASS", help="a backend class importable by module name")
     which.add_argument("--file", metavar="PATH:CLASS", help="a backend class in a .py file (a modified engine file)")
-    parser.add_argument("--layer", choices=("gdn", "mamba2"), default="gdn", help="which of the engine's backends")
+    parser.add_argument("--layer", choices=LAYER_NAMES, default=DEFAULT_LAYER, help="which of the engine's backends")
     parser.add_argument(
         "--modes", default=",".join(MODES), metavar="M,M", help=f"comma-separated, from {', '.join(MODES)}"
     )

@@ -43,11 +43,15 @@ from workbench.engines.base import EngineAdapter
 from workbench.engines.standins import NoActiveDriver, StandinFinder, install, module
 from workbench.engines.versions import EngineError, check_supported
 from workbench.errors import MetadataError
+from workbench.layer_names import DEFAULT_LAYER, GDN, MAMBA2
 from workbench.metadata import Metadata
 from workbench.pool import StatePool
 from workbench.profiles import get_profile
 
 VERSION = "0.5.23"
+
+BACKENDS = {GDN: "GDNAttnBackend", MAMBA2: "Mamba2AttnBackend"}
+"""The workbench layers (names of ``workbench.layers.LAYERS``) sglang has a backend for, and its class."""
 
 STANDIN_PACKAGES: tuple[tuple[str, str], ...] = (
     ("triton", "imported at module level by sglang's FLA and Mamba kernel files; on a CPU its device probe falls back"),
@@ -364,7 +368,7 @@ class Adapter(EngineAdapter):
 
     engine = "sglang"
     version = VERSION
-    layers = ("gdn", "mamba2")
+    layers = tuple(BACKENDS)
 
     def __init__(
         self,
@@ -372,7 +376,7 @@ class Adapter(EngineAdapter):
         buckets: Sequence[int],
         draft_tokens: int = 2,
         *,
-        layer: str = "gdn",
+        layer: str = DEFAULT_LAYER,
         backend_class: type | None = None,
     ) -> None:
         super().__init__(pool, buckets, draft_tokens, layer=layer, backend_class=backend_class)
@@ -385,7 +389,7 @@ class Adapter(EngineAdapter):
         if not self.buckets:
             raise MetadataError("buckets: empty list; capture at least one batch size")
         self._engine = load()
-        cls = backend_class or (self._engine.gdn if layer == "gdn" else self._engine.mamba2)
+        cls = backend_class or {GDN: self._engine.gdn, MAMBA2: self._engine.mamba2}[layer]
         for namespace in _class_globals(cls):  # a user's copy of a backend file imports the getters too
             bind_config(namespace)
         self._req_pool = _hybrid_pool(self._engine, pool)
@@ -402,7 +406,7 @@ class Adapter(EngineAdapter):
 
     @property
     def default_class_name(self) -> str:
-        return "GDNAttnBackend" if self.layer == "gdn" else "Mamba2AttnBackend"
+        return BACKENDS[self.layer]
 
     def compared_fields(self, mode: str) -> tuple[str, ...]:
         """``state_indices``, ``query_start_loc`` (the backend's), ``seq_lens`` and ``req_pool_indices`` (in a

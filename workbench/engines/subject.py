@@ -18,6 +18,7 @@ from workbench.backends import MetadataBackend
 from workbench.batch import Batch
 from workbench.engines.base import EngineAdapter
 from workbench.engines.oracle import Divergence, first_difference
+from workbench.layer_names import DEFAULT_LAYER
 from workbench.metadata import GRAPH_MODES, Metadata, build_metadata
 from workbench.pool import StatePool
 
@@ -35,7 +36,7 @@ class EngineBackend(MetadataBackend):
     """
 
     adapter_class: type[EngineAdapter]
-    layer: str = "gdn"
+    layer: str = DEFAULT_LAYER
     backend_class: type | None = None
 
     def __init__(
@@ -96,7 +97,7 @@ class EngineBackend(MetadataBackend):
 
 
 def engine_backend(
-    adapter_class: type[EngineAdapter], *, layer: str = "gdn", backend_class: type | None = None
+    adapter_class: type[EngineAdapter], *, layer: str = DEFAULT_LAYER, backend_class: type | None = None
 ) -> type[EngineBackend]:
     """A :class:`EngineBackend` subclass for ``GraphRunner(..., metadata_backend=...)``: the engine's own
     ``layer`` backend (or ``backend_class``, a user's subclass of it) behind the runner's three hooks."""

@@ -38,7 +38,7 @@ import os
 import sys
 import types
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,7 @@ from workbench.batch import Batch
 from workbench.engines import standins
 from workbench.engines.base import EngineAdapter
 from workbench.engines.versions import EngineError, check_supported
+from workbench.layer_names import DEFAULT_LAYER, GDN, MAMBA2
 from workbench.metadata import Metadata
 from workbench.pool import StatePool
 from workbench.profiles import get_profile
@@ -90,9 +91,6 @@ GDN_PREFILL_BACKEND = "triton"
 
 MAX_MODEL_LEN = 1 << 20
 """``max_model_len`` of the configured deployment: only the capture CAM's ``max_seq_len`` reads it."""
-
-_BUILDERS = {"gdn": "GDNAttentionMetadataBuilder", "mamba2": "Mamba2AttentionMetadataBuilder"}
-_LAYER_NAMES = {"gdn": ["model.layers.0.linear_attn"], "mamba2": ["model.layers.0.mixer"]}
 
 
 # -- importing ----------------------------------------------------------------------------------------
@@ -243,15 +241,12 @@ def _config(eng: Engine, num_spec: int, capture_sizes: Sequence[int], max_num_se
 def _kv_spec(eng: Engine, layer: str, num_spec: int) -> Any:
     """The layer's ``MambaSpec`` (Qwen3-Next / Mamba2-like shapes; the builders read only the mode and
     ``num_speculative_blocks``)."""
-    if layer == "gdn":
-        shapes, kind = ((2048, 3), (8, 128, 128)), eng.MambaAttentionBackendEnum.GDN_ATTN
-    else:
-        shapes, kind = ((4096 + 2 * 128, 3), (64, 64, 128)), eng.MambaAttentionBackendEnum.MAMBA2
+    own = _LAYERS[layer]
     return eng.MambaSpec(
         block_size=16,
-        shapes=shapes,
+        shapes=own.shapes,
         dtypes=(torch.bfloat16, torch.float32),
-        mamba_type=kind,
+        mamba_type=getattr(eng.MambaAttentionBackendEnum, own.kind),
         mamba_cache_mode="none",
         num_speculative_blocks=num_spec,
     )
@@ -399,6 +394,34 @@ def _mamba2_fields(md: Any, spec: bool) -> Fields:
     return Fields(torch.cat(indices).clone(), _starts(lens), init, None)
 
 
+@dataclass(frozen=True)
+class _Layer:
+    """What vLLM has for one workbench layer: its metadata builder (a field of :class:`Engine`), the model's
+    layer names the builder is built for, its ``MambaSpec`` (shapes, ``MambaAttentionBackendEnum`` member),
+    how its metadata reads as :class:`Fields`, and whether a decode step (no speculation) computes a
+    ``query_start_loc``."""
+
+    builder: str
+    layer_names: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], tuple[int, ...]]
+    kind: str
+    fields: Callable[[Any, bool], Fields]
+    decode_query_start_loc: bool
+
+
+_LAYERS: dict[str, _Layer] = {
+    GDN: _Layer(
+        "GDNAttentionMetadataBuilder", ("model.layers.0.linear_attn",), ((2048, 3), (8, 128, 128)), "GDN_ATTN",
+        _gdn_fields, decode_query_start_loc=True,
+    ),
+    MAMBA2: _Layer(
+        "Mamba2AttentionMetadataBuilder", ("model.layers.0.mixer",), ((4096 + 2 * 128, 3), (64, 64, 128)),
+        "MAMBA2", _mamba2_fields, decode_query_start_loc=False,
+    ),
+}  # fmt: skip
+"""The workbench layers (names of ``workbench.layers.LAYERS``) vLLM 0.33.0 has a builder for."""
+
+
 # -- the adapter --------------------------------------------------------------------------------------
 class Adapter(EngineAdapter):
     """vLLM 0.33.0's ``GDNAttentionMetadataBuilder`` / ``Mamba2AttentionMetadataBuilder`` behind the
@@ -408,7 +431,7 @@ class Adapter(EngineAdapter):
         pool: a ``"vllm"``-profile pool; in target_verify it must keep ``D`` slots per request.
         buckets: captured batch sizes in rows (vLLM's capture sizes count tokens: ``bucket * D`` in verify).
         draft_tokens: D of target-verify steps (tokens per request; vLLM's ``num_speculative_tokens + 1``).
-        layer: ``"gdn"`` or ``"mamba2"``.
+        layer: a name of ``layers`` (of ``workbench.layers.LAYERS``) vLLM has a builder for.
         backend_class: a builder class to use instead of vLLM's own (a user's modified copy).
 
     Attributes:
@@ -419,7 +442,7 @@ class Adapter(EngineAdapter):
 
     engine = "vllm"
     version = "0.33.0"
-    layers = ("gdn", "mamba2")
+    layers = tuple(_LAYERS)
 
     def __init__(
         self,
@@ -427,7 +450,7 @@ class Adapter(EngineAdapter):
         buckets: Sequence[int],
         draft_tokens: int = 2,
         *,
-        layer: str = "gdn",
+        layer: str = DEFAULT_LAYER,
         backend_class: type | None = None,
     ) -> None:
         super().__init__(pool, buckets, draft_tokens, layer=layer, backend_class=backend_class)
@@ -447,7 +470,7 @@ class Adapter(EngineAdapter):
 
     @property
     def default_class_name(self) -> str:
-        return _BUILDERS[self.layer]
+        return _LAYERS[self.layer].builder
 
     def compared_fields(self, mode: str) -> tuple[str, ...]:
         """What the builder computes per mode. Mamba2 without speculation computes no decode
@@ -457,7 +480,7 @@ class Adapter(EngineAdapter):
             return ("state_indices", "query_start_loc", "num_accepted_tokens")
         if mode == "extend":
             return ("state_indices", "query_start_loc", "has_initial_state")
-        if self.layer == "mamba2":
+        if not _LAYERS[self.layer].decode_query_start_loc:
             return ("state_indices",)
         return ("state_indices", "query_start_loc")
 
@@ -505,10 +528,10 @@ class Adapter(EngineAdapter):
 
     # -- builders -----------------------------------------------------------------------------------------
     def _make_builder(self, num_spec: int) -> Any:
-        cls = self.backend_class or getattr(self.eng, _BUILDERS[self.layer])
+        cls = self.backend_class or getattr(self.eng, _LAYERS[self.layer].builder)
         tokens = num_spec + 1
         config = _config(self.eng, num_spec, [b * tokens for b in self.buckets], max(self.buckets))
-        return cls(_kv_spec(self.eng, self.layer, num_spec), list(_LAYER_NAMES[self.layer]), config, self.device)
+        return cls(_kv_spec(self.eng, self.layer, num_spec), list(_LAYERS[self.layer].layer_names), config, self.device)
 
     def _builder_for(self, mode: str) -> Any:
         if mode != "target_verify":
@@ -521,7 +544,7 @@ class Adapter(EngineAdapter):
         return self.spec_builder
 
     def _fields(self, md: Any, spec: bool) -> Fields:
-        return _gdn_fields(md, spec) if self.layer == "gdn" else _mamba2_fields(md, spec)
+        return _LAYERS[self.layer].fields(md, spec)
 
     # -- one step -----------------------------------------------------------------------------------------
     def _tokens_per_row(self, mode: str) -> int:

@@ -24,7 +24,7 @@ import torch
 
 from workbench import html
 from workbench.limits import check_memory, gib
-from workbench.measure.timing import TimingError, TimingRecord, device_type, l2_cache_bytes, time_fn
+from workbench.measure.timing import TimingError, TimingRecord, device_type, iqr, l2_cache_bytes, time_fn
 
 CPU_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 DEFAULT_CACHE_BYTES = 32 * 2**20
@@ -69,13 +69,6 @@ def last_level_cache(device: str) -> tuple[int | None, str]:
 
 def _spread(runs: tuple[float, ...]) -> tuple[float, float] | None:
     return (min(runs), max(runs)) if runs else None
-
-
-def _iqr(runs: tuple[float, ...]) -> float | None:
-    if len(runs) < 2:
-        return None
-    q = statistics.quantiles(runs, n=4, method="inclusive")
-    return q[2] - q[0]
 
 
 @dataclass(frozen=True)
@@ -136,7 +129,7 @@ class Ceilings:
     @property
     def copy_iqr(self) -> float | None:
         """Interquartile range of the copy repeats (GB/s); None for fewer than two."""
-        return _iqr(self.copy_runs)
+        return iqr(self.copy_runs) if len(self.copy_runs) >= 2 else None
 
     def fraction_of_copy(self, rec: TimingRecord) -> float | None:
         """``rec``'s achieved bandwidth over the copy ceiling, or None when it has no byte count."""

@@ -174,6 +174,74 @@ class TimingRecord:
     def _repr_html_(self) -> str:
         return Results([self])._repr_html_()
 
+    @classmethod
+    def from_times(
+        cls,
+        times_us: Iterable[float],
+        *,
+        what: str,
+        device: str,
+        shape: dict[str, int],
+        impl: str,
+        mode: str,
+        threads: int,
+        **rest: Any,
+    ) -> TimingRecord:
+        """The record of per-call times ``times_us`` (microseconds): ``median_us`` and ``iqr_us`` by
+        :func:`quartiles`, ``n`` their count, ``measurement`` the times; every other field as given.
+
+        >>> rec = TimingRecord.from_times([12.0, 10.0, 11.0, 30.0, 13.0], what="step", device="cpu", shape={},
+        ...                               impl="ref", mode="eager", threads=1)
+        >>> rec.median_us, rec.iqr_us, rec.n
+        (12.0, 2.0, 5)
+        """
+        times = [float(t) for t in times_us]
+        median_us, iqr_us = quartiles(times)
+        return cls(
+            what=what,
+            device=device,
+            shape=shape,
+            impl=impl,
+            mode=mode,
+            median_us=median_us,
+            iqr_us=iqr_us,
+            n=len(times),
+            threads=threads,
+            measurement=times,
+            **rest,
+        )
+
+
+def quartiles(xs: Iterable[float]) -> tuple[float, float]:
+    """(median, IQR) of ``xs``: the one median and interquartile range of the workbench (every record of
+    :func:`time_fn` and :meth:`TimingRecord.from_times`, the ceilings' spread, the bench tables).
+
+    The quartiles interpolate linearly between order statistics (``statistics.quantiles(method="inclusive")``:
+    numpy's and ``torch.quantile``'s default, the definition ``torch.utils.benchmark.Measurement.iqr`` uses).
+    One value has an IQR of 0.0; none is a TimingError.
+
+    >>> quartiles([4.0, 1.0, 3.0, 2.0, 100.0])
+    (3.0, 2.0)
+    >>> quartiles([7.0])
+    (7.0, 0.0)
+    """
+    values = list(xs)
+    if not values:
+        raise TimingError("times: no values, so no median and no IQR")
+    if len(values) < 2:
+        return values[0], 0.0
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return statistics.median(values), q[2] - q[0]
+
+
+def iqr(xs: Iterable[float]) -> float:
+    """The interquartile range of ``xs`` (:func:`quartiles`: 0.0 for one value).
+
+    >>> iqr([1.0, 2.0, 3.0, 4.0, 5.0])
+    2.0
+    """
+    return quartiles(xs)[1]
+
 
 def is_noisy(rec: TimingRecord) -> bool:
     """Whether ``rec``'s IQR exceeds ``NOISY_IQR`` of its median (then its median is no measured difference).
@@ -300,8 +368,11 @@ class Results:
             for r in self.records
         ]
         # a spread over a quarter of the median: worth a rerun on a quiet machine
-        kinds = ["warn" if r.iqr_us > 0.25 * r.median_us else "live" for r in self.records]
-        title = f"{self.meta.get('benchmark', 'timings')}: {len(self)} records (IQR above 25% of the median shaded)"
+        kinds = ["warn" if is_noisy(r) else "live" for r in self.records]
+        title = (
+            f"{self.meta.get('benchmark', 'timings')}: {len(self)} records "
+            f"(IQR above {NOISY_IQR:.0%} of the median shaded)"
+        )
         return html.table(cols, rows, row_kinds=kinds, caption=title, left=("what", "shape", "impl", "mode"))
 
 
@@ -446,12 +517,6 @@ def environment(device: str = "cpu") -> dict[str, str]:
 
 
 # -- timers ----------------------------------------------------------------------------------------------
-def _quartiles(xs: list[float]) -> tuple[float, float]:
-    """Median and IQR of ``xs`` (the IQR is 0 for fewer than 2 values)."""
-    if len(xs) < 2:
-        return xs[0], 0.0
-    q = statistics.quantiles(xs, n=4, method="inclusive")
-    return statistics.median(xs), q[2] - q[0]
 
 
 def _time_cpu(
@@ -480,7 +545,8 @@ def _time_cpu(
         times += list(more.times)
     if len(times) > len(m.times):
         m = Measurement(number_per_run=1, raw_times=times, task_spec=m.task_spec)
-    return m.median * 1e6, m.iqr * 1e6, len(m.times), seen[-1] if seen else n_threads, m
+    med, spread = quartiles(t * 1e6 for t in m.times)  # the workbench's quartiles, not Measurement's own
+    return med, spread, len(m.times), seen[-1] if seen else n_threads, m
 
 
 def _accelerator(kind: str, device: str | torch.device) -> Any:
@@ -581,8 +647,8 @@ def _time_events(
         mod.synchronize()
         # elapsed_time is ms
         times_us = [s.elapsed_time(e) * 1e3 / per for s, e in zip(starts, ends, strict=True)]
-    med, iqr = _quartiles(times_us)
-    return med, iqr, reps, times_us
+    med, spread = quartiles(times_us)
+    return med, spread, reps, times_us
 
 
 def _check_graph_options(kind: str, device: str, graph_calls: int | None, flush_l2: bool) -> None:
@@ -645,10 +711,10 @@ def time_fn(
     _check_graph_options(kind, device, graph_calls, flush_l2)
     measurement: Any = None
     if kind == "cpu":
-        med, iqr, n, used, measurement = _time_cpu(fn, warmup, min_run_time, threads)
+        med, spread, n, used, measurement = _time_cpu(fn, warmup, min_run_time, threads)
         l2 = L2_NOT_FLUSHED_CPU if flush_l2 else L2_WARM
     else:
-        med, iqr, n, measurement = _time_events(fn, kind, warmup, min_run_time, device, graph_calls, flush_l2)
+        med, spread, n, measurement = _time_events(fn, kind, warmup, min_run_time, device, graph_calls, flush_l2)
         used = torch.get_num_threads()
         l2 = L2_FLUSHED if flush_l2 else L2_WARM
     return TimingRecord(
@@ -658,7 +724,7 @@ def time_fn(
         impl=impl,
         mode=mode,
         median_us=med,
-        iqr_us=iqr,
+        iqr_us=spread,
         n=n,
         threads=used,
         bytes=bytes,
@@ -685,8 +751,11 @@ __all__ = [
     "ratio",
     "device_type",
     "environment",
+    "iqr",
+    "is_noisy",
     "json_safe",
     "l2_cache_bytes",
+    "quartiles",
     "resolve_device",
     "time_fn",
 ]

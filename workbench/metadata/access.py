@@ -30,7 +30,7 @@ def row_fate(meta: Metadata, row: int) -> RowFate:
     (['live', 'skipped'], ['live', 'processed'], ['live', 'skipped'])
     """
     if isinstance(row, bool) or not isinstance(row, int) or not 0 <= row < meta.batch_size:
-        raise MetadataError(f"row: expected a batch row in [0, batch_size={meta.batch_size}), got {row!r}")
+        raise MetadataError(f"row: expected a batch row in [0, batch_size={meta.batch_size}), got {row!r}", field="row")
     return _fate(meta, row, _first(meta.state_indices[row].tolist()))
 
 

@@ -37,7 +37,8 @@ def _check_graph_bucket(bucket: object) -> None:
         return
     raise MetadataError(
         f"bucket must be 'auto' or a captured bucket (an int), got {bucket!r}: graph buffers are always padded "
-        "(build_metadata(..., bucket=None) builds an unpadded step)"
+        "(build_metadata(..., bucket=None) builds an unpadded step)",
+        field="bucket",
     )
 
 
@@ -64,13 +65,17 @@ class MetadataBuffers:
         draft_tokens: int = 1,
     ) -> None:
         if not isinstance(pool, StatePool):
-            raise MetadataError(f"pool must be a workbench.StatePool, got {type(pool).__name__}")
+            raise MetadataError(f"pool must be a workbench.StatePool, got {type(pool).__name__}", field="pool")
         if mode not in GRAPH_MODES:
-            raise MetadataError(f"mode: graphs are captured for {GRAPH_MODES}, got {mode!r} (extend runs eagerly)")
+            raise MetadataError(
+                f"mode: graphs are captured for {GRAPH_MODES}, got {mode!r} (extend runs eagerly)", field="mode"
+            )
         if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or draft_tokens < 1:
-            raise MetadataError(f"draft_tokens must be an int >= 1, got {draft_tokens!r}")
+            raise MetadataError(f"draft_tokens must be an int >= 1, got {draft_tokens!r}", field="draft_tokens")
         if mode == "decode" and draft_tokens != 1:
-            raise MetadataError(f"draft_tokens: decode has 1 token per request, got {draft_tokens}")
+            raise MetadataError(
+                f"draft_tokens: decode has 1 token per request, got {draft_tokens}", field="draft_tokens"
+            )
         self.pool = pool
         self.mode = mode
         self.draft_tokens = draft_tokens
@@ -79,7 +84,8 @@ class MetadataBuffers:
         if (self.buckets[-1] + 1) * draft_tokens > INT32_MAX:
             raise MetadataError(
                 f"draft_tokens={draft_tokens}: bucket {self.buckets[-1]} x {draft_tokens} tokens does not fit "
-                f"int32 query_start_loc (max {INT32_MAX:,})"
+                f"int32 query_start_loc (max {INT32_MAX:,})",
+                field="draft_tokens",
             )
         self._pad = PaddedRow.of(pool.profile)
         self._table = live_index_table(pool, mode, draft_tokens)
@@ -145,7 +151,7 @@ class MetadataBuffers:
         r = batch.raw_batch_size
         bs = resolve_bucket(r, self.buckets, bucket)
         if bs is None:
-            raise MetadataError(f"{above_largest(r, self.buckets)}: run it eagerly")
+            raise MetadataError(f"{above_largest(r, self.buckets)}: run it eagerly", field="bucket")
         self._check_request_rows(batch)
         m = self.static[bs]
         v = self._views.get((bs, r)) or self._make_views(bs, r)
@@ -158,13 +164,19 @@ class MetadataBuffers:
 
     def _check_batch(self, batch: Batch) -> None:
         if batch.mode != "idle" and batch.mode != self.mode:
-            raise MetadataError(f"forward_mode: buffers captured for {self.mode!r}, batch is {batch.mode!r}")
+            raise MetadataError(
+                f"forward_mode: buffers captured for {self.mode!r}, batch is {batch.mode!r}", field="forward_mode"
+            )
         if batch.mode == "target_verify" and batch.draft_tokens != self.draft_tokens:
             raise MetadataError(
-                f"draft_tokens: buffers captured for D={self.draft_tokens}, batch has D={batch.draft_tokens}"
+                f"draft_tokens: buffers captured for D={self.draft_tokens}, batch has D={batch.draft_tokens}",
+                field="draft_tokens",
             )
         if batch.device != self.pool.device:
-            raise MetadataError(f"batch.req_pool_indices is on {batch.device}, the buffers on {self.pool.device}")
+            raise MetadataError(
+                f"batch.req_pool_indices is on {batch.device}, the buffers on {self.pool.device}",
+                field="batch.req_pool_indices",
+            )
 
     def _check_request_rows(self, batch: Batch) -> None:
         # before any write, so a bad batch leaves the buffers as they were; only where a host read costs no sync
@@ -175,7 +187,11 @@ class MetadataBuffers:
         if bad.numel():
             i = int(bad[0, 0])
             row = int(batch.req_pool_indices[i])
-            raise MetadataError(f"req_pool_indices[{i}] = {row}: out of range, the pool has request rows [0, {rows})")
+            raise MetadataError(
+                f"req_pool_indices[{i}] = {row}: out of range, the pool has request rows [0, {rows})",
+                field="req_pool_indices",
+                row=i,
+            )
 
     def _make_views(self, bs: int, r: int) -> RowViews:
         # Slicing costs as much as a small op on the CPU; the views of a (bucket, raw_bs) pair are reused.

@@ -32,14 +32,18 @@ def _padded_size(
 
 def _check_inputs(batch: Batch, pool: StatePool) -> None:
     if not isinstance(batch, Batch):
-        raise MetadataError(f"batch must be a workbench.Batch, got {type(batch).__name__}")
+        raise MetadataError(f"batch must be a workbench.Batch, got {type(batch).__name__}", field="batch")
     if not isinstance(pool, StatePool):
-        raise MetadataError(f"pool must be a workbench.StatePool, got {type(pool).__name__}")
+        raise MetadataError(f"pool must be a workbench.StatePool, got {type(pool).__name__}", field="pool")
     if batch.device != pool.device:
-        raise MetadataError(f"batch.req_pool_indices is on {batch.device}, the pool on {pool.device}")
+        raise MetadataError(
+            f"batch.req_pool_indices is on {batch.device}, the pool on {pool.device}", field="batch.req_pool_indices"
+        )
     for i, row in enumerate(batch.req_pool_indices.tolist()):
         if not pool.is_allocated(row):
-            raise MetadataError(f"req_pool_indices[{i}] = {row}: request not allocated in the pool")
+            raise MetadataError(
+                f"req_pool_indices[{i}] = {row}: request not allocated in the pool", field="req_pool_indices", row=i
+            )
 
 
 def _empty_metadata(batch: Batch, pool: StatePool, bs: int, table: torch.Tensor) -> Metadata:

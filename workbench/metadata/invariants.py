@@ -16,7 +16,7 @@ from workbench.profiles import Profile
 
 def _fail(field_name: str, row: int | None, msg: str) -> MetadataError:
     where = f"{field_name}[{row}]" if row is not None else field_name
-    return MetadataError(f"{where}: {msg}")
+    return MetadataError(f"{where}: {msg}", field=field_name, row=row)
 
 
 def validate(meta: Metadata, pool: StatePool) -> None:

@@ -112,7 +112,8 @@ def live_index_table(pool: StatePool, mode: str, draft_tokens: int) -> torch.Ten
         if pool.slots_per_request != draft_tokens:
             raise MetadataError(
                 f"slots_per_request={pool.slots_per_request}: profile {pool.profile.name!r} keeps one slot "
-                f"per draft position in target_verify, so the pool needs slots_per_request=D={draft_tokens}"
+                f"per draft position in target_verify, so the pool needs slots_per_request=D={draft_tokens}",
+                field="slots_per_request",
             )
         return pool.mapping
     return pool.mapping[:, 0]

@@ -1,10 +1,12 @@
 """What every sweep shares: the names of the shape presets and the implementation a record names.
 
-Presets, one vocabulary across the workbench (the sweeps, the bench, the CPU lab, the dashboard):
+Presets, one vocabulary across the workbench (the sweeps, the bench, the CPU lab, the dashboard), named in
+``workbench.layer_names.PRESET_NAMES`` (each layer's configs: ``workbench.layers.LAYERS[name].presets``):
 
 - ``"small"``: the test layer (``GDNConfig.small()``), seconds on a CPU;
-- ``"quarter"``: a quarter-width engine layer, whose state pool still fits a CPU bench in a minute;
-- ``"engine"``: engine-like (``GDNConfig()``, Qwen3-Next-sized), for a GPU.
+- ``"quarter"``: a quarter-width engine layer (``GDNConfig.quarter()``), whose state pool still fits a CPU bench
+  in a minute;
+- ``"engine"``: engine-like (``GDNConfig.engine()``, Qwen3-Next-sized), for a GPU.
 
     >>> recorded_impl("auto", "cpu")
     'reference'
@@ -18,9 +20,8 @@ from typing import Any
 import torch
 
 from kernels.dispatch import resolve_impl
+from workbench.layer_names import PRESET_NAMES as PRESET_NAMES  # re-exported: the sweeps' vocabulary
 from workbench.measure.timing import TimingError
-
-PRESET_NAMES = ("small", "quarter", "engine")
 
 
 def recorded_impl(impl: str, device: str) -> str:

@@ -21,23 +21,19 @@ from typing import Any
 import torch
 
 from workbench.batch import Batch
-from workbench.layers import GatedDeltaNetLayer, GDNConfig, Mamba2Config, Mamba2Layer
+from workbench.layer_names import DEFAULT_LAYER
+from workbench.layers import LAYERS
 from workbench.measure.timing import Results, TimingError, environment, time_fn
 from workbench.pool import StatePool
 from workbench.runner import GraphRunner
 from workbench.sweeps.common import PRESET_NAMES, check_choice, recorded_impl
 
-LAYERS = {"gdn": (GatedDeltaNetLayer, GDNConfig), "mamba2": (Mamba2Layer, Mamba2Config)}
-# the layer config of each preset (see workbench.sweeps.common for what the names mean)
+# the layer config of each preset, per layer (see workbench.sweeps.common for what the names mean): the
+# registry's, for every layer that has the preset
 PRESETS: dict[str, dict[str, Any]] = {
-    "small": {"gdn": GDNConfig.small(), "mamba2": Mamba2Config.small()},
-    "quarter": {
-        "gdn": GDNConfig(hidden_size=1024, num_v_heads=8, num_k_heads=4),
-        "mamba2": Mamba2Config(hidden_size=1024, num_heads=16, n_groups=2),
-    },
-    "engine": {"gdn": GDNConfig(), "mamba2": Mamba2Config()},
+    preset: {name: spec.config(preset) for name, spec in LAYERS.items() if preset in spec.presets}
+    for preset in PRESET_NAMES
 }
-assert tuple(PRESETS) == PRESET_NAMES  # one vocabulary: a new preset is named in sweeps.common first
 MODES = ("eager", "replay")
 
 
@@ -46,7 +42,7 @@ def sweep(
     *,
     impls: Sequence[str] = ("reference",),
     modes: Sequence[str] = MODES,
-    layer: str = "gdn",
+    layer: str = DEFAULT_LAYER,
     preset: str = "small",
     device: str = "cpu",
     progress: bool = True,
@@ -70,8 +66,8 @@ def sweep(
         raise TimingError(f"batch_sizes: expected ints >= 1, got {list(batch_sizes)!r}")
     from tqdm.auto import tqdm
 
-    layer_cls, _ = LAYERS[layer]
-    cfg = config or PRESETS[preset][layer]
+    spec = LAYERS[layer]
+    cfg = config or spec.config(preset)
     num_slots = sizes[-1] + 2
     results = Results(meta={"benchmark": "replay", "layer": layer, "preset": preset, "config": dict(cfg.__dict__)})
     todo = [(impl, bs, mode) for impl in impls for bs in sizes for mode in modes]
@@ -79,7 +75,7 @@ def sweep(
     bar = tqdm(total=len(todo), desc=f"replay sweep ({device})", disable=None if progress else True)
     for impl in impls:
         pool = StatePool(num_slots, "sglang", device=device)
-        lay: Any = layer_cls(cfg, seed=0, device=device, impl=impl)
+        lay: Any = spec.make(config=cfg, seed=0, device=device, impl=impl)
         runner = GraphRunner(lay, pool, buckets=sizes, modes=["decode"], backend="auto", state_seed=1)
         if "replay" in modes:
             runner.capture(progress=False)

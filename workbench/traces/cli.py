@@ -18,6 +18,8 @@ import json
 import sys
 from typing import Any
 
+from workbench.layer_names import DEFAULT_LAYER, LAYER_NAMES
+
 SUMMARY = "simulate a scheduler's steps (or read a recorded trace) and check every step across steps"
 EXAMPLE = "workbench trace run --profile vllm --steps 2000 --spec 2 --mixed"
 PROFILES = ("sglang", "sglang-ascend", "vllm")
@@ -54,7 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="trace_command", required=True, metavar="{run,check}")
     run = sub.add_parser("run", help="simulate a scheduler, replay every step, check, and write the trace")
     run.add_argument("--profile", choices=PROFILES, default="sglang", help="the engine's conventions")
-    run.add_argument("--layer", choices=("gdn", "mamba2"), default="gdn", help="the layer the steps run")
+    run.add_argument("--layer", choices=LAYER_NAMES, default=DEFAULT_LAYER, help="the layer the steps run")
     run.add_argument("--steps", type=_count, default=200, metavar="N", help="scheduler steps")
     run.add_argument("--seed", type=int, default=0, help="the simulation's seed")
     run.add_argument("--spec", type=_draft, default=0, metavar="D", help="speculate D draft tokens (0: none)")

@@ -8,10 +8,11 @@ Line 1 is the header, every following non-blank line one scheduler step::
      "cached_tokens":0,"accepted":null}],"admit":[0],"finish":[],"metadata":null}
 
 Header fields (:class:`~workbench.traces.model.TraceHeader`): ``format`` ("linattn-trace"), ``version`` (1),
-``profile`` (a key of :data:`workbench.profiles.PROFILES`), ``layer`` ("gdn" or "mamba2"), ``num_slots`` (state
-slots, the dummy slot included, >= 2), ``buckets`` (graph mode -> captured batch sizes, strictly increasing;
-"decode" required, "target_verify" needed by verify steps), ``draft_tokens`` (D: tokens a verify row feeds,
-default 2), ``seed`` (of a simulation, or null).
+``profile`` (a key of :data:`workbench.profiles.PROFILES`), ``layer`` (a key of :data:`workbench.layers.LAYERS`,
+:data:`~workbench.layer_names.LAYER_NAMES`), ``num_slots`` (state slots, the dummy slot included, >= 2),
+``buckets`` (graph mode -> captured batch sizes, strictly increasing; "decode" required, "target_verify" needed
+by verify steps), ``draft_tokens`` (D: tokens a verify row feeds, default 2), ``seed`` (of a simulation, or
+null).
 
 Step fields (:class:`~workbench.traces.model.TraceStep`): ``step`` (strictly increasing), ``mode`` (one of
 :data:`~workbench.traces.model.STEP_MODES`), ``rows`` (one object per request, in the engine's order; an idle
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from workbench.errors import WorkbenchError
+from workbench.layer_names import LAYER_NAMES
 from workbench.limits import INT32_MAX, INT64_MAX
 from workbench.profiles import PROFILES
 from workbench.traces.model import (
@@ -52,7 +54,8 @@ from workbench.traces.model import (
     TraceStep,
 )
 
-LAYERS = ("gdn", "mamba2")
+LAYERS = LAYER_NAMES
+"""The header's ``layer`` values: the keys of ``workbench.layers.LAYERS`` (that module imports torch)."""
 GRAPH_MODES = ("decode", "target_verify")
 """The modes with graphs: ``workbench.metadata.GRAPH_MODES`` (repeated here: that module imports torch)."""
 HEADER_FIELDS = ("format", "version", "profile", "layer", "num_slots", "buckets", "draft_tokens", "seed")

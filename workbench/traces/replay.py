@@ -27,15 +27,8 @@ from workbench import html
 from workbench.backends import MetadataBackend
 from workbench.batch import Batch
 from workbench.errors import MetadataError, WorkbenchError
-from workbench.layers import (
-    GatedDeltaNetLayer,
-    GDNConfig,
-    Intermediate,
-    LayerState,
-    Mamba2Config,
-    Mamba2Layer,
-    float64_reference,
-)
+from workbench.layers import Intermediate, LayerError, LayerState, float64_reference
+from workbench.layers import make_layer as make_registered_layer
 from workbench.measure.integrity import check as integrity_check
 from workbench.metadata import Metadata, build_metadata, validate
 from workbench.pool import StatePool
@@ -180,12 +173,12 @@ def _jsonable(value: Any) -> Any:
 
 
 def make_layer(name: str) -> Any:
-    """The small layer of ``name`` (seed 0): what the trace's steps run."""
-    if name == "gdn":
-        return GatedDeltaNetLayer(GDNConfig.small(), seed=0)
-    if name == "mamba2":
-        return Mamba2Layer(Mamba2Config.small(), seed=0)
-    raise TraceInputError(f"layer: {name!r} is not one of ('gdn', 'mamba2')")
+    """The small layer of ``name`` (seed 0): what the trace's steps run (``workbench.layers.make_layer``); an
+    unknown name is a ``TraceInputError`` naming the registry's choices."""
+    try:
+        return make_registered_layer(name)
+    except LayerError as e:
+        raise TraceInputError(str(e)) from None
 
 
 class TraceReplayer:
@@ -404,7 +397,7 @@ class TraceReplayer:
         try:
             validate(recorded, self.pool)
         except MetadataError as e:
-            out.append(TraceDivergence(step.step, "invariant", _field_of(str(e)), str(e), row=_row_of(str(e))))
+            out.append(TraceDivergence(step.step, "invariant", e.field or "metadata", str(e), row=e.row))
         for name in RECORDED_FIELDS:
             if name not in rec:
                 continue
@@ -639,13 +632,3 @@ def _slot_of(meta: Metadata, row: int | None) -> int | None:
 def _int_in(text: str) -> int | None:
     digits = "".join(ch if ch.isdigit() else " " for ch in text).split()
     return int(digits[0]) if digits else None
-
-
-def _row_of(message: str) -> int | None:
-    marker = "row "
-    at = message.find(marker)
-    return _int_in(message[at + len(marker) : at + len(marker) + 12]) if at >= 0 else None
-
-
-def _field_of(message: str) -> str:
-    return message.split(":", 1)[0].split("[", 1)[0].strip() or "metadata"

@@ -23,8 +23,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from workbench.errors import MetadataError
+from workbench.layers import LAYERS
 from workbench.traces.model import STEP_MODES, Trace, TraceHeader, TraceRow, TraceStep
-from workbench.traces.simulate import LAYERS, SimulationError, new_pool
+from workbench.traces.simulate import SimulationError, new_pool
 
 STEP_KEYS = ("mode", "rows", "finish", "tokens", "cached", "metadata")
 TOKEN_IDS = 512
@@ -90,7 +91,7 @@ def scripted(
     :func:`generated_token` of (request, position).
     Raises :class:`~workbench.traces.simulate.SimulationError` naming the step and the field.
     """
-    if layer not in LAYERS:
+    if not isinstance(layer, str) or layer not in LAYERS:
         raise SimulationError(f"layer = {layer!r}: must be one of {tuple(LAYERS)}")
     header = TraceHeader(profile, layer, num_slots, {m: list(b) for m, b in buckets.items()}, draft_tokens, None)
     try:

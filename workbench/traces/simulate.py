@@ -179,7 +179,8 @@ import torch
 from workbench.batch import Batch
 from workbench.buckets import check_buckets
 from workbench.errors import WorkbenchError
-from workbench.layers import GatedDeltaNetLayer, GDNConfig, Mamba2Layer
+from workbench.layer_names import DEFAULT_LAYER
+from workbench.layers import LAYERS, LayerError, get_layer_spec
 from workbench.limits import INT32_MAX, check_int
 from workbench.metadata.record import GRAPH_MODES
 from workbench.pool import StatePool
@@ -197,9 +198,6 @@ from workbench.traces.model import (
     TraceStep,
 )
 from workbench.traces.radix import RadixCache
-
-LAYERS: dict[str, type] = {"gdn": GatedDeltaNetLayer, "mamba2": Mamba2Layer}
-"""Layer names of a trace header and the workbench layer each replays on."""
 
 DEFAULT_DRAFT_TOKENS = 2
 """D of the header when the trace has no verify step (``spec=0``), as ``TraceHeader``'s default."""
@@ -234,9 +232,9 @@ short simulated prompts track)."""
 DEFAULT_TRACK_INTERVAL = 32
 """``track_interval`` of ``extra_buffer`` (sglang's ``mamba_track_interval``, 256 there)."""
 
-CONV_WINDOW = GDNConfig.small().conv_kernel - 1
-"""Input positions in a conv window of the replayed layers (``track_conv_indices`` gathers that many; GDN's and
-Mamba2's small configs share ``conv_kernel`` 4)."""
+CONV_WINDOW = LAYERS[DEFAULT_LAYER].config("small").conv_kernel - 1
+"""Input positions in a conv window of the replayed layers (``track_conv_indices`` gathers that many; every
+layer's small config has ``conv_kernel`` 4: ``tests/test_layers_registry.py``)."""
 
 EXTRA_BUFFER_SLOTS = 3
 """Pool slots an ``extra_buffer`` request holds while live: its running slot and 2 ping-pong track slots."""
@@ -349,7 +347,7 @@ def _check_prefix_cache(value: object, profile: str, layer: str, prefill: bool) 
             f"profile = {profile!r}: prefix_cache = {value!r} is sglang's mamba radix cache "
             f"(profiles {PREFIX_PROFILES}); vLLM's mamba prefix cache is prefix_cache='align'"
         )
-    if "extend" not in LAYERS[layer].supported_modes:  # type: ignore[attr-defined]
+    if "extend" not in get_layer_spec(layer).supported_modes:
         raise SimulationError(
             f"layer = {layer!r}: prefix_cache = {value!r} checkpoints prefilled prompts, and it has no extend step"
         )
@@ -382,7 +380,7 @@ def _poisson(rng: random.Random, rate: float) -> int:
 
 def simulate(
     profile: str = "sglang",
-    layer: str = "gdn",
+    layer: str = DEFAULT_LAYER,
     *,
     steps: int = 200,
     seed: int = 0,
@@ -415,7 +413,7 @@ def simulate(
 
     Args:
         profile: engine conventions, a name of ``workbench.profiles.PROFILES``: pool, row order of mixed steps.
-        layer: "gdn" (Gated DeltaNet) or "mamba2": both decode, verify and extend.
+        layer: a key of ``workbench.layers.LAYERS`` (Gated DeltaNet, Mamba2: both decode, verify and extend).
         steps: scheduler steps to record (idle ones included).
         seed: of the one ``random.Random`` every draw comes from.
         spec: D, draft tokens per verify step (0: no speculation, plain decode steps).
@@ -467,9 +465,11 @@ def simulate(
     ('vllm', 50, ['decode', 'target_verify'])
     """
     prof = get_profile(profile)
-    if layer not in LAYERS:
-        raise SimulationError(f"layer = {layer!r}: choose one of {sorted(LAYERS)}")
-    modes: tuple[str, ...] = LAYERS[layer].supported_modes  # type: ignore[attr-defined]
+    try:
+        layer_spec = get_layer_spec(layer)
+    except LayerError:
+        raise SimulationError(f"layer = {layer!r}: choose one of {sorted(LAYERS)}") from None
+    modes = layer_spec.supported_modes
     steps = check_int("steps", steps, 0)
     seed = check_int("seed", seed, -(2**63), 2**63 - 1)
     spec = check_int("spec", spec, 0, 1024)
@@ -480,7 +480,7 @@ def simulate(
         prefill = "extend" in modes
     elif not isinstance(prefill, bool):
         raise SimulationError(f"prefill = {prefill!r}: must be True, False or None")
-    cls_name = LAYERS[layer].__name__
+    cls_name = layer_spec.layer_class.__name__
     if spec and "target_verify" not in modes:
         raise SimulationError(
             f"spec = {spec}: layer {layer!r} has no target_verify step ({cls_name}.supported_modes = {modes}); "
@@ -585,7 +585,7 @@ def simulate(
         elif align:
             cache = _Align(pool, rng, block_size=bs, **common)
         elif extra:
-            batch_grid = LAYERS[layer].chunk_grid == "batch"  # type: ignore[attr-defined]
+            batch_grid = layer_spec.chunk_grid == "batch"
             cache = _ExtraBuffer(pool, rng, cache_chunk=cc, track_interval=interval, batch_grid=batch_grid, **common)
         else:
             cache = _NoBuffer(pool, rng, **common)
@@ -1381,7 +1381,6 @@ def iter_batches(trace: Trace, *, device: str | torch.device | None = None) -> I
 
 __all__ = [
     "DECODES_FIRST",
-    "LAYERS",
     "PREFIX_CACHES",
     "PREFIX_CACHES_NOT_BUILT",
     "PREFIX_PROFILES",

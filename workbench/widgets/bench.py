@@ -10,7 +10,6 @@ so that every call really rebuilds.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,15 +22,15 @@ from workbench.measure.timing import Results, TimingRecord, environment
 GOAL_MS = 100.0
 
 
-def _time_changes(change: Callable[[int], None], n: int) -> dict[str, float]:
+def _time_changes(change: Callable[[int], None], n: int) -> list[float]:
+    """The time of each of ``n`` calls of ``change`` after a warm-up one, in microseconds."""
     change(0)  # warm-up
     times = []
     for i in range(n):
         t0 = time.perf_counter()
         change(i)
-        times.append((time.perf_counter() - t0) * 1e3)
-    q = statistics.quantiles(times, n=4)
-    return {"median_ms": statistics.median(times), "iqr_ms": q[2] - q[0], "max_ms": max(times), "n": n}
+        times.append((time.perf_counter() - t0) * 1e6)
+    return times
 
 
 def run(quick: bool = False, json_path: str | None = None, device: str = "cpu") -> Results:
@@ -56,7 +55,6 @@ def run(quick: bool = False, json_path: str | None = None, device: str = "cpu") 
                 lambda i, bs: ", ".join(str(7 + (j + i) % 5) for j in range(bs)),
             ),
         ]
-    results: list[dict[str, Any]] = []
     res = Results(meta={"benchmark": "widgets", "device": device, "goal_ms": GOAL_MS})
     env = environment(device)
     print(f"{'interaction':22} {'profiles':8} {'bs':>4} {'median ms':>10} {'IQR ms':>8} {'max ms':>8}")
@@ -67,27 +65,22 @@ def run(quick: bool = False, json_path: str | None = None, device: str = "cpu") 
         def change(i: int, widget: Any = widget, value: Callable[[int, int], Any] = value, bs: int = bs) -> None:
             widget.value = value(i, bs)
 
-        stats = _time_changes(change, n)
+        times = _time_changes(change, n)
         assert not any(w.value for w in e.errors.values()), f"{what}: the explorer reported an error"
-        results.append({"interaction": what, "profiles": profile, "raw_batch_size": bs, **stats})
-        res.append(
-            TimingRecord(
-                what=f"explorer: {what}",
-                device=device,
-                shape={"raw_batch_size": bs, "profiles": 3 if profile == "all" else 1},
-                impl="MetadataExplorer",
-                mode="control change",
-                median_us=stats["median_ms"] * 1e3,
-                iqr_us=stats["iqr_ms"] * 1e3,
-                n=int(stats["n"]),
-                threads=torch.get_num_threads(),
-                env=env,
-            )
+        rec = TimingRecord.from_times(
+            times,
+            what=f"explorer: {what}",
+            device=device,
+            shape={"raw_batch_size": bs, "profiles": 3 if profile == "all" else 1},
+            impl="MetadataExplorer",
+            mode="control change",
+            threads=torch.get_num_threads(),
+            env=env,
         )
-        flag = mark(res[-1])
-        med, iqr, top = stats["median_ms"], stats["iqr_ms"], stats["max_ms"]
-        print(f"{what:22} {profile:8} {bs:4d} {med:9.1f}{flag} {iqr:8.1f} {top:8.1f}")
-    at64 = [r["median_ms"] for r in results if r["raw_batch_size"] == 64]
+        res.append(rec)
+        med, spread, top = rec.median_us / 1e3, rec.iqr_us / 1e3, max(times) / 1e3
+        print(f"{what:22} {profile:8} {bs:4d} {med:9.1f}{mark(rec)} {spread:8.1f} {top:8.1f}")
+    at64 = [r.median_us / 1e3 for r in res if r.shape["raw_batch_size"] == 64]
     worst = max(at64) if at64 else float("nan")
     verdict = "meets" if worst < GOAL_MS else "MISSES"
     print(f"worst median at bs 64: {worst:.1f} ms ({verdict} the {GOAL_MS:.0f} ms goal)")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import random
 import reprlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -251,47 +252,12 @@ class ExplorerModel:
     def _build(self, p: ExplorerParams) -> ExplorerState:
         st = ExplorerState(params=p, raw_batch_size=p.raw_batch_size)
         errors = st.errors
-        if p.profile not in PROFILE_CHOICES:
-            errors["profile"] = f"profile: {p.profile!r} is not one of {list(PROFILE_CHOICES)}"
-        if p.mode not in MODES:
-            errors["mode"] = f"mode: {p.mode!r} is not one of {list(MODES)}"
-        if isinstance(p.fragmentation, bool) or not isinstance(p.fragmentation, int | float):
-            errors["fragmentation"] = f"fragmentation: {p.fragmentation!r} is not a number in [0, 1]"
-        elif not 0.0 <= p.fragmentation <= 1.0:
-            errors["fragmentation"] = f"fragmentation: {p.fragmentation} is not in [0, 1]"
-        lens: list[int] | None = None
-        buckets: list[int] | None = None
-        try:
-            lens = parse_int_list("seq_lens", p.seq_lens) if p.seq_lens.strip() else None
-            if lens is not None and len(lens) > MAX_ROWS:
-                raise MetadataError(
-                    f"seq_lens: {len(lens):,} lengths typed, one request each; the explorer draws at most "
-                    f"{MAX_ROWS:,} rows ({LIMITS['raw_batch_size'][2]})"
-                )
-        except WorkbenchError as e:
-            errors["seq_lens"] = str(e)
-        try:
-            buckets = parse_int_list("buckets", p.buckets) if p.buckets.strip() else None
-            if buckets is not None and not buckets:
-                raise MetadataError("buckets: no batch size typed; clear the box for the engine default")
-            if buckets is not None:  # checked here, whatever the mode: extend pads nothing, yet the list is wrong
-                check_buckets(buckets)
-            for i, b in enumerate(buckets or []):
-                if b > MAX_ROWS:  # a padded step is as tall as its bucket
-                    raise MetadataError(
-                        f"buckets[{i}] = {b:,}: the explorer draws every padded row, at most {MAX_ROWS:,}"
-                    )
-        except WorkbenchError as e:
-            errors["buckets"] = str(e)
-        # sizes before any work: only those the step reads (a typed list decides the batch size)
-        used = {"pool_size": True, "raw_batch_size": lens is None and p.mode != "idle"}
-        used["draft_tokens"] = p.mode == "target_verify"
-        for name, (lo, hi, why) in LIMITS.items():
-            if used[name]:
-                try:
-                    check_int(name, getattr(p, name), lo, hi)
-                except MetadataError as e:
-                    errors[name] = f"{e} ({why})"
+        errors.update(_choice_errors(p))
+        lens = _parsed(errors, "seq_lens", lambda: _typed_list("seq_lens", p.seq_lens))
+        if lens is not None and len(lens) > MAX_ROWS:  # refused, yet typed: the batch size is not read
+            errors["seq_lens"] = _too_many_lens(lens)
+        buckets = _parsed(errors, "buckets", lambda: _buckets(p))
+        errors.update(_size_errors(p, lens))  # sizes before any work: only those the step reads
         if errors:
             return st
         r = 0 if p.mode == "idle" else (len(lens) if lens is not None else p.raw_batch_size)
@@ -367,6 +333,70 @@ class ExplorerModel:
                 same = want is not None and have is not None and want.shape == have.shape and bool((want == have).all())
                 rows.append((meta.profile.name, name, _values(want), _values(have), same))
         return rows
+
+
+def _choice_errors(p: ExplorerParams) -> dict[str, str]:
+    """Control -> why its choice is none the explorer offers (profile, mode, fragmentation)."""
+    errors = {}
+    if p.profile not in PROFILE_CHOICES:
+        errors["profile"] = f"profile: {p.profile!r} is not one of {list(PROFILE_CHOICES)}"
+    if p.mode not in MODES:
+        errors["mode"] = f"mode: {p.mode!r} is not one of {list(MODES)}"
+    if isinstance(p.fragmentation, bool) or not isinstance(p.fragmentation, int | float):
+        errors["fragmentation"] = f"fragmentation: {p.fragmentation!r} is not a number in [0, 1]"
+    elif not 0.0 <= p.fragmentation <= 1.0:
+        errors["fragmentation"] = f"fragmentation: {p.fragmentation} is not in [0, 1]"
+    return errors
+
+
+def _parsed(errors: dict[str, str], control: str, parse: Callable[[], list[int] | None]) -> list[int] | None:
+    """``parse()``, or None with its refusal in words under ``control``."""
+    try:
+        return parse()
+    except WorkbenchError as e:
+        errors[control] = str(e)
+        return None
+
+
+def _typed_list(control: str, text: str) -> list[int] | None:
+    """The integers typed in a text box; None for an empty box (random lengths, the engine's buckets)."""
+    return parse_int_list(control, text) if text.strip() else None
+
+
+def _too_many_lens(lens: list[int]) -> str:
+    return (
+        f"seq_lens: {len(lens):,} lengths typed, one request each; the explorer draws at most "
+        f"{MAX_ROWS:,} rows ({LIMITS['raw_batch_size'][2]})"
+    )
+
+
+def _buckets(p: ExplorerParams) -> list[int] | None:
+    """The typed bucket list (None: the engine's), each bucket at most ``MAX_ROWS``."""
+    buckets = _typed_list("buckets", p.buckets)
+    if buckets is None:
+        return None
+    if not buckets:
+        raise MetadataError("buckets: no batch size typed; clear the box for the engine default")
+    check_buckets(buckets)  # checked here, whatever the mode: extend pads nothing, yet the list is wrong
+    for i, b in enumerate(buckets):
+        if b > MAX_ROWS:  # a padded step is as tall as its bucket
+            raise MetadataError(f"buckets[{i}] = {b:,}: the explorer draws every padded row, at most {MAX_ROWS:,}")
+    return buckets
+
+
+def _size_errors(p: ExplorerParams, lens: list[int] | None) -> dict[str, str]:
+    """Control -> why its size is out of ``LIMITS``: only the sizes the step reads (a typed list of lengths
+    decides the batch size)."""
+    used = {"pool_size": True, "raw_batch_size": lens is None and p.mode != "idle"}
+    used["draft_tokens"] = p.mode == "target_verify"
+    errors = {}
+    for name, (lo, hi, why) in LIMITS.items():
+        if used[name]:
+            try:
+                check_int(name, getattr(p, name), lo, hi)
+            except MetadataError as e:
+                errors[name] = f"{e} ({why})"
+    return errors
 
 
 def _values(t: Any) -> str:

@@ -25,7 +25,8 @@ from workbench.batch import Batch
 from workbench.engines.versions import SUPPORTED as ENGINES
 from workbench.errors import MetadataError, WorkbenchError
 from workbench.graphs import available_backends
-from workbench.layers import GatedDeltaNetLayer, Intermediate, Mamba2Layer, float64_reference
+from workbench.layer_names import DEFAULT_LAYER
+from workbench.layers import Intermediate, float64_reference, get_layer_spec
 from workbench.limits import check_int
 from workbench.measure.integrity import DEFAULT_ATOL, DEFAULT_RTOL, changed_slots, snapshot
 from workbench.metadata import build_metadata
@@ -93,17 +94,17 @@ def backend_choices() -> list[tuple[str, str | None]]:
 
 
 def make_layer(layer: str, preset: str, impl: str = "reference", device: str = "cpu") -> Any:
-    """A seeded layer: "gdn" (Gated DeltaNet) or "mamba2", "small" (tests, interpreter) or "engine"."""
+    """A seeded layer (seed 0): a name of ``LAYERS``, "small" (tests, interpreter) or "engine"."""
     cfg = layer_config(layer, preset)
-    cls = GatedDeltaNetLayer if layer == "gdn" else Mamba2Layer
-    return cls(cfg, seed=0, device=device, impl=impl)
+    return get_layer_spec(layer).make(config=cfg, seed=0, device=device, impl=impl)
 
 
 class LabModel:
     """Capture and replay one layer on one backend.
 
     Args:
-        layer: "gdn" or "mamba2". preset: "small" or "engine". backend: "auto" | "cpu" | "cuda" | "npu".
+        layer: a name of ``LAYERS`` (``workbench.layers.LAYERS``). preset: "small" or "engine".
+            backend: "auto" | "cpu" | "cuda" | "npu".
         buckets: typed comma-separated batch sizes ("" = 1, 2, 4, 8). draft_tokens: D of target_verify.
         profile: padding convention of the pool (a name of ``workbench.profiles.PROFILES``). num_slots: state
             slots (default: (twice the largest bucket + 1) x slots per request + 1).
@@ -117,7 +118,7 @@ class LabModel:
 
     def __init__(
         self,
-        layer: str = "gdn",
+        layer: str = DEFAULT_LAYER,
         preset: str = "small",
         backend: str = "auto",
         buckets: str = "1, 2, 4, 8",

@@ -19,15 +19,17 @@ blocking the notebook kernel for minutes (a bucket of 100,000 once captured for 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from workbench.errors import MetadataError
-from workbench.layers import GatedDeltaNetLayer, GDNConfig, Mamba2Config, Mamba2Layer
+from workbench.layer_names import LAYER_NAMES
+from workbench.layers import get_layer_spec
 from workbench.limits import check_int, check_memory, gib
 from workbench.metadata import tokens_per_row
 from workbench.profiles import PROFILES, get_profile
 from workbench.widgets.explorer_model import parse_int_list, shown
 
-LAYERS = ("gdn", "mamba2")
+LAYERS = LAYER_NAMES  # the keys of workbench.layers.LAYERS
 PRESETS = ("small", "engine")  # the names of workbench.sweeps.common
 BACKENDS = ("auto", "cpu", "cuda", "npu")
 DEFAULT_BUCKETS = [1, 2, 4, 8]
@@ -53,44 +55,34 @@ class Refusal(MetadataError):
         self.control = control
 
 
-def layer_config(layer: str, preset: str) -> GDNConfig | Mamba2Config:
-    """The shapes of ``layer`` at ``preset`` (no weights drawn: cheap)."""
-    if layer not in LAYERS:
+def layer_config(layer: str, preset: str) -> Any:
+    """The shapes of ``layer`` at ``preset`` (no weights drawn: cheap): the registry's
+    (``workbench.layers.LAYERS``)."""
+    if not isinstance(layer, str) or layer not in LAYERS:
         raise Refusal("layer", f"layer: {shown(layer)} is not one of {list(LAYERS)}")
-    if preset not in PRESETS:
+    if not isinstance(preset, str) or preset not in PRESETS:
         raise Refusal("preset", f"preset: {shown(preset)} is not one of {list(PRESETS)}")
-    if layer == "gdn":
-        return GDNConfig.small() if preset == "small" else GDNConfig()
-    return Mamba2Config.small() if preset == "small" else Mamba2Config()
+    return get_layer_spec(layer).config(preset)
 
 
 def layer_modes(layer: str) -> tuple[str, ...]:
     """The graph modes the lab captures for ``layer`` (what the runner keeps of decode and verify)."""
-    cls = GatedDeltaNetLayer if layer == "gdn" else Mamba2Layer
-    return tuple(m for m in ("decode", "target_verify") if m in cls.supported_modes)
+    return tuple(m for m in ("decode", "target_verify") if m in get_layer_spec(layer).supported_modes)
 
 
-def slot_elements(cfg: GDNConfig | Mamba2Config) -> int:
-    """float32 elements of one state slot (conv window + SSM state), as the layers' ``_state_shapes``."""
-    conv = cfg.conv_dim * (cfg.conv_kernel - 1)
-    if isinstance(cfg, GDNConfig):
-        return conv + cfg.num_v_heads * cfg.head_k_dim * cfg.head_v_dim
-    return conv + cfg.num_heads * cfg.head_dim * cfg.state_size
+def slot_elements(layer: str, cfg: Any) -> int:
+    """float32 elements of one state slot (conv window + SSM state): the layer's own ``state_shapes``."""
+    return get_layer_spec(layer).slot_elements(cfg)
 
 
-def token_macs(cfg: GDNConfig | Mamba2Config) -> int:
+def token_macs(layer: str, cfg: Any) -> int:
     """Multiply-adds of one token through the layer: its projections, the conv and the recurrence."""
-    if isinstance(cfg, GDNConfig):
-        hv, v = cfg.num_v_heads, cfg.head_v_dim
-        proj = cfg.hidden_size * (cfg.conv_dim + hv * v + 2 * hv) + hv * v * cfg.hidden_size
-        return proj + cfg.conv_dim * cfg.conv_kernel + 4 * hv * cfg.head_k_dim * v
-    proj = cfg.hidden_size * (cfg.d_inner + cfg.conv_dim + cfg.num_heads) + cfg.d_inner * cfg.hidden_size
-    return proj + cfg.conv_dim * cfg.conv_kernel + 3 * cfg.num_heads * cfg.head_dim * cfg.state_size
+    return get_layer_spec(layer).token_macs(cfg)
 
 
-def cpu_work(tokens: int, cfg: GDNConfig | Mamba2Config, passes: int) -> float:
+def cpu_work(tokens: int, layer: str, cfg: Any, passes: int) -> float:
     """The CPU-work estimate of ``passes`` runs over ``tokens`` tokens (see the module docstring)."""
-    return float(passes) * tokens * (token_macs(cfg) + TOKEN_OVERHEAD)
+    return float(passes) * tokens * (token_macs(layer, cfg) + TOKEN_OVERHEAD)
 
 
 @dataclass(frozen=True)
@@ -106,7 +98,7 @@ class Plan:
     device: str
     per_request: int
     num_slots: int
-    config: GDNConfig | Mamba2Config
+    config: Any
 
     @property
     def capacity(self) -> int:
@@ -127,9 +119,9 @@ class Plan:
             ) from None
         if self.device != "cpu":
             return
-        work = cpu_work(self.tokens(mode, batch_size), self.config, STEP_PASSES)
+        work = cpu_work(self.tokens(mode, batch_size), self.layer, self.config, STEP_PASSES)
         if work > CPU_WORK_LIMIT:
-            per = STEP_PASSES * self.tokens(mode, 1) * (token_macs(self.config) + TOKEN_OVERHEAD)
+            per = STEP_PASSES * self.tokens(mode, 1) * (token_macs(self.layer, self.config) + TOKEN_OVERHEAD)
             raise Refusal(
                 "batch_size",
                 f"batch size = {batch_size}: a {mode} step of the {self.preset} {self.layer} layer on the CPU is "
@@ -213,7 +205,7 @@ def make_plan(
     plan = Plan(layer, preset, profile, buckets, draft_tokens, modes, device, per_request, num_slots, cfg)
     if device == "cpu":
         tokens = sum(plan.tokens(m, sum(buckets)) for m in modes)
-        work = cpu_work(tokens, cfg, CAPTURE_PASSES)
+        work = cpu_work(tokens, layer, cfg, CAPTURE_PASSES)
         if work > CPU_WORK_LIMIT:
             raise Refusal(
                 "buckets",
@@ -221,7 +213,7 @@ def make_plan(
                 f"{layer} layer on the CPU recorder is about {work:.1e} multiply-adds, above the lab's CPU bound "
                 f"{CPU_WORK_LIMIT:.0e}; capture fewer or smaller buckets, or use a device backend",
             )
-    slot_bytes = 4 * slot_elements(cfg)
+    slot_bytes = 4 * slot_elements(layer, cfg)
     inter_rows = (2 * buckets[-1] + 1) * draft_tokens if "target_verify" in modes else 0
     nbytes = slot_bytes * (STATE_COPIES * num_slots + INTERMEDIATE_COPIES * inter_rows)
     try:

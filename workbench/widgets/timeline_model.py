@@ -30,6 +30,7 @@ from typing import Any
 
 from workbench.buckets import above_largest
 from workbench.errors import WorkbenchError
+from workbench.layer_names import DEFAULT_LAYER, LAYER_NAMES
 from workbench.limits import check_int
 from workbench.profiles import PROFILES
 from workbench.traces.model import Trace, TraceStep
@@ -42,7 +43,7 @@ MAX_STEPS = 400
 """Most steps a build replays (each is a real replay on the CPU, with a float64 shadow beside it)."""
 BUCKETS = [1, 2, 4, 8]
 MAX_RUNNING = 10
-LAYERS = ("gdn", "mamba2")
+LAYERS = LAYER_NAMES  # the keys of workbench.layers.LAYERS
 INPUTS = ("profile", "layer", "steps", "seed", "spec", "mixed", "dp_dummies", "prefix_cache")
 PREFIX_CACHES = ("none", "no_buffer", "extra_buffer", "align")
 """The prefix-cache choices of a simulated trace (sglang's mamba radix cache strategies; vLLM's align)."""
@@ -91,7 +92,7 @@ class Padding:
 class TimelineModel:
     """Simulate, replay and record a trace's slot ownership (see the module).
 
-    Args: ``profile`` (a name of ``workbench.profiles.PROFILES``), ``layer`` ("gdn" or "mamba2"), ``steps``
+    Args: ``profile`` (a name of ``workbench.profiles.PROFILES``), ``layer`` (one of ``LAYERS``), ``steps``
     (1..``MAX_STEPS``), ``seed``, ``spec`` (D of speculative verify steps; 0: plain decode), ``mixed``
     (prefill chunks and decode rows in one step), ``dp_dummies`` (some steps are a DP rank's idle steps),
     ``prefix_cache`` (one of ``PREFIX_CACHES``; "no_buffer", "extra_buffer" (sglang), "align" (vLLM):
@@ -102,7 +103,7 @@ class TimelineModel:
     def __init__(
         self,
         profile: str = "sglang",
-        layer: str = "gdn",
+        layer: str = DEFAULT_LAYER,
         steps: int = 60,
         seed: int = 0,
         spec: int = 0,

@@ -7,6 +7,7 @@ from typing import Any
 import ipywidgets as W
 import plotly.graph_objects as go
 
+from workbench.layer_names import LAYER_NAMES
 from workbench.profiles import sglang_buckets, vllm_buckets
 from workbench.sweeps.common import PRESET_NAMES
 from workbench.viz import bucket_waste, latency, roofline
@@ -43,7 +44,7 @@ class TimingDashboard(W.VBox):
         self.modes = W.SelectMultiple(
             options=["eager", "replay"], value=m.modes, description="modes", rows=2, style=style
         )
-        self.layer = W.Dropdown(options=["gdn", "mamba2"], value=m.layer, description="layer", style=style)
+        self.layer = W.Dropdown(options=list(LAYER_NAMES), value=m.layer, description="layer", style=style)
         self.preset = W.Dropdown(options=list(PRESET_NAMES), value=m.preset, description="preset", style=style)
         self.buckets = W.Text(value=m.buckets, description="your buckets", placeholder="e.g. 1, 4, 16, 64", style=style)
         self.sweep_button = W.Button(description="Sweep", button_style="primary", icon="play")

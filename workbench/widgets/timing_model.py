@@ -24,7 +24,6 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -32,6 +31,7 @@ import torch
 from kernels.dispatch import resolve_impl, triton_importable
 from workbench.devices import TRITON_RESTART, canonical_device, triton_cpu_problem
 from workbench.errors import WorkbenchError
+from workbench.layer_names import DEFAULT_LAYER
 from workbench.limits import check_int, check_memory, gib
 from workbench.measure.timing import Results
 from workbench.profiles import sglang_buckets, vllm_buckets
@@ -92,15 +92,15 @@ def default_impls(device: str) -> tuple[str, ...]:
 
 def layer_state_bytes(layer: str, preset: str) -> int:
     """float32 state bytes of one request (one slot) of the replay sweep's ``layer`` at ``preset``."""
-    from workbench.sweeps.replay import LAYERS, PRESETS
+    from workbench.layers import LAYERS
+    from workbench.sweeps.replay import PRESETS
 
     if not isinstance(layer, str) or layer not in LAYERS:
         raise WorkbenchError(f"layer: {shown(layer)} is not one of {list(LAYERS)}")
     if not isinstance(preset, str) or preset not in PRESETS:
         raise WorkbenchError(f"preset: {shown(preset)} is not one of {list(PRESETS)}")
     # the layer's own shape rule, read without building a layer (no weights allocated)
-    shapes = LAYERS[layer][0]._state_shapes(SimpleNamespace(config=PRESETS[preset][layer]), 1)  # type: ignore[arg-type]
-    return 4 * sum(_prod(s[1:]) for s in shapes)
+    return 4 * LAYERS[layer].slot_elements(preset)
 
 
 def kernel_state_bytes(preset: str) -> int:
@@ -111,13 +111,6 @@ def kernel_state_bytes(preset: str) -> int:
         raise WorkbenchError(f"preset: {shown(preset)} is not one of {list(SHAPES)}")
     s = SHAPES[preset]
     return 4 * max(s["HV"] * s["K"] * s["V"], s["nheads"] * s["headdim"] * s["dstate"], s["dim"] * (s["width"] - 1))
-
-
-def _prod(xs: Sequence[int]) -> int:
-    out = 1
-    for x in xs:
-        out *= x
-    return out
 
 
 def check_sweep(sizes: Sequence[int], per_row: int, device: str, preset: str) -> None:
@@ -148,7 +141,8 @@ class TimingModel:
         batch_sizes: typed comma-separated batch sizes (each a captured bucket of the replay sweep).
         impls: kernel implementations ("reference", "triton"); None: what "auto" runs on ``device``.
         modes: "eager" and/or "replay".
-        layer: "gdn" or "mamba2"; preset: "small" | "quarter" | "engine" (see ``workbench.sweeps.common``).
+        layer: a name of ``workbench.layers.LAYERS``; preset: "small" | "quarter" | "engine" (see
+            ``workbench.sweeps.common``).
         device: "cpu" (or a device that is usable here).
         buckets: your bucket list for the waste figure ("" = none), beside the engines' defaults.
         min_run_time: seconds per timed case.
@@ -164,7 +158,7 @@ class TimingModel:
         batch_sizes: str = "1, 2, 4, 8",
         impls: Sequence[str] | None = None,
         modes: Sequence[str] = ("eager", "replay"),
-        layer: str = "gdn",
+        layer: str = DEFAULT_LAYER,
         preset: str = "small",
         device: str = "cpu",
         buckets: str = "",

@@ -22,10 +22,10 @@ Cases whose scenario exercises a metadata backend or a kernel also run against t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from importlib import import_module
 
 from workbench.zoo.case import ZooCase, family_profile
 from workbench.zoo.check import ZooChecks, check_backend, check_kernel
+from workbench.zoo.registry import MODULES, cases, get, names
 from workbench.zoo.result import (
     STATUSES,
     AddressMismatch,
@@ -41,47 +41,6 @@ from workbench.zoo.result import (
     ZooError,
     ZooResult,
 )
-
-# In the order the zoo presents them.
-MODULES = (
-    "in_capture",
-    "contract_drift",
-    "dummy_slot",
-    "stale_rows",
-    "sentinel_guard",
-    "verify_alias",
-    "uninit_pad",
-    "host_value",
-    "tail_slice",
-    "rebuilt_tensors",
-    "fill_count",
-    "slot_reuse",
-    "dp_dummy_rows",
-    "chunk_initial_state",
-    "prefix_over_reuse",
-    "publish_before_write",
-    "unwritten_track_slot",
-    "stale_track_mask",
-    "mamba2_chunk_grid",
-    "backward_post_copy",
-)
-
-
-def cases() -> list[ZooCase]:
-    """Every case, in order."""
-    return [import_module(f"workbench.zoo.{m}").CASE for m in MODULES]
-
-
-def names() -> list[str]:
-    return [c.name for c in cases()]
-
-
-def get(name: str) -> ZooCase:
-    """The case called ``name``; ``ZooError`` naming the choices when there is none."""
-    for case in cases():
-        if case.name == name:
-            return case
-    raise ZooError(f"no zoo case named {name!r}; choose from {', '.join(names())}")
 
 
 def run_all(names: Sequence[str] | None = None, *, backend: str = "auto") -> list[tuple[ZooResult, ZooResult]]:
@@ -106,6 +65,7 @@ __all__ = [
     "TraceEvidence",
     "ZooError",
     "ZooResult",
+    "MODULES",
     "cases",
     "check_backend",
     "check_kernel",

@@ -13,7 +13,8 @@ from workbench.backends import MetadataBackend
 from workbench.batch import Batch
 from workbench.errors import CaptureError
 from workbench.graphs import get_backend
-from workbench.layers import GatedDeltaNetLayer, GDNConfig, LayerState, Mamba2Config, Mamba2Layer, float64_reference
+from workbench.layer_names import GDN
+from workbench.layers import GatedDeltaNetLayer, LayerState, float64_reference, make_layer
 from workbench.measure.integrity import IntegrityReport, changed_slots, check, snapshot
 from workbench.metadata import build_metadata
 from workbench.pool import StatePool
@@ -50,13 +51,9 @@ def resolve_backend(backend: str) -> tuple[str, torch.device]:
 
 
 def gdn_layer(device: torch.device) -> GatedDeltaNetLayer:
-    """The small Gated DeltaNet layer every GDN case uses (seed 0)."""
-    return GatedDeltaNetLayer(GDNConfig.small(), seed=0, device=device)
-
-
-def mamba2_layer(device: torch.device) -> Mamba2Layer:
-    """The small Mamba2 layer (seed 0)."""
-    return Mamba2Layer(Mamba2Config.small(), seed=0, device=device)
+    """The small Gated DeltaNet layer every GDN case uses (seed 0): ``workbench.layers.make_layer``."""
+    layer: GatedDeltaNetLayer = make_layer(GDN, device=device)
+    return layer
 
 
 def make_runner(

@@ -130,7 +130,7 @@ class ZooCase:
 
         ``profile``: the conventions to run under (default: a backend's family, ``family_profile``; a
         kernel case's own). ``label``: how the result names ``obj`` (default ``module:qualname``; give the
-        ``MODULE_OR_FILE:NAME`` spec to make :meth:`ZooResult.to_pytest` able to load it again).
+        ``MODULE_OR_FILE:NAME`` spec to make :func:`workbench.zoo.export.to_pytest` able to load it again).
 
         The result's ``status`` is "not applicable" (with the reason) when the scenario cannot apply (``applies``
         says so, or the scenario raises :class:`~workbench.zoo.result.NotApplicable` once it runs),

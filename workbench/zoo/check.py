@@ -109,7 +109,7 @@ def normalized_spec(spec: str) -> str:
 
 
 def _chosen(names: Sequence[str] | None, subject: str) -> list[ZooCase]:
-    from workbench.zoo import cases, get
+    from workbench.zoo.registry import cases, get
 
     if names is None:
         return [c for c in cases() if c.subject == subject]

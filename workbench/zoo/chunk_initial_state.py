@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from workbench.backends import MetadataBackend
 from workbench.batch import Batch
+from workbench.layer_names import MAMBA2
 from workbench.metadata import Metadata
 from workbench.traces.model import Trace
 from workbench.traces.replay import TraceDivergence, TraceReplayer
@@ -42,7 +43,7 @@ PLAN = (
 def scenario_trace(profile: str) -> Trace:
     """Request 0's 20 prompt tokens in chunks of 8 (alone), 8 (alone) and 4 (beside request 1's 6), then
     two decode steps of both (Mamba2, 4 slots, decode buckets 1, 2, 4)."""
-    return scripted(profile, "mamba2", PLAN, num_slots=4, buckets={"decode": [1, 2, 4]})
+    return scripted(profile, MAMBA2, PLAN, num_slots=4, buckets={"decode": [1, 2, 4]})
 
 
 class DropsLoneInitialState(MetadataBackend):

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from workbench.errors import WorkbenchError
 from workbench.zoo import cases, names, run_all
 from workbench.zoo.check import ZooChecks, check_backend, check_kernel, fit
-from workbench.zoo.export import export_folder
+from workbench.zoo.export import export_folder, write_pytest
 
 
 def _error(message: str) -> int:
@@ -52,7 +52,7 @@ def run_against(
         try:
             folder = export_folder(export, make=True, what="--export")
             failing = [r for c in checks for r in c if r.status in ("reproduced", "other failure")]
-            exported = [r.write_pytest(folder) for r in failing]
+            exported = [write_pytest(r, folder) for r in failing]
         except WorkbenchError as e:  # the folder went away or turned read-only while the cases ran
             return _error(str(e))
     if as_json:

@@ -8,6 +8,7 @@ import torch
 
 from workbench.backends import MetadataBackend
 from workbench.batch import Batch
+from workbench.layer_names import GDN
 from workbench.metadata import Metadata
 from workbench.traces.model import Trace
 from workbench.traces.replay import TraceDivergence, TraceReplayer
@@ -48,7 +49,7 @@ def scenario_traces(profile: str) -> dict[str, Trace]:
     """The two traces (Gated DeltaNet, 6 slots, decode buckets 1, 2, 4): a batch condensed after a finish,
     and a dummy run while requests hold their slots."""
     return {
-        name: scripted(profile, "gdn", plan, num_slots=6, buckets={"decode": [1, 2, 4]})
+        name: scripted(profile, GDN, plan, num_slots=6, buckets={"decode": [1, 2, 4]})
         for name, plan in (("condensed batch", CONDENSED), ("DP dummy run", DUMMY_RUN))
     }
 

@@ -1,5 +1,9 @@
 """A zoo run against the user's code, written out as a standalone pytest module to attach to an engine PR.
 
+:func:`to_pytest` is the module's text, :func:`write_pytest` writes it into a folder :func:`export_folder`
+checks. They live here, above the case registry (``zoo.get``: the case's title and scenario), not on
+``ZooResult``: a result sits below the cases that make it, and nothing below the registry may call up into it.
+
 The module reruns the case's scenario (``ZooCase.run_with``) against the same backend class or kernel and
 expects "clean": it fails while the bug is there and passes once it is fixed. It needs only ``workbench``
 installed and the subject importable; it carries the scenario's inputs (``STEPS``, ``PROFILE``), what the
@@ -53,10 +57,14 @@ def _wrap(text: str, indent: str = "") -> str:
     return textwrap.fill(text, 100, initial_indent=indent, subsequent_indent=indent)
 
 
-def pytest_source(result: ZooResult) -> str:
-    """The text of ``test_<case>.py`` for ``result`` (a run against a user's subject, that applied)."""
+def to_pytest(result: ZooResult) -> str:
+    """A standalone pytest module (needs only ``workbench`` and the subject importable) that reruns ``result``'s
+    case scenario against its subject and fails while the bug is there: the case, its PR, the scenario's inputs,
+    the evidence this run produced, and the expectation (``status == "clean"``). ``ZooError`` (one line) for a
+    run that cannot be exported: the zoo's own variant, a case that did not apply, a subject a test cannot load.
+    """
     from workbench import __version__
-    from workbench.zoo import get
+    from workbench.zoo.registry import get
 
     if result.subject is None or result.subject_kind is None:
         raise ZooError(
@@ -116,3 +124,15 @@ def test_{case.name}_is_clean() -> None:
     )
 '''
     return doc + body
+
+
+def write_pytest(result: ZooResult, directory: str | Path) -> Path:
+    """Write :func:`to_pytest` of ``result`` to ``directory/test_<case>.py``, making the folder (parents too)
+    when it is missing; returns the path. ``ZooError`` (one line) when the path is a file or cannot be written."""
+    text = to_pytest(result)  # refuses what cannot be exported before anything is made
+    path = export_folder(directory, make=True) / f"test_{result.case}.py"
+    try:
+        path.write_text(text)
+    except OSError as e:
+        raise ZooError(f"export: cannot write {str(path)!r}: {e.strerror or e}") from e
+    return path

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.layer_names import MAMBA2
 from workbench.traces.model import Trace
 from workbench.traces.replay import TraceDivergence, TraceReplayer
 from workbench.traces.script import scripted
@@ -55,7 +56,7 @@ def plan(fixed: bool) -> list[dict[str, Any]]:
 
 
 def scenario_trace(fixed: bool) -> Trace:
-    return scripted("sglang", "mamba2", plan(fixed), num_slots=8, buckets={"decode": [1, 2, 4]}, tokens=True)
+    return scripted("sglang", MAMBA2, plan(fixed), num_slots=8, buckets={"decode": [1, 2, 4]}, tokens=True)
 
 
 def reading(rep: TraceReplayer, d: TraceDivergence) -> tuple[bool, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.layer_names import GDN
 from workbench.traces.model import Trace
 from workbench.traces.replay import TraceDivergence, TraceReplayer
 from workbench.traces.script import scripted
@@ -52,7 +53,7 @@ def plan(fixed: bool) -> list[dict[str, Any]]:
 
 
 def scenario_trace(fixed: bool) -> Trace:
-    return scripted("vllm", "gdn", plan(fixed), num_slots=6, buckets={"decode": [1, 2, 4]}, tokens=True)
+    return scripted("vllm", GDN, plan(fixed), num_slots=6, buckets={"decode": [1, 2, 4]}, tokens=True)
 
 
 def reading(rep: TraceReplayer, d: TraceDivergence) -> tuple[bool, str]:

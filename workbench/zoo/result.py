@@ -458,27 +458,6 @@ class ZooResult:
             "explanation": self.explanation,
         }
 
-    def to_pytest(self) -> str:
-        """A standalone pytest module (needs only ``workbench`` and the subject importable) that reruns this
-        case's scenario against the subject and fails while the bug is there: the case, its PR, the
-        scenario's inputs, the evidence this run produced, and the expectation (``status == "clean"``)."""
-        from workbench.zoo.export import pytest_source
-
-        return pytest_source(self)
-
-    def write_pytest(self, directory: str | Path) -> Path:
-        """Write :meth:`to_pytest` to ``directory/test_<case>.py``, making the folder (parents too) when it is
-        missing; returns the path. ``ZooError`` (one line) when the path is a file or cannot be written."""
-        from workbench.zoo.export import export_folder
-
-        text = self.to_pytest()  # refuses what cannot be exported before anything is made
-        path = export_folder(directory, make=True) / f"test_{self.case}.py"
-        try:
-            path.write_text(text)
-        except OSError as e:
-            raise ZooError(f"export: cannot write {str(path)!r}: {e.strerror or e}") from e
-        return path
-
     def __repr__(self) -> str:
         if self.subject is None:
             state = "BROKEN" if self.broken else "clean"

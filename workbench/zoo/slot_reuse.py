@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from workbench.backends import MetadataBackend
 from workbench.batch import Batch
+from workbench.layer_names import GDN
 from workbench.metadata import Metadata
 from workbench.traces.model import Trace
 from workbench.traces.replay import TraceDivergence, TraceReplayer
@@ -41,7 +42,7 @@ PLAN = (
 def scenario_trace(profile: str) -> Trace:
     """Request 0 prefills 6 tokens, decodes twice and finishes; request 1 is admitted to its freed slot,
     prefills 5 tokens and decodes twice (Gated DeltaNet, 4 slots, decode buckets 1, 2, 4)."""
-    return scripted(profile, "gdn", PLAN, num_slots=4, buckets={"decode": [1, 2, 4]})
+    return scripted(profile, GDN, PLAN, num_slots=4, buckets={"decode": [1, 2, 4]})
 
 
 class ReadsSlotFirst(MetadataBackend):

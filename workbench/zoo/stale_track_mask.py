@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.layer_names import GDN
 from workbench.traces.model import Trace
 from workbench.traces.replay import TraceDivergence, TraceReplayer
 from workbench.traces.script import scripted
@@ -57,7 +58,7 @@ def plan(fixed: bool) -> list[dict[str, Any]]:
 
 def scenario_trace(fixed: bool) -> Trace:
     return scripted(
-        "sglang", "gdn", plan(fixed), num_slots=6, buckets={"decode": [1, 2, 4], "target_verify": [1, 2, 4]},
+        "sglang", GDN, plan(fixed), num_slots=6, buckets={"decode": [1, 2, 4], "target_verify": [1, 2, 4]},
         draft_tokens=2, tokens=True,
     )  # fmt: skip
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.layer_names import GDN
 from workbench.traces.model import Trace
 from workbench.traces.replay import TraceDivergence, TraceReplayer
 from workbench.traces.script import scripted
@@ -44,7 +45,7 @@ def plan(fixed: bool) -> list[dict[str, Any]]:
 
 
 def scenario_trace(fixed: bool) -> Trace:
-    return scripted("sglang", "gdn", plan(fixed), num_slots=6, buckets={"decode": [1, 2, 4]}, tokens=True)
+    return scripted("sglang", GDN, plan(fixed), num_slots=6, buckets={"decode": [1, 2, 4]}, tokens=True)
 
 
 def reading(rep: TraceReplayer, d: TraceDivergence) -> tuple[bool, str]:
