@@ -24,7 +24,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from workbench.extras import require
-from workbench.viz.palette import BLACK, BLUE, GREEN, LIGHT_GREY, ORANGE, PURPLE, SKY, VERMILLION, YELLOW
+from workbench.viz.palette import (
+    BLACK,
+    BLUE,
+    GREEN,
+    LIGHT_GREY,
+    ORANGE,
+    PURPLE,
+    SKY,
+    VERMILLION,
+    YELLOW,
+    category_heatmap,
+)
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -176,26 +187,7 @@ def slot_timeline(
         [_words(owners[i][j], steps[i], s, codes[j][i], held.get((steps[i], s))) for i in range(len(steps))]
         for j, s in enumerate(slots)
     ]
-    n = len(COLOURS)
-    scale: list[list[Any]] = []
-    for k, c in enumerate(COLOURS):  # a discrete colour scale over codes 0..n-1
-        scale += [[k / n, c], [(k + 1) / n, c]]
-    fig = go.Figure(
-        go.Heatmap(
-            name="owners",
-            z=codes,
-            x=steps,
-            y=slots,
-            zmin=-0.5,
-            zmax=n - 0.5,
-            colorscale=scale,
-            showscale=False,
-            customdata=words,
-            hovertemplate="%{customdata}<extra></extra>",
-            xgap=1,
-            ygap=1,
-        )
-    )
+    fig = go.Figure(category_heatmap("owners", codes, steps, slots, COLOURS, words, gap=1))
     for name, colour in LEGEND.items():  # legend swatches: the heatmap has no legend of its own
         fig.add_trace(
             go.Scatter(

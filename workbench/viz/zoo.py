@@ -44,7 +44,7 @@ from workbench.viz.metadata import (
     padding_map_traces,
     unique_labels,
 )
-from workbench.viz.palette import BLACK, BLUE, GREY, LIGHT_GREY, VERMILLION, YELLOW
+from workbench.viz.palette import BLACK, BLUE, GREY, LIGHT_GREY, VERMILLION, YELLOW, category_heatmap
 from workbench.viz.timeline import (
     CHECKPOINT,
     COLOURS,
@@ -275,7 +275,6 @@ def _fmt(v: Any) -> str:
 
 
 def _pool_side(fig: go.Figure, lines: Sequence[Any], slots: list[int], row: int, col: int, seen: set[str]) -> None:
-    go = require("plotly.graph_objects", None, "workbench.viz figures")
     codes, words = [], []
     for e in lines:
         line = integrity_codes([[s in e.written for s in slots]], [[s in e.live for s in slots]], e.dummy, slots)[0]
@@ -284,25 +283,9 @@ def _pool_side(fig: go.Figure, lines: Sequence[Any], slots: list[int], row: int,
         line = [CHANGED_BAD if s in bad else c for s, c in zip(slots, line, strict=True)]
         codes.append(line)
         words.append([_pool_words(e, s, c, off) for s, c in zip(slots, line, strict=True)])
-    n = len(POOL_COLOURS)
-    scale: list[list[Any]] = []
-    for k in range(n):  # a discrete colour scale over the codes 0..3
-        scale += [[k / n, POOL_COLOURS[k]], [(k + 1) / n, POOL_COLOURS[k]]]
+    colours = [POOL_COLOURS[k] for k in range(len(POOL_COLOURS))]
     fig.add_trace(
-        go.Heatmap(
-            name="slots",
-            z=codes,
-            x=[str(s) for s in slots],
-            y=[e.what for e in lines],
-            zmin=-0.5,
-            zmax=n - 0.5,
-            colorscale=scale,
-            showscale=False,
-            customdata=words,
-            hovertemplate="%{customdata}<extra></extra>",
-            xgap=2,
-            ygap=2,
-        ),
+        category_heatmap("slots", codes, [str(s) for s in slots], [e.what for e in lines], colours, words, gap=2),
         row=row,
         col=col,
     )
