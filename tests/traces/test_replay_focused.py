@@ -579,3 +579,24 @@ def test_the_slot_of_a_row_and_the_tokens_of_a_batch():
     pairs = _live_pairs(state, shadow, wide)  # type: ignore[arg-type]
     assert [(float(g), float(w)) for g, w in pairs] == [(5.0, -5.0), (7.0, -7.0)]  # a row's first slot
     assert [float(g) for g, _ in _live_pairs(state, shadow, flat)[:2]] == [3.0, 1.0]  # type: ignore[arg-type]
+
+
+def test_a_divergence_kind_is_one_of_the_closed_set():
+    from workbench.measure.integrity import IntegrityReport
+    from workbench.traces.replay import DIVERGENCE_KINDS, TraceDivergence
+
+    assert TraceDivergence(0, "tokens", "seq_len", "x").kind in DIVERGENCE_KINDS
+    with pytest.raises(ValueError, match="kind: 'state off reference' is not one of"):
+        TraceDivergence(0, "state off reference", "ssm", "x")
+    # every problem an integrity report names maps to a kind of the set
+    from workbench.measure.integrity import OutputMismatch, RowMismatch, SlotChange, StateMismatch
+    from workbench.traces.replay import PROBLEM_KINDS
+
+    report = IntegrityReport(
+        changed_slots=[SlotChange("ssm", 1)],
+        state_mismatches=[StateMismatch("ssm", 2, 0.5)],
+        intermediate_mismatches=[RowMismatch("ssm", 0, 0.5)],
+        output_mismatches=[OutputMismatch(0, 0.5)],
+        nonzero_padded_outputs=[3],
+    )
+    assert {PROBLEM_KINDS[what] for what, *_ in report.problems()} <= set(DIVERGENCE_KINDS)

@@ -46,6 +46,20 @@ class TraceInputError(WorkbenchError, ValueError):
     """The trace cannot be replayed as given (a row the pool cannot place, a mode the layer lacks)."""
 
 
+DIVERGENCE_KINDS = ("metadata", "invariant", "tokens", "state", "output", "foreign", "padded", "prefix", "error")
+"""Every ``TraceDivergence.kind``, a closed set (see :class:`TraceDivergence`)."""
+
+
+PROBLEM_KINDS = {
+    "foreign slot changed": "foreign",
+    "state off reference": "state",
+    "row off reference": "state",
+    "output off reference": "output",
+    "padded output not zero": "padded",
+}
+"""Each problem an ``IntegrityReport`` names (``problems()``'s first field) as a divergence kind."""
+
+
 @dataclass(frozen=True)
 class TraceDivergence:
     """Where a step first went wrong.
@@ -69,6 +83,10 @@ class TraceDivergence:
     slot: int | None = None
     expected: Any = None
     got: Any = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in DIVERGENCE_KINDS:
+            raise ValueError(f"kind: {self.kind!r} is not one of {DIVERGENCE_KINDS}")
 
     def __str__(self) -> str:
         where = [f"step {self.step}", self.kind, self.field]
@@ -537,19 +555,12 @@ class TraceReplayer:
             int(s): k
             for k, s in enumerate(meta.state_indices[:, 0] if meta.state_indices.dim() == 2 else meta.state_indices)
         }
-        kinds = {
-            "foreign slot changed": "foreign",
-            "state off reference": "state",
-            "row off reference": "state",
-            "output off reference": "output",
-            "padded output not zero": "padded",
-        }
         out_list: list[TraceDivergence] = []
         for what, tensor, where, error in report.problems()[:3]:
             slot = _int_in(where) if where.startswith("slot") else None
             row = rows.get(slot) if slot is not None else None
             detail = what if slot is not None else f"{what} ({where})"
-            if kinds.get(what) == "foreign" and slot is not None:
+            if PROBLEM_KINDS[what] == "foreign" and slot is not None:
                 held_by, cp = self.owner(slot), self.book.is_live(slot)
                 if held_by is not None:
                     detail += f": the slot of request {held_by}, which is not in this step"
@@ -559,7 +570,7 @@ class TraceReplayer:
                     detail += ": a slot no live request owns"
             out_list.append(
                 TraceDivergence(
-                    step.step, kinds.get(what, what), tensor, detail,
+                    step.step, PROBLEM_KINDS[what], tensor, detail,
                     request=self._request_at(batch, row), row=row, slot=slot, got=error,
                 )
             )  # fmt: skip
