@@ -30,11 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("workbench", "kernels")
 
 # Known circles, pending their fix: the modules of each, and who breaks it. Nothing else may join one.
-PENDING: dict[frozenset[str], str] = {
-    # issue 28: the traces/ reorganisation breaks it. replay runs the CheckpointBook; checkpoints names replay's
-    # TraceReplayer and TraceDivergence (typing) and builds a TraceDivergence (in a function).
-    frozenset({"workbench.traces.checkpoints", "workbench.traces.replay"}): "traces/ reorganisation",
-}
+PENDING: dict[frozenset[str], str] = {}
 
 
 @dataclass(frozen=True)

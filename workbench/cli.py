@@ -162,20 +162,25 @@ def check_metadata_args(args: argparse.Namespace) -> None:
         given = getattr(args, dest) is not None
         if given and flag not in allowed:
             reads = ", ".join(allowed) or "no per-request flag"
-            raise MetadataError(f"{flag} does not apply to --mode {args.mode} (it reads {reads})")
+            raise MetadataError(f"{flag} does not apply to --mode {args.mode} (it reads {reads})", field=flag)
         if not given and allowed.get(flag):
-            raise MetadataError(f"{flag} is required for --mode {args.mode}")
+            raise MetadataError(f"{flag} is required for --mode {args.mode}", field=flag)
     if args.bucket is None and args.buckets is not None:
-        raise MetadataError("--buckets does not apply with --bucket none (no padding, no captured sizes)")
+        raise MetadataError(
+            "--buckets does not apply with --bucket none (no padding, no captured sizes)", field="--buckets"
+        )
     if args.buckets is not None:
         for i in range(1, len(args.buckets)):
             if args.buckets[i] <= args.buckets[i - 1]:
                 raise MetadataError(
-                    f"--buckets must be strictly increasing: {args.buckets[i]} (item {i}) after {args.buckets[i - 1]}"
+                    f"--buckets must be strictly increasing: {args.buckets[i]} (item {i}) after {args.buckets[i - 1]}",
+                    field="--buckets",
+                    row=i,
                 )
     if args.mode == "extend" and args.prefix_lens is not None and len(args.prefix_lens) != len(args.extend_lens):
         raise MetadataError(
-            f"--prefix-lens has {len(args.prefix_lens)} values for {len(args.extend_lens)} requests in --extend-lens"
+            f"--prefix-lens has {len(args.prefix_lens)} values for {len(args.extend_lens)} requests in --extend-lens",
+            field="--prefix-lens",
         )
     lens = args.extend_lens if args.mode == "extend" else args.seq_lens
     n = len(lens or [])
@@ -186,7 +191,8 @@ def check_metadata_args(args: argparse.Namespace) -> None:
         per = f" of {spr} slots each (the profile keeps one per draft token)" if spr > 1 else ""
         raise MetadataError(
             f"--num-slots {args.num_slots} is too small for {n} request(s){per}: they need {need:,} slots "
-            f"with the reserved dummy slot; pass --num-slots {need} or more"
+            f"with the reserved dummy slot; pass --num-slots {need} or more",
+            field="--num-slots",
         )
     _check_bucket(args, n, spr)
 
@@ -197,18 +203,22 @@ def _check_token_totals(args: argparse.Namespace, n: int) -> None:
         total = sum(args.extend_lens)
         if total > INT32_MAX:
             raise MetadataError(
-                f"--extend-lens sums to {total:,} tokens in one step; the total must fit int32 ({INT32_MAX:,})"
+                f"--extend-lens sums to {total:,} tokens in one step; the total must fit int32 ({INT32_MAX:,})",
+                field="--extend-lens",
             )
         for i, (pre, ext) in enumerate(zip(args.prefix_lens or [0] * n, args.extend_lens, strict=True)):
             if pre + ext > INT32_MAX:
                 raise MetadataError(
                     f"--prefix-lens + --extend-lens = {pre + ext:,} (item {i}): "
-                    f"a sequence length must fit int32 ({INT32_MAX:,})"
+                    f"a sequence length must fit int32 ({INT32_MAX:,})",
+                    field="--extend-lens",
+                    row=i,
                 )
     if args.mode == "target_verify" and n * args.draft_tokens > INT32_MAX:
         raise MetadataError(
             f"--draft-tokens {args.draft_tokens} x {n} request(s) = {n * args.draft_tokens:,} tokens in one step; "
-            f"the total must fit int32 ({INT32_MAX:,})"
+            f"the total must fit int32 ({INT32_MAX:,})",
+            field="--draft-tokens",
         )
 
 
@@ -228,9 +238,11 @@ def _check_bucket(args: argparse.Namespace, n: int, spr: int) -> None:
         bs, flag = args.bucket, "--bucket"
         if bs not in buckets:
             shown = buckets if len(buckets) <= 40 else [*buckets[:20], "...", *buckets[-5:]]
-            raise MetadataError(f"--bucket {bs} is not a captured size; captured ({source}): {shown}")
+            raise MetadataError(f"--bucket {bs} is not a captured size; captured ({source}): {shown}", field="--bucket")
         if n > bs:
-            raise MetadataError(f"--bucket {bs} is smaller than the batch of {n} requests; a batch is never truncated")
+            raise MetadataError(
+                f"--bucket {bs} is smaller than the batch of {n} requests; a batch is never truncated", field="--bucket"
+            )
     else:
         bs, flag = next((b for b in buckets if b >= n), n), "--buckets"
     # The padded metadata is allocated at the bucket's size, as build_metadata does.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -69,6 +69,18 @@ class Intermediate:
 
     conv: torch.Tensor
     ssm: torch.Tensor
+
+
+class Tolerance(NamedTuple):
+    """How far a value may be off its reference: ``|got - ref| <= atol + rtol * |ref|``."""
+
+    atol: float
+    rtol: float
+
+
+FLOAT32_TOLERANCE = Tolerance(atol=2e-4, rtol=2e-3)
+"""A float32 layer step against its float64 reference, on the small test layers: the one pair the trace replay
+(states, accepts, checkpoints) and ``measure.integrity`` (its float32 default) compare with."""
 
 
 class _SeededLayer:
@@ -144,7 +156,9 @@ class _SeededLayer:
         accepted). A verify without its per-step buffers is refused."""
         verify = meta.forward_mode == "target_verify"
         if verify and intermediate is None:
-            raise MetadataError("intermediate: target_verify needs per-step buffers (layer.new_intermediate)")
+            raise MetadataError(
+                "intermediate: target_verify needs per-step buffers (layer.new_intermediate)", field="intermediate"
+            )
         if not (verify and meta.state_indices.dim() == 2):
             return meta.state_indices, False
         assert meta.num_accepted_tokens is not None  # validate() guarantees it for [bs, D] indices
@@ -187,10 +201,12 @@ class _SeededLayer:
         if meta.state_indices.dim() == 2:
             return
         if tuple(num_accepted.shape) != (r,):
-            raise MetadataError(f"num_accepted: expected shape ({r},), got {tuple(num_accepted.shape)}")
+            raise MetadataError(
+                f"num_accepted: expected shape ({r},), got {tuple(num_accepted.shape)}", field="num_accepted"
+            )
         for i, a in enumerate(num_accepted.tolist()):
             if not 1 <= a <= d:
-                raise MetadataError(f"num_accepted[{i}] = {a}: must be in 1..D={d}")
+                raise MetadataError(f"num_accepted[{i}] = {a}: must be in 1..D={d}", field="num_accepted", row=i)
         idx = meta.state_indices[:r]
         acc = num_accepted.to(device=idx.device)
         gdn.scatter_accepted(
@@ -310,7 +326,7 @@ class GatedDeltaNetLayer(_SeededLayer):
         ``intermediate``) in place. Reads only metadata tensors: safe to capture."""
         c, w, mode = self.config, self.weights, meta.forward_mode
         if mode not in self.supported_modes:
-            raise MetadataError(f"forward_mode: {mode!r} not supported by {type(self).__name__}")
+            raise MetadataError(f"forward_mode: {mode!r} not supported by {type(self).__name__}", field="forward_mode")
         T, N = x.shape[0], meta.state_indices.shape[0]
         if N == 0:
             return x.new_zeros(0, c.hidden_size)
@@ -438,7 +454,7 @@ class Mamba2Layer(_SeededLayer):
         metadata tensors: safe to capture."""
         c, w, mode = self.config, self.weights, meta.forward_mode
         if mode not in self.supported_modes:
-            raise MetadataError(f"forward_mode: {mode!r} not supported by Mamba2Layer")
+            raise MetadataError(f"forward_mode: {mode!r} not supported by Mamba2Layer", field="forward_mode")
         N, T = meta.state_indices.shape[0], x.shape[0]
         if N == 0:
             return x.new_zeros(0, c.hidden_size)
@@ -601,6 +617,7 @@ def make_layer(name: str, preset: str = "small", seed: int = 0, **kwargs: Any) -
 
 
 __all__ = [
+    "FLOAT32_TOLERANCE",
     "LAYERS",
     "GDNConfig",
     "GatedDeltaNetLayer",
@@ -610,6 +627,7 @@ __all__ = [
     "LayerState",
     "Mamba2Config",
     "Mamba2Layer",
+    "Tolerance",
     "float64_reference",
     "get_layer_spec",
     "make_layer",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from itertools import chain
 
 from kernels.conventions import CONVENTIONS, Convention
+from workbench.engine_versions import releases
 from workbench.errors import MetadataError
 
 
@@ -69,6 +70,12 @@ class Profile:
         notes: one sentence for tables and figures.
         checked_against: the released engine whose own metadata code ``workbench.engines`` compared with this
             profile (``make test-engines``), and what differs.
+        engine: the engine family ("sglang" for both sglang profiles, "vllm"), as the engine adapters and a
+            trace header's ``engine`` name it.
+        decodes_first: a mixed step lays its one-token (decode) rows before its extend rows (vLLM's
+            reorder), else after them (sglang's MIXED batch).
+        prefix_caches: the mamba prefix-cache strategies the engine has that the simulator models (sglang's
+            radix cache: "no_buffer", "extra_buffer"; vLLM's ``mamba_cache_mode``: "align").
     """
 
     name: str
@@ -81,6 +88,9 @@ class Profile:
     buckets: Callable[[int, bool], list[int]]
     notes: str
     checked_against: str = ""
+    engine: str = ""
+    decodes_first: bool = False
+    prefix_caches: tuple[str, ...] = ()
 
     @property
     def sentinel(self) -> int:
@@ -111,7 +121,7 @@ class Profile:
         (3, 1)
         """
         if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or draft_tokens < 1:
-            raise MetadataError(f"draft_tokens must be an int >= 1, got {draft_tokens!r}")
+            raise MetadataError(f"draft_tokens must be an int >= 1, got {draft_tokens!r}", field="draft_tokens")
         return draft_tokens if self.spec_indices_2d else 1
 
 
@@ -126,8 +136,11 @@ PROFILES: dict[str, Profile] = {
         verify_intermediate_by_row=True,
         buckets=sglang_buckets,
         notes="padded rows -1, kernels skip negative indices; slot 0 reserved because capture writes it",
-        checked_against="sglang 0.5.23: GDNAttnBackend and Mamba2AttnBackend equal bitwise in every mode, eager, "
-        "replay and capture",
+        checked_against=f"{releases('sglang')}: GDNAttnBackend and Mamba2AttnBackend equal bitwise in every mode, "
+        "eager, replay and capture",
+        engine="sglang",
+        decodes_first=False,
+        prefix_caches=("no_buffer", "extra_buffer"),
     ),
     "sglang-ascend": Profile(
         name="sglang-ascend",
@@ -142,8 +155,11 @@ PROFILES: dict[str, Profile] = {
             "padded rows point at dummy slot 0 and are processed there (the conv writes it; zero-length under "
             "the recurrence); seq-len fill 0"
         ),
-        checked_against="sglang 0.5.23: AscendGDNAttnBackend and AscendMamba2AttnBackend equal bitwise in every "
-        "mode, eager, replay and capture",
+        checked_against=f"{releases('sglang')}: AscendGDNAttnBackend and AscendMamba2AttnBackend equal bitwise in "
+        "every mode, eager, replay and capture",
+        engine="sglang",
+        decodes_first=False,
+        prefix_caches=("no_buffer", "extra_buffer"),
     ),
     "vllm": Profile(
         name="vllm",
@@ -156,9 +172,13 @@ PROFILES: dict[str, Profile] = {
         verify_intermediate_by_row=False,
         buckets=vllm_buckets,
         notes="padded rows 0 (the never-allocated null block), kernels guard idx <= 0",
-        checked_against="vLLM 0.33.0: the GDN and Mamba2 metadata builders equal bitwise in every mode, eager, "
+        checked_against=f"{releases('vllm', 'vLLM')}: the GDN and Mamba2 metadata builders equal bitwise in every "
+        "mode, eager, "
         "replay and capture, but an idle step: vLLM runs it as one dummy one-token request (query_start_loc "
         "[0, 1, 1, ...]), the workbench as no request",
+        engine="vllm",
+        decodes_first=True,
+        prefix_caches=("align",),
     ),
 }
 
@@ -170,4 +190,6 @@ def get_profile(profile: str | Profile) -> Profile:
     try:
         return PROFILES[profile]
     except (KeyError, TypeError):
-        raise MetadataError(f"profile: unknown profile {profile!r}; choose one of {sorted(PROFILES)}") from None
+        raise MetadataError(
+            f"profile: unknown profile {profile!r}; choose one of {sorted(PROFILES)}", field="profile"
+        ) from None

@@ -1,8 +1,10 @@
-"""sglang 0.5.23's own metadata code (workbench.engines.sglang_0_5_23) against the workbench profiles.
+"""sglang 0.5.23's own metadata code (its adapter, ``get_adapter("sglang")`` of the engines' registry) against
+the workbench profiles.
 
-Needs the released engine (``make engines``); skipped visibly without it. Every comparison uses fresh random
-batches from seeded pools that have seen frees, so live slots are scattered and no value is left over from
-an earlier case.
+Needs the released engine (``make engines``); skipped visibly without it. The ``sg`` fixture is the adapter's
+module, for its internals alone (``load_ascend``, ``_import``); adapters are built from the registry's class.
+Every comparison uses fresh random batches from seeded pools that have seen frees, so live slots are scattered
+and no value is left over from an earlier case.
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ import pytest
 import torch
 
 from workbench import Batch, StatePool, build_metadata
+from workbench.engines.registry import get_adapter
 from workbench.engines.versions import installed_version
 from workbench.traces.model import RECOMPUTE_FIELDS
 
+ADAPTER = get_adapter("sglang")
 pytestmark = [
     pytest.mark.engines,
     pytest.mark.skipif(
-        installed_version("sglang") != "0.5.23",
-        reason=f"sglang 0.5.23 is not installed (found {installed_version('sglang')}); make engines installs it",
+        installed_version("sglang") != ADAPTER.version,
+        reason=f"sglang {ADAPTER.version} is not installed (found {installed_version('sglang')}); "
+        "make engines installs it",
     ),
 ]
 
@@ -34,10 +39,10 @@ MODES = ("decode", "target_verify", "idle")
 
 @pytest.fixture(scope="module")
 def sg():
-    from workbench.engines import sglang_0_5_23
-
-    sglang_0_5_23.load()
-    return sglang_0_5_23
+    """The adapter's module, its engine imported: for the module's internals (the adapter: ``ADAPTER``)."""
+    module = sys.modules[ADAPTER.__module__]
+    module.load()
+    return module
 
 
 def scattered_pool(profile: str, seed: int, num_slots: int = 64) -> StatePool:
@@ -84,7 +89,7 @@ def differences(engine, workbench, fields) -> dict[str, tuple]:
 def test_decode_five_of_eight(sg, layer):
     pool = scattered_pool("sglang", 0)
     rows = pool.live_rows[:5]
-    adapter = sg.Adapter(pool, BUCKETS, layer=layer)
+    adapter = ADAPTER(pool, BUCKETS, layer=layer)
     meta = adapter.replay(Batch.decode(rows, [17, 33, 5, 100, 64]), 8)
     live = [pool.slots_of(r)[0] for r in rows]
     assert meta.state_indices.dtype == torch.int32 and meta.query_start_loc.dtype == torch.int32
@@ -99,7 +104,7 @@ def test_decode_five_of_eight(sg, layer):
 @pytest.mark.parametrize("mode", ["decode", "target_verify"])
 def test_capture_puts_every_row_on_the_dummy_slot(sg, layer, mode):
     pool = scattered_pool("sglang", 1)
-    adapter = sg.Adapter(pool, BUCKETS, draft_tokens=3, layer=layer)
+    adapter = ADAPTER(pool, BUCKETS, draft_tokens=3, layer=layer)
     adapter.replay(random_batch(pool, mode, random.Random(1), 3), 16)  # live values in the buffers first
     for bs in reversed(BUCKETS):  # largest first, as the runner captures
         meta = adapter.capture(mode, bs)
@@ -119,7 +124,7 @@ def test_eager_agrees_with_the_profile(sg, layer, mode, seed):
     rnd = random.Random(seed)
     pool = scattered_pool("sglang", seed)
     d = rnd.randint(1, 5)
-    adapter = sg.Adapter(pool, BUCKETS, draft_tokens=d, layer=layer)
+    adapter = ADAPTER(pool, BUCKETS, draft_tokens=d, layer=layer)
     for _ in range(5):
         batch = random_batch(pool, mode, rnd, d)
         got = adapter.eager(batch)
@@ -134,7 +139,7 @@ def test_replay_agrees_with_the_profile(sg, layer, mode, seed):
     rnd = random.Random(100 + seed)
     pool = scattered_pool("sglang", seed)
     d = rnd.randint(1, 5)
-    adapter = sg.Adapter(pool, BUCKETS, draft_tokens=d, layer=layer)
+    adapter = ADAPTER(pool, BUCKETS, draft_tokens=d, layer=layer)
     for _ in range(10):
         batch = random_batch(pool, mode, rnd, d)
         bucket = min(b for b in BUCKETS if b >= max(batch.raw_batch_size, 1))
@@ -145,7 +150,7 @@ def test_replay_agrees_with_the_profile(sg, layer, mode, seed):
 
 def test_replay_returns_copies_not_the_static_buffers(sg):
     pool = scattered_pool("sglang", 2)
-    adapter = sg.Adapter(pool, BUCKETS)
+    adapter = ADAPTER(pool, BUCKETS)
     rows = pool.live_rows
     first = adapter.replay(Batch.decode(rows[:8], [5] * 8), 8)
     kept = first.state_indices.tolist()
@@ -156,7 +161,7 @@ def test_replay_returns_copies_not_the_static_buffers(sg):
 
 def test_compared_fields(sg):
     pool = scattered_pool("sglang", 3)
-    gdn, mamba2 = sg.Adapter(pool, BUCKETS), sg.Adapter(pool, BUCKETS, layer="mamba2")
+    gdn, mamba2 = ADAPTER(pool, BUCKETS), ADAPTER(pool, BUCKETS, layer="mamba2")
     for adapter in (gdn, mamba2):
         for mode in ("decode", "target_verify", "extend", "idle"):
             assert {"state_indices", "query_start_loc"} <= set(adapter.compared_fields(mode))
@@ -170,7 +175,7 @@ def test_compared_fields(sg):
 def test_adapter_class_finds_this_adapter(sg):
     from workbench.engines import adapter_class
 
-    assert adapter_class("sglang") is sg.Adapter
+    assert adapter_class("sglang") is ADAPTER is sg.Adapter
 
 
 # -- Ascend -------------------------------------------------------------------------------------------
@@ -181,7 +186,7 @@ def test_ascend_class_captures_and_replays_on_the_cpu(sg, index):
     cls = sg.load_ascend()[index]
     pool = scattered_pool("sglang-ascend", 4)
     rnd = random.Random(4)
-    adapter = sg.Adapter(pool, BUCKETS, draft_tokens=3, backend_class=cls)
+    adapter = ADAPTER(pool, BUCKETS, draft_tokens=3, backend_class=cls)
     assert adapter.profile == "sglang-ascend" and adapter.fill_value == 0
     for mode in ("decode", "target_verify"):
         meta = adapter.capture(mode, 8)
@@ -223,7 +228,7 @@ def test_reverted_ascend_fix_raises_the_engines_own_type_error(sg, tmp_path):
     assert spec is not None and spec.loader is not None
     reverted = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reverted)
-    adapter = sg.Adapter(scattered_pool("sglang-ascend", 5), BUCKETS, backend_class=reverted.AscendMamba2AttnBackend)
+    adapter = ADAPTER(scattered_pool("sglang-ascend", 5), BUCKETS, backend_class=reverted.AscendMamba2AttnBackend)
     assert adapter.profile == "sglang-ascend"
     with pytest.raises(TypeError, match=r"_replay_metadata\(\) got an unexpected keyword argument 'in_capture'"):
         adapter.capture("decode", 8)

@@ -21,13 +21,16 @@ import torch
 from kernels import mamba2
 from kernels.mamba2.chunk_grid import grid_index, grid_size
 from kernels.testing import cu_seqlens, rel_err
+from workbench.engines.registry import get_adapter
 from workbench.engines.versions import installed_version
 
+ADAPTER = get_adapter("sglang")
 pytestmark = [
     pytest.mark.engines,
     pytest.mark.skipif(
-        installed_version("sglang") != "0.5.23",
-        reason=f"sglang 0.5.23 is not installed (found {installed_version('sglang')}); make engines installs it",
+        installed_version("sglang") != ADAPTER.version,
+        reason=f"sglang {ADAPTER.version} is not installed (found {installed_version('sglang')}); "
+        "make engines installs it",
     ),
 ]
 
@@ -40,9 +43,7 @@ def ssd():
     """sglang's ``mamba_chunk_scan_combined`` with the CPU shims (module docstring), undone afterwards."""
     import triton
 
-    from workbench.engines import sglang_0_5_23
-
-    sglang_0_5_23.load()
+    importlib.import_module(ADAPTER.__module__).load()  # the engine, its stand-ins installed
     from sglang.kernels.ops.mamba.triton_ops import mamba_chunk_scan_combined
 
     saved: list[tuple[object, str, object]] = []

@@ -1,5 +1,6 @@
-"""vLLM 0.33.0's real GDN and Mamba2 metadata builders (workbench.engines.vllm_0_33_0) against the workbench's
-vllm profile: exact padded rows, capture, eager and replay on random batches of every mode.
+"""vLLM 0.33.0's real GDN and Mamba2 metadata builders (its adapter, ``adapter_class("vllm")`` from the engines'
+registry) against the workbench's vllm profile: exact padded rows, capture, eager and replay on random batches
+of every mode. The adapter's module is imported by name for its internals alone (``STANDINS``).
 
 Needs vLLM 0.33.0 installed (``make engines``; ``make test-engines`` runs these); skipped, with the reason,
 where it is not. Where the engine and the profile differ, an ``xfail(strict=True)`` names the difference.
@@ -13,16 +14,18 @@ import pytest
 import torch
 
 from workbench.batch import Batch
-from workbench.engines.versions import EngineError, check_supported
+from workbench.engines import adapter_class
+from workbench.engines.base import EngineAdapter
+from workbench.engines.versions import EngineError
 from workbench.metadata import Metadata, MetadataBuffers, build_metadata
 from workbench.pool import StatePool
 
 try:
-    check_supported("vllm")
+    Adapter = adapter_class("vllm")  # the registry's adapter of the installed release
 except EngineError as e:
-    pytest.skip(f"vllm 0.33.0 is not importable here: {e}", allow_module_level=True)
+    pytest.skip(f"vllm is not importable here: {e}", allow_module_level=True)
 
-from workbench.engines.vllm_0_33_0 import STANDINS, Adapter  # noqa: E402
+from workbench.engines.vllm_0_33_0 import STANDINS  # noqa: E402  (the module's internals: its stand-ins)
 
 pytestmark = pytest.mark.engines
 
@@ -66,7 +69,7 @@ def random_batch(mode: str, pool: StatePool, rng: random.Random, draft_tokens: i
     return Batch.extend(rows, ext, pre)
 
 
-def adapter(pool: StatePool, layer: str, draft_tokens: int = 2) -> Adapter:
+def adapter(pool: StatePool, layer: str, draft_tokens: int = 2) -> EngineAdapter:
     return Adapter(pool, BUCKETS, draft_tokens, layer=layer)
 
 

@@ -224,7 +224,7 @@ def test_a_stale_claim_on_a_slot_a_copy_once_filled_is_still_recomputed():
     ]
     rep = TraceReplayer(Trace(HEADER, body))
     assert rep.step(body[0]) == [] and rep.step(body[1]) == []
-    rep.book._prefix.clear()  # as if the prefix had left the cache of recomputed states
+    rep.book.record.forget_prefixes()  # as if the prefix had left the cache of recomputed states
     (d,) = rep.step(body[2])
     assert (d.step, d.field) == (2, "checkpoint") and "off the float64 state" in d.detail, d
 

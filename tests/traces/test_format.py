@@ -259,7 +259,7 @@ HEADER_REFUSALS = [
     (
         header_with(max_bs=8),
         "line 1: max_bs: unknown header field (known: format, version, profile, layer, num_slots, buckets, "
-        "draft_tokens, seed)",
+        "draft_tokens, seed, engine)",
     ),
 ]
 

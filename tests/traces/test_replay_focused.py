@@ -18,6 +18,7 @@ from workbench.batch import Batch
 from workbench.metadata import Metadata
 from workbench.traces import Trace, TraceHeader
 from workbench.traces.replay import (
+    PhaseTimer,
     TraceDivergence,
     TraceInputError,
     TraceReplayer,
@@ -116,10 +117,22 @@ CLEAN_STEPS = [
 ]
 
 
+class Laps(PhaseTimer):
+    """A timer that keeps every phase's seconds in the order the replay reports them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.laps: list[tuple[str, float]] = []
+
+    def lap(self, phase: str, seconds: float) -> None:
+        super().lap(phase, seconds)
+        self.laps.append((phase, seconds))
+
+
 @pytest.fixture(scope="module")
 def clean():
     trace = scripted("sglang", "gdn", CLEAN_STEPS, num_slots=5, buckets={"decode": [1, 2]})
-    replayer = TraceReplayer(trace)
+    replayer = TraceReplayer(trace, timer=Laps())
     calls: list[tuple[int, int]] = []
     t0 = time.perf_counter()
     result = replayer.run(progress=lambda done, total: calls.append((done, total)))
@@ -155,8 +168,28 @@ def test_each_phase_is_timed_within_the_wall_time(clean):
     assert all(0 <= s <= wall for s in result.seconds.values()) and result.seconds["replay"] > 0
     assert result.seconds["reference"] > 0 and result.seconds["check"] > 0
     assert result.seconds["metadata"] > 0 and result.seconds["prefix"] > 0  # measured every step, if briefly
-    assert len(replayer.timings) == 7 and all(0 <= t <= wall for step in replayer.timings for t in step)
-    assert sum(t[0] for t in replayer.timings) == pytest.approx(result.seconds["replay"])
+    laps = replayer.timer.laps
+    assert all(0 <= t <= wall for _, t in laps) and replayer.timer.seconds is result.seconds
+    assert [p for p, _ in laps if p in ("replay", "reference", "check")] == ["replay", "reference", "check"] * 7
+    assert sum(t for p, t in laps if p == "replay") == pytest.approx(result.seconds["replay"])
+    # each step: its evictions, its hits and copies, the metadata check, the forward, then its checkpoints
+    assert [p for p, _ in laps[:7]] == ["prefix", "prefix", "metadata", "replay", "reference", "check", "prefix"]
+
+
+def test_a_replay_without_a_timer_reads_no_clock(monkeypatch):
+    import workbench.traces.replay as replay_module
+
+    def no_clock() -> float:
+        raise AssertionError("the replay read the clock")
+
+    trace = scripted("sglang", "gdn", CLEAN_STEPS[:3], num_slots=5, buckets={"decode": [1, 2]})
+    replayer = TraceReplayer(trace)
+    monkeypatch.setattr(replay_module.time, "perf_counter", no_clock)
+    result = replayer.run()
+    monkeypatch.undo()
+    assert result.ok and replayer.timer is None and result.seconds == dict.fromkeys(result.seconds, 0.0)
+    timed = replay_trace(trace)  # the CLI's: timed by phase
+    assert timed.ok and timed.seconds["replay"] > 0
 
 
 def test_steps_the_trace_cannot_run_are_input_errors(clean):
@@ -543,12 +576,6 @@ def test_prefix_cache_work_is_counted_and_a_checkpoint_overwritten_is_named():
 
 
 # -- the replay's small helpers --------------------------------------------------------------------------
-def test_the_slot_number_in_an_integrity_location():
-    from workbench.traces.replay import _int_in
-
-    assert (_int_in("slot 12 of 3"), _int_in("x7"), _int_in("none")) == (12, 7, None)
-
-
 def test_the_first_row_that_differs():
     from workbench.traces.replay import _first_row_difference
 
@@ -588,10 +615,14 @@ def test_a_divergence_kind_is_one_of_the_closed_set():
     assert TraceDivergence(0, "tokens", "seq_len", "x").kind in DIVERGENCE_KINDS
     with pytest.raises(ValueError, match="kind: 'state off reference' is not one of"):
         TraceDivergence(0, "state off reference", "ssm", "x")
-    # every problem an integrity report names maps to a kind of the set
-    from workbench.measure.integrity import OutputMismatch, RowMismatch, SlotChange, StateMismatch
-    from workbench.traces.replay import PROBLEM_KINDS
+    # every problem list of an integrity report maps to a kind of the set, read from its typed fields
+    from dataclasses import fields
 
+    from workbench.measure.integrity import OutputMismatch, RowMismatch, SlotChange, StateMismatch
+    from workbench.traces.replay import REPORT_PROBLEMS, _report_problems
+
+    lists = {f.name for f in fields(IntegrityReport) if f.name not in ("atol", "rtol")}
+    assert set(REPORT_PROBLEMS) == lists and {k for k, _ in REPORT_PROBLEMS.values()} <= set(DIVERGENCE_KINDS)
     report = IntegrityReport(
         changed_slots=[SlotChange("ssm", 1)],
         state_mismatches=[StateMismatch("ssm", 2, 0.5)],
@@ -599,4 +630,12 @@ def test_a_divergence_kind_is_one_of_the_closed_set():
         output_mismatches=[OutputMismatch(0, 0.5)],
         nonzero_padded_outputs=[3],
     )
-    assert {PROBLEM_KINDS[what] for what, *_ in report.problems()} <= set(DIVERGENCE_KINDS)
+    assert list(_report_problems(report)) == [
+        ("changed_slots", "ssm", 1, "slot 1", None),
+        ("state_mismatches", "ssm", 2, "slot 2", 0.5),
+        ("intermediate_mismatches", "ssm", None, "row 0", 0.5),
+        ("output_mismatches", "output", None, "token 0", 0.5),
+        ("nonzero_padded_outputs", "output", None, "token 3", None),
+    ]
+    # in the report's own order, each with the words it has for it
+    assert [REPORT_PROBLEMS[name][1] for name, *_ in _report_problems(report)] == [p[0] for p in report.problems()]

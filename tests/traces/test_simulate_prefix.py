@@ -14,6 +14,7 @@ import pytest
 from workbench import cli
 from workbench.pool import StatePool
 from workbench.traces import simulate as sim_module
+from workbench.traces import strategies
 from workbench.traces.format import read_trace, write_trace
 from workbench.traces.model import FINAL_TRACK_FIELDS, PREFIX_KEYS, Trace
 from workbench.traces.simulate import SimulationError, simulate
@@ -39,13 +40,13 @@ def run(seed: int = 0, steps: int = STEPS, **kw: Any) -> Trace:
 def recorded_prompts(monkeypatch: pytest.MonkeyPatch) -> dict[int, tuple[int, ...]]:
     """Request id -> its prompt, as the simulator admits it (the trace has only the ids each row feeds)."""
     prompts: dict[int, tuple[int, ...]] = {}
-    admit = sim_module._NoBuffer.admit
+    admit = strategies.NoBuffer.admit
 
     def spy(self: Any, req: Any) -> bool:
         prompts[req.id] = tuple(req.prompt)
         return admit(self, req)
 
-    monkeypatch.setattr(sim_module._NoBuffer, "admit", spy)
+    monkeypatch.setattr(strategies.NoBuffer, "admit", spy)
     return prompts
 
 
@@ -549,7 +550,7 @@ def test_extra_buffer_tracks_donates_and_records_by_the_rules(kw, monkeypatch):
 def test_extra_buffer_holds_three_slots_per_request_in_the_simulated_pool(monkeypatch):
     """The simulator's own pool: every live request owns one slot and holds two ping-pong slots."""
     seen: list[int] = []
-    track = sim_module._ExtraBuffer.track
+    track = strategies.ExtraBuffer.track
 
     def spy(self: Any, mode: str, rows: list[Any]) -> None:
         track(self, mode, rows)
@@ -560,7 +561,7 @@ def test_extra_buffer_holds_three_slots_per_request_in_the_simulated_pool(monkey
         assert len(self.pool.held_slots) == 2 * live + len(self.tree)
         seen.append(live)
 
-    monkeypatch.setattr(sim_module._ExtraBuffer, "track", spy)
+    monkeypatch.setattr(strategies.ExtraBuffer, "track", spy)
     trace = run_eb(steps=150)
     assert max(seen) > 3 and (trace.header.num_slots - 1) % 3 == 0  # the default pool: 3 slots per request
 

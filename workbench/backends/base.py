@@ -38,7 +38,9 @@ class MetadataBackend:
         self.buffers: dict[str, MetadataBuffers] = {}
         for mode in modes:
             if mode not in GRAPH_MODES:
-                raise MetadataError(f"modes: {mode!r} is not a graph mode; graphs exist for {GRAPH_MODES}")
+                raise MetadataError(
+                    f"modes: {mode!r} is not a graph mode; graphs exist for {GRAPH_MODES}", field="modes"
+                )
             d = draft_tokens if mode == "target_verify" else 1
             self.buffers[mode] = MetadataBuffers(pool, mode, per_mode.get(mode), d)
         self.forward_metadata: Metadata | None = None
@@ -47,7 +49,10 @@ class MetadataBackend:
         """Which graph runs ``batch``: its own mode; an idle batch runs the decode graph."""
         mode = "decode" if batch.mode == "idle" else batch.mode
         if mode not in self.buffers:
-            raise MetadataError(f"forward_mode: {batch.mode!r} is not captured; graphs exist for {tuple(self.buffers)}")
+            raise MetadataError(
+                f"forward_mode: {batch.mode!r} is not captured; graphs exist for {tuple(self.buffers)}",
+                field="forward_mode",
+            )
         return mode
 
     def to_pool_device(self, batch: Batch) -> Batch:

@@ -21,10 +21,30 @@ import torch
 
 from workbench.layer_names import GDN, MAMBA2
 from workbench.measure.timing import Results, TimingRecord
-from workbench.traces.replay import TraceReplayer
+from workbench.traces.replay import PhaseTimer, TraceReplayer
 from workbench.traces.simulate import simulate
 
 PHASES = ("replay", "reference", "check")
+"""The phases of a step's forward the table splits its cost into (the replay's own, :class:`ForwardSplit`)."""
+
+
+class ForwardSplit(PhaseTimer):
+    """The replay's timer for the benchmark: the phase totals, and each forward's ``(replay, reference,
+    check)`` seconds in ``forwards`` (a step whose forward ran to its check)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forwards: list[tuple[float, float, float]] = []
+        self._split: dict[str, float] = {}
+
+    def lap(self, phase: str, seconds: float) -> None:
+        super().lap(phase, seconds)
+        if phase not in PHASES:
+            return
+        self._split[phase] = seconds
+        if phase == PHASES[-1]:
+            self.forwards.append((self._split.get("replay", 0.0), self._split.get("reference", 0.0), seconds))
+            self._split = {}
 
 
 PREFIX_RUNS = {
@@ -44,7 +64,7 @@ def _prefix_cache_cost(
     """A prefix-cache trace: the cost of its checkpoint checks and copies against the trace's own check phase
     (the goal: verifying checkpoints at most doubles the check time)."""
     trace = simulate(profile, layer, steps=steps, seed=0, prefix_cache=strategy, spec=spec)
-    replayer = TraceReplayer(trace, backend="cpu" if device == "auto" else device)
+    replayer = TraceReplayer(trace, backend="cpu" if device == "auto" else device, timer=PhaseTimer())
     t0 = time.perf_counter()
     result = replayer.run(stop_at_first=False)
     seconds = time.perf_counter() - t0
@@ -78,17 +98,18 @@ def run(
     trace = simulate("sglang", GDN, steps=steps, seed=0, spec=2, buckets=[1, 2, 4, 8], max_running=10)
     simulate_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    replayer = TraceReplayer(trace, backend="cpu" if device == "auto" else device)
+    timer = ForwardSplit()
+    replayer = TraceReplayer(trace, backend="cpu" if device == "auto" else device, timer=timer)
     capture_s = time.perf_counter() - t1
     t2 = time.perf_counter()
     result = replayer.run(stop_at_first=False)
     run_s = time.perf_counter() - t2
     res = Results(meta={"benchmark": "trace", "quick": quick, "steps": steps, "ok": result.ok})
-    half = len(replayer.timings) // 2
+    half = len(timer.forwards) // 2
     print(f"{steps:,} steps, {result.summary()}")
     print(f"{'phase':<10}{'median us/step':>16}{'IQR':>10}{'total s':>10}{'2nd half / 1st':>16}")
     rows = [("simulate", [simulate_s / steps] * steps)]
-    rows += [(name, [t[i] for t in replayer.timings]) for i, name in enumerate(PHASES)]
+    rows += [(name, [t[i] for t in timer.forwards]) for i, name in enumerate(PHASES)]
     for name, values in rows:
         flat = statistics.median(values[half:]) / max(statistics.median(values[:half]), 1e-12) if half else 1.0
         rec = TimingRecord.from_times(

@@ -7,9 +7,10 @@ of it) as a :class:`~workbench.backends.MetadataBackend`, so :class:`~workbench.
 and replays with the engine's own ``init_forward_metadata_out_graph(..., in_capture=True)``. ``workbench
 engine-check`` is the command line.
 
-Adapters exist per released version (:data:`SUPPORTED`); each imports the installed engine with the
-stand-ins of :mod:`~workbench.engines.standins` for device-only modules. ``make engines`` installs both
-engines beside the CPU torch.
+Adapters exist per verified release (:data:`workbench.engine_versions.VERIFIED`, the one table;
+``SUPPORTED`` is it), their classes in :data:`workbench.engines.registry.ADAPTERS`; each imports the installed
+engine with the stand-ins of :mod:`~workbench.engines.standins` for device-only modules. ``make engines``
+installs both engines beside the CPU torch.
 """
 
 from __future__ import annotations
@@ -22,11 +23,6 @@ from workbench.engines.versions import SUPPORTED, EngineError, check_supported, 
 if TYPE_CHECKING:
     from workbench.engines.base import EngineAdapter
 
-_MODULES = {
-    ("sglang", "0.5.23"): "workbench.engines.sglang_0_5_23",
-    ("vllm", "0.33.0"): "workbench.engines.vllm_0_33_0",
-}
-
 
 def __getattr__(name: str) -> Any:
     if name == "EngineAdapter":  # the adapter base imports torch: only when asked for
@@ -37,10 +33,12 @@ def __getattr__(name: str) -> Any:
 
 
 def adapter_class(engine: str) -> type[EngineAdapter]:
-    """The adapter of the installed version of ``engine`` (:class:`EngineError` when there is none)."""
+    """The adapter of the installed version of ``engine`` (:class:`EngineError` when there is none), from
+    :data:`workbench.engines.registry.ADAPTERS` (imported here: the adapters import torch)."""
     version = check_supported(engine)
-    module = importlib.import_module(_MODULES[(engine, version)])
-    return module.Adapter
+    from workbench.engines.registry import get_adapter
+
+    return get_adapter(engine, version)
 
 
 def installed_engines() -> list[str]:

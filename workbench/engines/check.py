@@ -28,6 +28,7 @@ from workbench.engines.subject import EngineBackend, engine_backend
 from workbench.layer_names import DEFAULT_LAYER
 from workbench.layers import LayerError, make_layer
 from workbench.pool import StatePool
+from workbench.profiles import get_profile
 from workbench.runner import GraphRunner
 
 DEFAULT_BUCKETS = (1, 2, 4, 8)
@@ -151,7 +152,7 @@ def engine_check(
         probe_pool(adapter_class, draft_tokens), buckets, draft_tokens, layer=layer, backend_class=backend_class
     )
     profile = probe.profile
-    pool = StatePool(64, profile, slots_per_request=draft_tokens if profile == "vllm" else 1)
+    pool = StatePool(64, profile, slots_per_request=get_profile(profile).slots_per_request(draft_tokens))
     pool.alloc(min(pool.capacity, 2 * max(buckets)))
     result = EngineCheck(probe.label, profile)
     try:
@@ -183,7 +184,7 @@ def _subject(
     graph_modes = [m for m in CAPTURED if m in modes] or ["decode"]
     runner = GraphRunner(
         _layer(layer),
-        StatePool(64, profile, slots_per_request=draft_tokens if profile == "vllm" else 1),
+        StatePool(64, profile, slots_per_request=get_profile(profile).slots_per_request(draft_tokens)),
         buckets=list(buckets),
         modes=graph_modes,
         backend="cpu",

@@ -18,6 +18,7 @@ import json
 import sys
 from typing import Any
 
+from workbench.engine_versions import ENGINE_NAMES, releases
 from workbench.layer_names import DEFAULT_LAYER, LAYER_NAMES
 
 SUMMARY = "run the installed engine's own metadata backend as oracle (vs the profile) and subject (capture, replay)"
@@ -31,7 +32,10 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         f"{SUMMARY}. Exit 0: capture, replay and the metadata agree with the profile and integrity holds; "
         "1: a divergence or an engine error (the call, the TypeError, the batch); 2: bad input."
     )
-    parser.add_argument("engine", choices=("sglang", "vllm"), help="the installed engine (make engines installs both)")
+    verified = "; ".join(releases(name) for name in ENGINE_NAMES)
+    parser.add_argument(
+        "engine", choices=ENGINE_NAMES, help=f"the installed engine, at a verified release ({verified}; make engines)"
+    )
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--backend", metavar="MODULE:CLASS", help="a backend class importable by module name")
     which.add_argument("--file", metavar="PATH:CLASS", help="a backend class in a .py file (a modified engine file)")

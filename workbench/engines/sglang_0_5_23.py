@@ -387,7 +387,7 @@ class Adapter(EngineAdapter):
                 f"sglang reserves mamba slot 0 for padding; the pool's dummy slot is {pool.profile.dummy_slot}"
             )
         if not self.buckets:
-            raise MetadataError("buckets: empty list; capture at least one batch size")
+            raise MetadataError("buckets: empty list; capture at least one batch size", field="buckets")
         self._engine = load()
         cls = backend_class or {GDN: self._engine.gdn, MAMBA2: self._engine.mamba2}[layer]
         for namespace in _class_globals(cls):  # a user's copy of a backend file imports the getters too
@@ -432,11 +432,12 @@ class Adapter(EngineAdapter):
         """``init_forward_metadata_out_graph`` on the runner's replay view of ``batch`` padded to ``bucket``."""
         r = batch.raw_batch_size
         if batch.mode == "extend":
-            raise MetadataError("mode: extend runs eagerly in sglang (no decode graph); use eager()")
+            raise MetadataError("mode: extend runs eagerly in sglang (no decode graph); use eager()", field="mode")
         if batch.mode == "target_verify" and batch.draft_tokens != self.draft_tokens:
             raise MetadataError(
                 f"draft_tokens: the verify graphs were set up for D={self.draft_tokens}, "
-                f"the batch has D={batch.draft_tokens}"
+                f"the batch has D={batch.draft_tokens}",
+                field="draft_tokens",
             )
         bs = resolve_bucket(r, self.buckets, bucket)
         assert bs is not None  # an int bucket resolves to itself or raises

@@ -1,14 +1,17 @@
 """Which engine versions have an adapter, and which is installed: read from distribution metadata, so that
-``workbench engine-check --help`` and the widgets' engine choices import neither torch nor an engine."""
+``workbench engine-check --help`` and the widgets' engine choices import neither torch nor an engine.
+
+The versions are :data:`workbench.engine_versions.VERIFIED`'s, the one table (``SUPPORTED`` is that table)."""
 
 from __future__ import annotations
 
 import importlib.metadata
 
+from workbench.engine_versions import VERIFIED
 from workbench.errors import WorkbenchError
 
-SUPPORTED: dict[str, tuple[str, ...]] = {"sglang": ("0.5.23",), "vllm": ("0.33.0",)}
-"""Engine -> the released versions an adapter exists for."""
+SUPPORTED: dict[str, tuple[str, ...]] = VERIFIED
+"""Engine -> the released versions an adapter exists for: :data:`workbench.engine_versions.VERIFIED` itself."""
 
 
 class EngineError(WorkbenchError, RuntimeError):

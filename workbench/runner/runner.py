@@ -96,22 +96,24 @@ def _check_runner_args(
     """GraphRunner's arguments, each alone, before anything is allocated."""
     missing = [a for a in ("forward", "new_state", "config", "dtype", "supported_modes") if not hasattr(layer, a)]
     if missing:
-        raise MetadataError(f"layer: {type(layer).__name__} is not a workbench layer (it lacks {', '.join(missing)})")
+        raise MetadataError(
+            f"layer: {type(layer).__name__} is not a workbench layer (it lacks {', '.join(missing)})", field="layer"
+        )
     if not isinstance(pool, StatePool):
-        raise MetadataError(f"pool must be a workbench.StatePool, got {type(pool).__name__}")
+        raise MetadataError(f"pool must be a workbench.StatePool, got {type(pool).__name__}", field="pool")
     check_int("draft_tokens", draft_tokens, 1, INT32_MAX)
     if modes is not None:
         if isinstance(modes, str) or not isinstance(modes, Sequence):
-            raise MetadataError(f"modes must be a list of graph modes, got {modes!r}")
+            raise MetadataError(f"modes must be a list of graph modes, got {modes!r}", field="modes")
         for i, m in enumerate(modes):
             if m not in GRAPH_MODES:
-                raise MetadataError(f"modes[{i}] = {m!r}: graphs are captured for {GRAPH_MODES}")
+                raise MetadataError(f"modes[{i}] = {m!r}: graphs are captured for {GRAPH_MODES}", field="modes", row=i)
     if backend not in BACKEND_NAMES:
-        raise MetadataError(f"backend must be one of {BACKEND_NAMES}, got {backend!r}")
+        raise MetadataError(f"backend must be one of {BACKEND_NAMES}, got {backend!r}", field="backend")
     if state_seed is not None:
         check_int("state_seed", state_seed, 0)
     if not isinstance(validate_metadata, bool):
-        raise MetadataError(f"validate_metadata must be a bool, got {validate_metadata!r}")
+        raise MetadataError(f"validate_metadata must be a bool, got {validate_metadata!r}", field="validate_metadata")
 
 
 def _check_runner_parts(layer: Any, pool: StatePool, buckets: object, state: object, metadata_backend: object) -> None:
@@ -119,22 +121,29 @@ def _check_runner_parts(layer: Any, pool: StatePool, buckets: object, state: obj
     if isinstance(buckets, dict):
         for key in buckets:
             if key not in GRAPH_MODES:
-                raise MetadataError(f"buckets: key {key!r} is not a graph mode; keys are {GRAPH_MODES}")
+                raise MetadataError(
+                    f"buckets: key {key!r} is not a graph mode; keys are {GRAPH_MODES}", field="buckets"
+                )
     if metadata_backend is not None and not (
         isinstance(metadata_backend, type) and issubclass(metadata_backend, MetadataBackend)
     ):
-        raise MetadataError(f"metadata_backend must be a MetadataBackend subclass, got {metadata_backend!r}")
+        raise MetadataError(
+            f"metadata_backend must be a MetadataBackend subclass, got {metadata_backend!r}", field="metadata_backend"
+        )
     if state is None:
         return
     if not isinstance(state, LayerState):
-        raise MetadataError(f"state must be a LayerState (layer.new_state(num_slots)), got {type(state).__name__}")
+        raise MetadataError(
+            f"state must be a LayerState (layer.new_state(num_slots)), got {type(state).__name__}", field="state"
+        )
     shapes = getattr(layer, "_state_shapes", None)
     if shapes is not None:
         for name, got, want in zip(("conv", "ssm"), (state.conv, state.ssm), shapes(pool.num_slots), strict=True):
             if tuple(got.shape) != tuple(want):
                 raise MetadataError(
                     f"state.{name}: shape {tuple(got.shape)}, expected {tuple(want)} "
-                    f"for the pool's {pool.num_slots} slots"
+                    f"for the pool's {pool.num_slots} slots",
+                    field=f"state.{name}",
                 )
 
 
@@ -176,14 +185,16 @@ class GraphRunner:
         _check_runner_args(layer, pool, draft_tokens, modes, backend, state_seed, validate_metadata)
         _check_runner_parts(layer, pool, buckets, state, metadata_backend)
         if profile is not None and get_profile(profile).name != pool.profile.name:
-            raise MetadataError(f"profile: {profile!r} given, but the pool follows {pool.profile.name!r}")
+            raise MetadataError(
+                f"profile: {profile!r} given, but the pool follows {pool.profile.name!r}", field="profile"
+            )
         self.layer, self.pool, self.draft_tokens = layer, pool, draft_tokens
         self.validate_metadata = validate_metadata
         self.graph_backend = get_backend(backend, device=pool.device if backend == "auto" else None)
         wanted = modes or ("decode", "target_verify")
         self.modes = tuple(m for m in wanted if m in layer.supported_modes)
         if not self.modes:
-            raise MetadataError(f"modes: {tuple(wanted)} none supported by {type(layer).__name__}")
+            raise MetadataError(f"modes: {tuple(wanted)} none supported by {type(layer).__name__}", field="modes")
         cls = metadata_backend or metadata_backend_for(self.graph_backend.name)
         self.meta_backend: MetadataBackend = cls(pool, buckets, draft_tokens, modes=self.modes)
         self._check_memory(state is None)
@@ -300,10 +311,13 @@ class GraphRunner:
         n = batch.raw_batch_size * (0 if batch.mode == "idle" else tokens_per_row(mode, self.draft_tokens))
         hidden = self.layer.config.hidden_size
         if tuple(inputs.shape) != (n, hidden):
-            raise MetadataError(f"inputs: expected shape ({n}, {hidden}) for {batch!r}, got {tuple(inputs.shape)}")
+            raise MetadataError(
+                f"inputs: expected shape ({n}, {hidden}) for {batch!r}, got {tuple(inputs.shape)}", field="inputs"
+            )
         if inputs.dtype != self.layer.dtype or inputs.device != self.pool.device:
             raise MetadataError(
-                f"inputs: expected {self.layer.dtype} on {self.pool.device}, got {inputs.dtype} on {inputs.device}"
+                f"inputs: expected {self.layer.dtype} on {self.pool.device}, got {inputs.dtype} on {inputs.device}",
+                field="inputs",
             )
         return n
 
@@ -350,10 +364,10 @@ class GraphRunner:
         """After a verify step: scatter each live row's last accepted state back to its slot (sglang)."""
         meta = self.last_metadata
         if meta is None or meta.forward_mode != "target_verify":
-            raise MetadataError("accept: the last step was not a target_verify step")
+            raise MetadataError("accept: the last step was not a target_verify step", field="accept")
         acc = torch.as_tensor(num_accepted, dtype=torch.int32, device=self.pool.device)
         if self._last_intermediate is None:
-            raise MetadataError("accept: the last verify step left no intermediate states")
+            raise MetadataError("accept: the last verify step left no intermediate states", field="accept")
         self.layer.accept(self.state, self._last_intermediate, meta, acc)
 
     # -- compare ---------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from typing import Any
 from workbench.limits import check_memory, gib
 from workbench.metadata.record import tokens_per_row
 from workbench.traces.model import Trace
+from workbench.traces.steps import slots_per_request
 
 TOKEN_BYTES_PER_HIDDEN = 96 * 4
 """Bytes a token of a captured graph or an eager step may hold per unit of the layer's hidden size (float32
@@ -75,7 +76,7 @@ def replay_budget(trace: Trace, layer: Any) -> ReplayBudget:
     per_token = TOKEN_BYTES_PER_HIDDEN * layer.config.hidden_size
     d = h.draft_tokens
     spec = "target_verify" in h.buckets
-    slots_per_request = d if (spec and h.profile == "vllm") else 1
+    per_request = slots_per_request(h)  # the pool's: D a request where the profile keeps one per draft
     # the runner's float32 pool, the float64 shadow (2x), the step's copy of the pool, the integrity check's
     # whole-pool temporaries (measured: 600,000 slots peaked at 5.3x the float32 pool), and the shadow's copy
     # (2x) where a chunk track needs the states before the step
@@ -88,7 +89,7 @@ def replay_budget(trace: Trace, layer: Any) -> ReplayBudget:
     parts = {
         "state pool, shadow and copies": copies * h.num_slots * per_slot,
         "captured graphs": captured * per_token,
-        "metadata buffers": rows * (4 * slots_per_request + 25),
+        "metadata buffers": rows * (4 * per_request + 25),
         # the runner's intermediate states, and each verify step's own in float32 and float64
         "verify buffers": (largest_verify + 3 * verify_rows) * d * per_slot if spec else 0,
         "the largest step's tokens": step_tokens * per_token,

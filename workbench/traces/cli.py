@@ -19,15 +19,14 @@ import sys
 from typing import Any
 
 from workbench.layer_names import DEFAULT_LAYER, LAYER_NAMES
+from workbench.profiles import PROFILES as _PROFILES
 
 SUMMARY = "simulate a scheduler's steps (or read a recorded trace) and check every step across steps"
 EXAMPLE = "workbench trace run --profile vllm --steps 2000 --spec 2 --mixed"
-PROFILES = ("sglang", "sglang-ascend", "vllm")
-PREFIX_CACHES = (
-    "no_buffer",
-    "extra_buffer",
-    "align",
-)  # workbench.traces.simulate.PREFIX_CACHES, without importing torch
+PROFILES = tuple(_PROFILES)
+PREFIX_CACHES = tuple(dict.fromkeys(name for p in _PROFILES.values() for name in p.prefix_caches))
+"""The strategies some profile has (``Profile.prefix_caches``): ``workbench.traces.strategies.STRATEGIES``'
+names, read without importing torch (``tests/traces/test_sim_config.py`` holds them equal)."""
 
 
 def _count(text: str) -> int:
@@ -67,7 +66,7 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         choices=PREFIX_CACHES,
         default=None,
         help="a prefix cache of recurrent states: sglang's mamba radix cache, no_buffer or extra_buffer (ping-pong "
-        "track buffers) (sglang profiles, gdn), or vLLM's block-aligned align (profile vllm, gdn; with --spec, "
+        "track buffers) (sglang profiles), or vLLM's block-aligned align (profile vllm; with --spec, "
         "no --mixed); rows carry their token ids, steps the cache's hits, copies, moves, checkpoints and evictions "
         "(extra_buffer: and sglang's mamba_track_* fields)",
     )

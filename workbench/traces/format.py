@@ -12,7 +12,8 @@ Header fields (:class:`~workbench.traces.model.TraceHeader`): ``format`` ("linat
 :data:`~workbench.layer_names.LAYER_NAMES`), ``num_slots`` (state slots, the dummy slot included, >= 2),
 ``buckets`` (graph mode -> captured batch sizes, strictly increasing; "decode" required, "target_verify" needed
 by verify steps), ``draft_tokens`` (D: tokens a verify row feeds, default 2), ``seed`` (of a simulation, or
-null).
+null), ``engine`` (optional: the release the trace comes from, ``{"name": "sglang", "version": "0.5.23",
+"commit": "..."}``; ``name`` the profile's engine, ``commit`` optional; written only when present).
 
 Step fields (:class:`~workbench.traces.model.TraceStep`): ``step`` (strictly increasing), ``mode`` (one of
 :data:`~workbench.traces.model.STEP_MODES`), ``rows`` (one object per request, in the engine's order; an idle
@@ -39,6 +40,7 @@ from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from workbench.engine_versions import ENGINE_NAMES
 from workbench.errors import WorkbenchError
 from workbench.layer_names import LAYER_NAMES
 from workbench.limits import INT32_MAX, INT64_MAX
@@ -49,6 +51,7 @@ from workbench.traces.model import (
     STEP_MODES,
     VERSION,
     Trace,
+    TraceEngine,
     TraceHeader,
     TraceRow,
     TraceStep,
@@ -58,7 +61,10 @@ LAYERS = LAYER_NAMES
 """The header's ``layer`` values: the keys of ``workbench.layers.LAYERS`` (that module imports torch)."""
 GRAPH_MODES = ("decode", "target_verify")
 """The modes with graphs: ``workbench.metadata.GRAPH_MODES`` (repeated here: that module imports torch)."""
-HEADER_FIELDS = ("format", "version", "profile", "layer", "num_slots", "buckets", "draft_tokens", "seed")
+HEADER_FIELDS = ("format", "version", "profile", "layer", "num_slots", "buckets", "draft_tokens", "seed", "engine")
+ENGINE_FIELDS = ("name", "version", "commit")
+"""The header's ``engine`` object: ``name`` and ``version`` required, ``commit`` optional (null or absent)."""
+_RELEASE_TEXT = "a string of 1 to 100 ASCII letters, digits or punctuation"
 STEP_FIELDS = ("step", "mode", "rows", "admit", "finish", "metadata")
 ROW_FIELDS = (
     "id", "slot", "req_pool_index", "seq_len", "new_tokens", "cached_tokens", "accepted", "tokens", "slots"
@@ -297,7 +303,31 @@ def parse_header(obj: Any, line: int = 1) -> TraceHeader:
     seed = obj.get("seed")
     if seed is not None:
         seed = _int(seed, line, "seed", 0, INT64_MAX, "an int >= 0 or null")
-    return TraceHeader(profile, layer, num_slots, buckets, draft_tokens, seed)
+    engine = _engine(obj["engine"], line, profile) if "engine" in obj else None
+    return TraceHeader(profile, layer, num_slots, buckets, draft_tokens, seed, engine=engine)
+
+
+def _release_text(value: Any, line: int, path: str, what: str) -> str:
+    """A version or commit: visible ASCII (no space, no line break: it is quoted in one-line notes)."""
+    if not isinstance(value, str) or not 1 <= len(value) <= 100 or not all("!" <= c <= "~" for c in value):
+        raise _fail(line, path, f"{_RELEASE_TEXT} ({what})", value)
+    return value
+
+
+def _engine(value: Any, line: int, profile: str) -> TraceEngine:
+    """``engine``: ``{name, version, commit?}``; ``name`` one of :data:`ENGINE_NAMES` and the profile's engine."""
+    obj = _object(value, line, "engine", ENGINE_FIELDS, "engine")
+    name = obj.get("name", _MISSING)
+    if not isinstance(name, str) or name not in ENGINE_NAMES:
+        raise _fail(line, "engine.name", "one of " + ", ".join(f'"{e}"' for e in ENGINE_NAMES), name)
+    expected = PROFILES[profile].engine
+    if name != expected:
+        raise _fail(line, "engine.name", f'"{expected}" (the engine of profile "{profile}")', name)
+    version = _release_text(obj.get("version", _MISSING), line, "engine.version", 'the release, like "0.5.23"')
+    commit = obj.get("commit")
+    if commit is not None:
+        commit = _release_text(commit, line, "engine.commit", "the source commit, or null")
+    return TraceEngine(name, version, commit)
 
 
 # ----------------------------------------------------------------------------------------------------- steps
@@ -648,8 +678,9 @@ def read_trace(source: TraceSource) -> Trace:
 
 
 def header_dict(header: TraceHeader) -> dict[str, Any]:
-    """The header line's object, in the file's key order."""
-    return {
+    """The header line's object, in the file's key order; ``engine`` only when the header has one (files
+    without it stay as they were), its ``commit`` only when known."""
+    out: dict[str, Any] = {
         "format": header.format,
         "version": header.version,
         "profile": header.profile,
@@ -659,6 +690,12 @@ def header_dict(header: TraceHeader) -> dict[str, Any]:
         "draft_tokens": header.draft_tokens,
         "seed": header.seed,
     }
+    if header.engine is not None:
+        engine = header.engine
+        out["engine"] = {"name": engine.name, "version": engine.version}
+        if engine.commit is not None:
+            out["engine"]["commit"] = engine.commit
+    return out
 
 
 def row_dict(row: TraceRow) -> dict[str, Any]:

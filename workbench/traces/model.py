@@ -1,6 +1,7 @@
 """A serving trace: many scheduler steps of one layer, as plain data (the JSON Lines file's content).
 
-A :class:`Trace` is a :class:`TraceHeader` (profile, layer, pool size, buckets, D, seed) and one
+A :class:`Trace` is a :class:`TraceHeader` (profile, layer, pool size, buckets, D, seed, optionally the
+engine release it comes from: :class:`TraceEngine`) and one
 :class:`TraceStep` per scheduler step: its mode, its rows (one per request in the step, in the order the
 engine lays them out), the requests admitted and finished at the step, and optionally the metadata the
 engine used. ``workbench.traces.format`` reads and writes it; ``workbench.traces.simulate`` makes one;
@@ -9,8 +10,11 @@ engine used. ``workbench.traces.format`` reads and writes it; ``workbench.traces
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from workbench.engine_versions import VERIFIED
 
 FORMAT = "linattn-trace"
 VERSION = 1
@@ -48,12 +52,27 @@ boundary)."""
 
 
 @dataclass(frozen=True)
+class TraceEngine:
+    """The engine release a trace was recorded from (or written for): the header's ``engine`` object.
+
+    ``name``: the engine family, ``"sglang"`` or ``"vllm"`` (the header's profile's ``engine``); ``version``:
+    its release (``"0.5.23"``); ``commit``: the engine's source commit, or None. A release the workbench has
+    not verified is read all the same; :func:`engine_note` says so.
+    """
+
+    name: str
+    version: str
+    commit: str | None = None
+
+
+@dataclass(frozen=True)
 class TraceHeader:
     """The first line: what the steps run on.
 
     ``buckets``: captured batch sizes per graph mode (``{"decode": [1, 2, 4, 8], "target_verify": [...]}``);
     ``num_slots``: state slots of the pool, the dummy slot included; ``draft_tokens``: D of verify steps;
-    ``seed``: of the simulation (None for a trace dumped from an engine).
+    ``seed``: of the simulation (None for a trace dumped from an engine); ``engine``: the engine release the
+    trace comes from, or None (not recorded: a simulated or hand-written trace).
     """
 
     profile: str
@@ -64,6 +83,32 @@ class TraceHeader:
     seed: int | None = None
     format: str = FORMAT
     version: int = VERSION
+    engine: TraceEngine | None = None
+
+
+def engine_note(header: TraceHeader, verified: Mapping[str, Sequence[str]] | None = None) -> str | None:
+    """One line when the header's engine release is not among the verified releases of that engine (the
+    replay then judges the trace by the rules its profile encodes, checked on another release); None when the
+    header names no engine or a verified release.
+
+    ``verified``: engine -> its verified versions; default :data:`workbench.engine_versions.VERIFIED`, the
+    table the engine adapters' registry reads.
+
+    >>> h = TraceHeader("sglang", "gdn", 9, {"decode": [1]}, engine=TraceEngine("sglang", "0.5.21", "abc"))
+    >>> engine_note(h)
+    "trace from sglang 0.5.21 (commit abc): judged by the rules of profile 'sglang', verified on sglang 0.5.23"
+    >>> engine_note(h, {"sglang": ("0.5.21", "0.5.23")}) is None
+    True
+    """
+    engine = header.engine
+    if engine is None:
+        return None
+    versions = tuple((VERIFIED if verified is None else verified).get(engine.name, ()))
+    if engine.version in versions:
+        return None
+    commit = f" (commit {engine.commit})" if engine.commit else ""
+    on = f"verified on {engine.name} {', '.join(versions)}" if versions else f"no {engine.name} release verified"
+    return f"trace from {engine.name} {engine.version}{commit}: judged by the rules of profile {header.profile!r}, {on}"
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,20 @@ invariants and against what the workbench builds for the same step.
 
 The first divergence is a :class:`TraceDivergence` (step, request, row, field, slot, expected, got) that
 renders itself; :class:`TraceResult` holds the run. A trace that replays nothing is never OK.
+
+Each step hands its prefix-cache and track checks a :class:`~workbench.traces.context.StepContext`
+(:mod:`~workbench.traces.checkpoints`, :mod:`~workbench.traces.tracking`); they never see the replayer.
+The replay times nothing itself: a :class:`PhaseTimer` given as ``timer`` is told as each phase of a step
+starts (:func:`replay_trace` gives one, so ``TraceResult.seconds`` is filled; ``workbench bench trace``
+keeps each forward's split).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from typing import Any
 
 import torch
@@ -27,16 +34,21 @@ from workbench import html
 from workbench.backends import MetadataBackend
 from workbench.batch import Batch
 from workbench.errors import MetadataError, WorkbenchError
-from workbench.layers import Intermediate, LayerError, LayerState, float64_reference
+from workbench.layers import FLOAT32_TOLERANCE, Intermediate, LayerError, LayerState, float64_reference
 from workbench.layers import make_layer as make_registered_layer
+from workbench.measure.integrity import IntegrityReport
 from workbench.measure.integrity import check as integrity_check
 from workbench.metadata import Metadata, build_metadata, validate
-from workbench.pool import StatePool
+from workbench.profiles import get_profile
 from workbench.runner import GraphRunner
 from workbench.traces.budget import replay_budget
-from workbench.traces.checkpoints import CheckpointBook, embed_tokens
+from workbench.traces.cache_record import embed_tokens
+from workbench.traces.checkpoints import CheckpointBook
+from workbench.traces.context import StepContext, VerifiedIntermediates
+from workbench.traces.divergence import DIVERGENCE_KINDS, TraceDivergence
 from workbench.traces.ledger import TokenLedger
-from workbench.traces.model import Trace, TraceHeader, TraceStep
+from workbench.traces.model import Trace, TraceHeader, TraceStep, engine_note
+from workbench.traces.steps import new_pool, to_batch
 
 RECORDED_FIELDS = ("state_indices", "query_start_loc", "seq_lens", "req_pool_indices", "has_initial_state")
 GRAPH_STEP_MODES = ("decode", "target_verify", "idle")
@@ -46,68 +58,46 @@ class TraceInputError(WorkbenchError, ValueError):
     """The trace cannot be replayed as given (a row the pool cannot place, a mode the layer lacks)."""
 
 
-DIVERGENCE_KINDS = ("metadata", "invariant", "tokens", "state", "output", "foreign", "padded", "prefix", "error")
-"""Every ``TraceDivergence.kind``, a closed set (see :class:`TraceDivergence`)."""
-
-
-PROBLEM_KINDS = {
-    "foreign slot changed": "foreign",
-    "state off reference": "state",
-    "row off reference": "state",
-    "output off reference": "output",
-    "padded output not zero": "padded",
+REPORT_PROBLEMS: dict[str, tuple[str, str]] = {
+    "changed_slots": ("foreign", "foreign slot changed"),
+    "state_mismatches": ("state", "state off reference"),
+    "intermediate_mismatches": ("state", "row off reference"),
+    "output_mismatches": ("output", "output off reference"),
+    "nonzero_padded_outputs": ("padded", "padded output not zero"),
 }
-"""Each problem an ``IntegrityReport`` names (``problems()``'s first field) as a divergence kind."""
+"""Each problem list of an :class:`~workbench.measure.integrity.IntegrityReport`: the divergence kind it is, and
+what the divergence says."""
+
+PHASES = ("metadata", "replay", "reference", "check", "prefix")
+"""The phases of a step a :class:`PhaseTimer` is told of (``prefix``: the prefix cache's checks and copies)."""
 
 
-@dataclass(frozen=True)
-class TraceDivergence:
-    """Where a step first went wrong.
+class PhaseTimer:
+    """Seconds per phase of a replay's steps, summed in ``seconds`` (one timer per replayer).
 
-    ``kind``: ``"metadata"`` (the recorded metadata differs from what the workbench builds),
-    ``"invariant"`` (the recorded metadata breaks the profile's rules), ``"tokens"`` (a row's
-    ``cached_tokens`` or ``seq_len`` does not follow from its request's history: ``traces.ledger``),
-    ``"state"`` (a live request's state is off its float64 recurrence), ``"output"``, ``"foreign"`` (a
-    slot changed that no row of the step owns: a live request's that sat the step out, or one no live
-    request owns), ``"padded"`` (a padded output row is not zero), ``"prefix"`` (a prefix cache's eviction,
-    hit, copy or checkpoint is wrong: ``field`` says which; :mod:`workbench.traces.checkpoints`), or
-    ``"error"`` (the step raised).
+    A :class:`TraceReplayer` given one as ``timer`` calls it as each phase of a step starts (one of
+    :data:`PHASES`), and with None as untimed work starts; each phase's seconds go to :meth:`lap` as it ends.
+    Subclass :meth:`lap` to see them one by one (``workbench bench trace`` keeps each forward's split).
     """
 
-    step: int
-    kind: str
-    field: str
-    detail: str
-    request: int | None = None
-    row: int | None = None
-    slot: int | None = None
-    expected: Any = None
-    got: Any = None
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self._phase: str | None = None
+        self._start = 0.0
 
-    def __post_init__(self) -> None:
-        if self.kind not in DIVERGENCE_KINDS:
-            raise ValueError(f"kind: {self.kind!r} is not one of {DIVERGENCE_KINDS}")
+    def __call__(self, phase: str | None) -> None:
+        now = time.perf_counter()
+        if self._phase is not None:
+            self.lap(self._phase, now - self._start)
+        self._phase, self._start = phase, now
 
-    def __str__(self) -> str:
-        where = [f"step {self.step}", self.kind, self.field]
-        where += [f"request {self.request}"] if self.request is not None else []
-        where += [f"row {self.row}"] if self.row is not None else []
-        where += [f"slot {self.slot}"] if self.slot is not None else []
-        if self.expected is not None:
-            values = f"; expected {self.expected}, got {self.got}"
-        elif isinstance(self.got, float):  # a state or output check: its largest error
-            values = f"; off by {self.got:.3g}"
-        else:
-            values = f"; got {self.got}" if self.got is not None else ""
-        return f"{': '.join(where[:2])}: {', '.join(where[2:])}: {self.detail}{values}"
+    def lap(self, phase: str, seconds: float) -> None:
+        """``phase`` of a step just took ``seconds``."""
+        self.seconds[phase] += seconds
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (expected and got as numbers, lists or text)."""
-        return {**self.__dict__, "expected": _jsonable(self.expected), "got": _jsonable(self.got)}
 
-    def _repr_html_(self) -> str:
-        facts = {k: getattr(self, k) for k in ("step", "kind", "field", "request", "row", "slot", "expected", "got")}
-        return html.block(html.facts(facts), html.note(self.detail), title="First divergence")
+def _untimed(phase: str | None) -> None:
+    """A replay without a timer: no clock read."""
 
 
 @dataclass
@@ -125,9 +115,7 @@ class TraceResult:
     checkpoints: int = 0
     verified: int = 0
     budget_bytes: int = 0  # the most the replay holds at once, as checked before it started (traces.budget)
-    seconds: dict[str, float] = field(
-        default_factory=lambda: dict.fromkeys(("metadata", "replay", "reference", "check", "prefix"), 0.0)
-    )
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))  # zeros when untimed
 
     @property
     def ok(self) -> bool:
@@ -149,6 +137,9 @@ class TraceResult:
                 f"; prefix cache: {self.hits} hit(s), {self.checkpoints} checkpoint(s) published, {self.verified} "
                 "verified against the float64 state of exactly their prefix"
             )
+        note = engine_note(h)
+        if note:  # a release the profile's rules were not verified on: say so beside the verdict
+            head += f" ({note})"
         if self.ok:
             return f"OK: {head}, every request on its float64 recurrence, nothing foreign written"
         return f"FAIL: {head}; first divergence: {self.divergences[0]}"
@@ -182,14 +173,6 @@ class TraceResult:
         return html.block(*parts, title="Trace replay")
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, int | float | str | bool) or value is None:
-        return value
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return str(value)
-
-
 def make_layer(name: str) -> Any:
     """The small layer of ``name`` (seed 0): what the trace's steps run (``workbench.layers.make_layer``); an
     unknown name is a ``TraceInputError`` naming the registry's choices."""
@@ -206,7 +189,8 @@ class TraceReplayer:
     step with (default: the device family's). ``zero_on_alloc``: zero a slot's state when a request is
     admitted to it, as an allocator that zeroes on (re)allocation does; by default a new tenant finds its
     slot as the previous one left it (vLLM 0.33.0's block pool does not zero mamba blocks), so a read of a
-    slot before the tenant's first write shows.
+    slot before the tenant's first write shows. ``timer``: a :class:`PhaseTimer` told of each phase of each
+    step (its ``seconds`` become the result's); without one the replay reads no clock.
     """
 
     def __init__(
@@ -218,19 +202,22 @@ class TraceReplayer:
         max_divergences: int = 20,
         metadata_backend: type[MetadataBackend] | None = None,
         zero_on_alloc: bool = False,
+        timer: PhaseTimer | None = None,
     ) -> None:
         h = trace.header
         self.trace, self.seed, self.max_divergences = trace, seed, max_divergences
         self.zero_on_alloc = zero_on_alloc
         self.result = TraceResult(h)
+        self.timer = timer
+        self._mark: Callable[[str | None], None] = _untimed if timer is None else timer
+        if timer is not None:
+            self.result.seconds = timer.seconds
         layer = make_layer(h.layer)
         # everything the replay will hold, against what is free, before the pool's first byte
         self.budget = replay_budget(trace, layer)
         self.budget.check("cpu" if backend in ("cpu", "auto") else backend)
         self.result.budget_bytes = self.budget.total
-        spec = "target_verify" in h.buckets
-        per_request = h.draft_tokens if (spec and h.profile == "vllm") else 1
-        pool = StatePool(h.num_slots, h.profile, slots_per_request=per_request)
+        pool = new_pool(h)
         modes = [m for m in ("decode", "target_verify") if m in h.buckets]
         buckets: dict[str, Sequence[int]] = {m: list(h.buckets[m]) for m in modes}
         self.runner = GraphRunner(
@@ -251,42 +238,53 @@ class TraceReplayer:
         self.tenants: dict[int, list[int]] = {}  # slot -> request ids that held it, in order
         self.accepted: dict[int, int] = {}  # vLLM: request id -> tokens accepted at its last verify
         self.read_columns: dict[int, int] = {}  # vLLM verify: request id -> the column of its slots it read
-        self.step_inputs: tuple[TraceStep, torch.Tensor, tuple[LayerState, LayerState]] | None = None
+        # the step's batch, inputs and states before it (the prefix cache's stand-in for the kernel's chunk
+        # states); None until its forward runs
+        self._ran: tuple[Batch, torch.Tensor, tuple[LayerState, LayerState]] | None = None
         # the step's verify rows (request-pool rows, in batch order) with the runner's and the float64
         # reference's intermediate states, for sglang's tracking at commit; None after other steps
-        self.verified_intermediates: tuple[list[int], Intermediate, Intermediate] | None = None
+        self.verified_intermediates: VerifiedIntermediates | None = None
         self.profile = h.profile
-        self.timings: list[tuple[float, float, float]] = []  # per step run: replay, reference, check seconds
-        self.book = CheckpointBook(self)  # prefix-cache work: checkpoints, hits, copies
+        # vLLM: a verify commits by count (one slot per draft, the count read at the next verify); sglang
+        # scatters the accepted step's state back
+        self.carries_accepted = get_profile(h.profile).num_accepted_fill is not None
+        self.book = CheckpointBook(layer, self.ref, pool.profile)  # prefix-cache work: checkpoints, hits, copies
         self.ledger = TokenLedger()  # each live request's token count across steps
 
     # -- one step ----------------------------------------------------------------------------------------
     def step(self, step: TraceStep) -> list[TraceDivergence]:
         """Run one step and return its divergences (also kept in ``result``)."""
-        t_prefix = time.perf_counter()
-        self.verified_intermediates = None
-        found: list[TraceDivergence] = self.book.evict(step)  # first: admissions may take the freed slots
-        prefix_s = time.perf_counter() - t_prefix
+        mark = self._mark
+        self.verified_intermediates, self._ran = None, None
+        ctx = self._context(step)
+        mark("prefix")
+        found: list[TraceDivergence] = self.book.evict(ctx)  # first: admissions may take the freed slots
+        mark(None)
         try:
             self._admit(step)
         except (WorkbenchError, ValueError) as e:
             raise TraceInputError(f"step {step.step}: {e}") from e
-        t1 = time.perf_counter()
+        mark("prefix")
         # hits, copies before the forward and moves: the step's batch is laid out on the slots they leave (a
         # move also resets vLLM's accepted count, which the verify reads)
-        found += self.book.before(step)
+        found += self.book.before(ctx)
         found += self._check_slots(step)
         miscounted = self._check_tokens(step)
         found += miscounted
-        prefix_s += time.perf_counter() - t1
+        mark(None)
         if not any(d.field == "seq_len" for d in miscounted):  # else no batch can be built from the rows
             found += self._build_and_run(step)
-        t2 = time.perf_counter()
+        batch, inputs, before = self._ran if self._ran is not None else (None, None, None)
+        ctx = ctx.after_forward(
+            batch=batch, inputs=inputs, before=before, read_columns=self.read_columns,
+            verified=self.verified_intermediates,
+        )  # fmt: skip
+        mark("prefix")
         self.book.remember(step)
-        found += self.book.after(step)  # copies after the forward, checkpoints published and verified
+        found += self.book.after(ctx)  # copies after the forward, checkpoints published and verified
         self.ledger.advance(step)
-        self._finish(step)
-        self.result.seconds["prefix"] += prefix_s + time.perf_counter() - t2
+        self._finish(ctx)
+        mark(None)
         self.result.steps += 1
         self.result.hits, self.result.checkpoints, self.result.verified = (
             self.book.hits,
@@ -295,6 +293,13 @@ class TraceReplayer:
         )
         self.result.divergences += found[: max(0, self.max_divergences - len(self.result.divergences))]
         return found
+
+    def _context(self, step: TraceStep) -> StepContext:
+        """The step as its checkers see it, before its forward."""
+        return StepContext(
+            step=step, pool=self.pool, state=self.runner.state, shadow=self.shadow, layer=self.runner.layer,
+            reference=self.ref, draft_tokens=self.trace.header.draft_tokens, live=self.live, accepted=self.accepted,
+        )  # fmt: skip
 
     def _check_tokens(self, step: TraceStep) -> list[TraceDivergence]:
         return [
@@ -305,21 +310,20 @@ class TraceReplayer:
         ]
 
     def _build_and_run(self, step: TraceStep) -> list[TraceDivergence]:
-        from workbench.traces.simulate import to_batch
-
         try:
             batch = self._with_accepted(to_batch(step, self.profile, self.trace.header.draft_tokens))
         except (WorkbenchError, ValueError) as e:
             raise TraceInputError(f"step {step.step}: {e}") from e
         found: list[TraceDivergence] = []
-        t0 = time.perf_counter()
+        self._mark("metadata")
         if step.metadata is not None and any(k in step.metadata for k in ("bucket", *RECORDED_FIELDS)):
             found += self._check_recorded(step, batch)
-        self.result.seconds["metadata"] += time.perf_counter() - t0
+        self._mark(None)
         try:
             found += self._run(step, batch)
         except (WorkbenchError, RuntimeError, ValueError, TypeError) as e:
             found.append(TraceDivergence(step.step, "error", step.mode, f"{type(e).__name__}: {e}"))
+        self._mark(None)
         return found
 
     def _admit(self, step: TraceStep) -> None:
@@ -372,16 +376,16 @@ class TraceReplayer:
         at = held.index(request) if request in held else len(held)
         return held[at - 1] if at > 0 else None
 
-    def _finish(self, step: TraceStep) -> None:
-        for rid in step.finish:
+    def _finish(self, ctx: StepContext) -> None:
+        for rid in ctx.step.finish:
             self.accepted.pop(rid, None)
             if rid in self.live:
-                self.book.finish(rid, self.live.pop(rid))  # a published own slot is donated, else freed
+                self.book.finish(ctx, rid, self.live.pop(rid))  # a published own slot is donated, else freed
 
     def _with_accepted(self, batch: Batch) -> Batch:
         """vLLM's verify reads the slot of the last accepted draft: carry each request's count."""
         self.read_columns = {}
-        if batch.mode != "target_verify" or self.profile != "vllm":
+        if batch.mode != "target_verify" or not self.carries_accepted:
             return batch
         ids = {row: rid for rid, row in self.live.items()}
         acc = [self.accepted.get(ids[int(r)], 1) for r in batch.req_pool_indices.tolist()]
@@ -440,7 +444,7 @@ class TraceReplayer:
 
     def _run(self, step: TraceStep, batch: Batch) -> list[TraceDivergence]:
         r = self.runner
-        t0 = time.perf_counter()
+        self._mark("replay")
         n = _tokens(batch)
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + step.step)
         x = torch.randn(n, r.layer.config.hidden_size, generator=g).to(r.layer.dtype)
@@ -451,8 +455,8 @@ class TraceReplayer:
             at += row.new_tokens
         before = r.state.clone()
         # the inputs and states before the step: the prefix cache's stand-in for the kernel's chunk states
-        self.step_inputs = (
-            step,
+        self._ran = (
+            batch,
             x,
             (before, self.shadow.clone()) if "mamba_chunk_size" in (step.metadata or {}) else (before, self.shadow),
         )
@@ -470,7 +474,7 @@ class TraceReplayer:
             self.result.eager_steps += 1
             padded = None
         out = res.output[:n].clone()
-        t1 = time.perf_counter()
+        self._mark("reference")
         # the shadow: the float64 recurrence from the trace's own history, unpadded
         meta = build_metadata(batch, self.pool, bucket=None)
         inter = (
@@ -479,15 +483,11 @@ class TraceReplayer:
             else None
         )
         ref_out = self.ref.forward(x.double(), meta, self.shadow, inter) if n else out.double()
-        t2 = time.perf_counter()
+        self._mark("check")
         found = self._compare(step, batch, meta, before, ref_out, out, padded)
         if batch.mode == "target_verify":
             found += self._accept(step, batch, meta, inter)
-        t3 = time.perf_counter()
-        self.result.seconds["replay"] += t1 - t0
-        self.result.seconds["reference"] += t2 - t1
-        self.result.seconds["check"] += t3 - t2
-        self.timings.append((t1 - t0, t2 - t1, t3 - t2))
+        self._mark(None)
         return found
 
     def _accept(
@@ -497,7 +497,7 @@ class TraceReplayer:
         shadow alike); vLLM keeps one slot per draft and carries the count to the request's next verify."""
         by_row = {r.req_pool_index: r for r in step.rows}
         acc = [by_row[int(p)].accepted or 1 for p in batch.req_pool_indices.tolist()]
-        if self.profile == "vllm":
+        if self.carries_accepted:
             for p, a in zip(batch.req_pool_indices.tolist(), acc, strict=True):
                 self.accepted[by_row[int(p)].id] = a
             return []
@@ -507,11 +507,12 @@ class TraceReplayer:
         self.runner.accept(counts)
         assert inter is not None and self.runner.last_intermediate is not None
         rows = [int(p) for p in batch.req_pool_indices.tolist()]
-        self.verified_intermediates = (rows, self.runner.last_intermediate, inter)
+        self.verified_intermediates = VerifiedIntermediates(rows, self.runner.last_intermediate, inter)
         self.ref.accept(self.shadow, inter, meta, counts)
         found: list[TraceDivergence] = []
+        tol = FLOAT32_TOLERANCE
         for k, (got, want) in enumerate(_live_pairs(self.runner.state, self.shadow, meta)):
-            if not torch.allclose(got, want.to(got.dtype), atol=1e-4, rtol=1e-3):
+            if not torch.allclose(got, want.to(got.dtype), atol=tol.atol, rtol=tol.rtol):
                 found.append(
                     TraceDivergence(
                         step.step,
@@ -556,25 +557,28 @@ class TraceReplayer:
             for k, s in enumerate(meta.state_indices[:, 0] if meta.state_indices.dim() == 2 else meta.state_indices)
         }
         out_list: list[TraceDivergence] = []
-        for what, tensor, where, error in report.problems()[:3]:
-            slot = _int_in(where) if where.startswith("slot") else None
+        for name, tensor, slot, where, error in islice(_report_problems(report), 3):  # the first three
+            kind, what = REPORT_PROBLEMS[name]
             row = rows.get(slot) if slot is not None else None
             detail = what if slot is not None else f"{what} ({where})"
-            if PROBLEM_KINDS[what] == "foreign" and slot is not None:
-                held_by, cp = self.owner(slot), self.book.is_live(slot)
-                if held_by is not None:
-                    detail += f": the slot of request {held_by}, which is not in this step"
-                elif cp is not None:
-                    detail += f": the checkpoint of request {cp.request}'s first {len(cp.tokens)} tokens"
-                else:
-                    detail += ": a slot no live request owns"
+            if kind == "foreign" and slot is not None:
+                detail += self._foreign(slot)
             out_list.append(
                 TraceDivergence(
-                    step.step, PROBLEM_KINDS[what], tensor, detail,
+                    step.step, kind, tensor, detail,
                     request=self._request_at(batch, row), row=row, slot=slot, got=error,
                 )
             )  # fmt: skip
         return out_list
+
+    def _foreign(self, slot: int) -> str:
+        """Whose ``slot`` is, which changed though no row of the step owns it."""
+        held_by, cp = self.owner(slot), self.book.is_live(slot)
+        if held_by is not None:
+            return f": the slot of request {held_by}, which is not in this step"
+        if cp is not None:
+            return f": the checkpoint of request {cp.request}'s first {len(cp.tokens)} tokens"
+        return ": a slot no live request owns"
 
     # -- all --------------------------------------------------------------------------------------------
     def run(self, progress: Callable[[int, int], None] | None = None, stop_at_first: bool = True) -> TraceResult:
@@ -598,15 +602,17 @@ def replay_trace(
     progress: Callable[[int, int], None] | None = None,
     metadata_backend: type[MetadataBackend] | None = None,
     zero_on_alloc: bool = False,
+    timer: PhaseTimer | None = None,
 ) -> TraceResult:
     """Replay ``trace`` through the graph runner with the float64 shadow; see the module.
 
     ``metadata_backend``: a :class:`~workbench.backends.MetadataBackend` subclass to run the steps with
     (yours, or an engine's through :func:`workbench.engines.subject.engine_backend`); ``zero_on_alloc``: see
-    :class:`TraceReplayer`."""
+    :class:`TraceReplayer`. The steps are timed by phase (``timer``, a new :class:`PhaseTimer` if not given)."""
     replayer = TraceReplayer(
-        trace, backend=backend, seed=seed, metadata_backend=metadata_backend, zero_on_alloc=zero_on_alloc
-    )
+        trace, backend=backend, seed=seed, metadata_backend=metadata_backend, zero_on_alloc=zero_on_alloc,
+        timer=timer if timer is not None else PhaseTimer(),
+    )  # fmt: skip
     return replayer.run(progress, stop_at_first)
 
 
@@ -640,6 +646,32 @@ def _slot_of(meta: Metadata, row: int | None) -> int | None:
     return int(value.flatten()[0])
 
 
-def _int_in(text: str) -> int | None:
-    digits = "".join(ch if ch.isdigit() else " " for ch in text).split()
-    return int(digits[0]) if digits else None
+def _report_problems(report: IntegrityReport) -> Iterator[tuple[str, str, int | None, str, float | None]]:
+    """Every problem of ``report`` as ``(its list, tensor, slot, where, error)``, in the report's order: a slot
+    for a pool slot's problem (else None), ``where`` the row or token otherwise."""
+    for c in report.changed_slots:
+        yield "changed_slots", c.tensor, c.slot, f"slot {c.slot}", None
+    for m in report.state_mismatches:
+        yield "state_mismatches", m.tensor, m.slot, f"slot {m.slot}", m.error
+    for r in report.intermediate_mismatches:
+        yield "intermediate_mismatches", r.tensor, None, f"row {r.row}", r.error
+    for o in report.output_mismatches:
+        yield "output_mismatches", "output", None, f"token {o.token}", o.error
+    for t in report.nonzero_padded_outputs:
+        yield "nonzero_padded_outputs", "output", None, f"token {t}", None
+
+
+__all__ = [
+    "DIVERGENCE_KINDS",
+    "GRAPH_STEP_MODES",
+    "PHASES",
+    "RECORDED_FIELDS",
+    "REPORT_PROBLEMS",
+    "PhaseTimer",
+    "TraceDivergence",
+    "TraceInputError",
+    "TraceReplayer",
+    "TraceResult",
+    "make_layer",
+    "replay_trace",
+]

@@ -24,8 +24,9 @@ from typing import Any
 
 from workbench.errors import MetadataError
 from workbench.layers import LAYERS
+from workbench.pool import StatePool
 from workbench.traces.model import STEP_MODES, Trace, TraceHeader, TraceRow, TraceStep
-from workbench.traces.simulate import SimulationError, new_pool
+from workbench.traces.steps import SimulationError, new_pool
 
 STEP_KEYS = ("mode", "rows", "finish", "tokens", "cached", "metadata")
 TOKEN_IDS = 512
@@ -89,7 +90,7 @@ def scripted(
 
     ``tokens``: give every row its token ids: ``{id: [ids]}`` from the step's ``tokens`` where given, else
     :func:`generated_token` of (request, position).
-    Raises :class:`~workbench.traces.simulate.SimulationError` naming the step and the field.
+    Raises :class:`~workbench.traces.steps.SimulationError` naming the step and the field.
     """
     if not isinstance(layer, str) or layer not in LAYERS:
         raise SimulationError(f"layer = {layer!r}: must be one of {tuple(LAYERS)}")
@@ -98,64 +99,106 @@ def scripted(
         pool = new_pool(header)
     except (MetadataError, ValueError) as e:
         raise SimulationError(f"num_slots = {num_slots!r}: {e}") from e
-    placed: dict[int, tuple[int, int]] = {}  # request id -> (row, slot)
-    cached: dict[int, int] = {}
-    done: set[int] = set()
-    out: list[TraceStep] = []
-    for t, spec in enumerate(steps):
+    script = _Script(pool, num_slots, draft_tokens, tokens)
+    return Trace(header, [script.step(t, spec) for t, spec in enumerate(steps)])
+
+
+def _step_fields(
+    where: str, spec: Mapping[str, Any]
+) -> tuple[str, dict[str, Any], Mapping[Any, Any], Mapping[Any, Any]]:
+    """A step's ``mode``, its ``metadata`` (a new dict), ``tokens`` and ``cached`` (empty when left out);
+    an unknown key, mode or a value of the wrong kind is refused naming the step."""
+    unknown = sorted(set(spec) - set(STEP_KEYS))
+    mode = spec.get("mode")
+    if unknown or mode not in STEP_MODES:
+        bad = f"unknown key {unknown[0]!r}" if unknown else f"mode = {mode!r}"
+        raise SimulationError(f"{where}: {bad}; a step has {STEP_KEYS}, mode one of {STEP_MODES}")
+    metadata = spec.get("metadata")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise SimulationError(f"{where}: metadata = {metadata!r}: must be a mapping (or left out)")
+    given = spec.get("tokens") or {}
+    hits = spec.get("cached") or {}
+    if not isinstance(given, Mapping) or not isinstance(hits, Mapping):
+        raise SimulationError(f"{where}: tokens and cached must be mappings of request id -> value")
+    return str(mode), dict(metadata or {}), given, hits
+
+
+class _Script:
+    """The pool and the requests of a script turned into steps one by one: each request's ``(row, slot)``
+    (from its first step), the tokens in its state, and the requests finished."""
+
+    def __init__(self, pool: StatePool, num_slots: int, draft_tokens: int, tokens: bool) -> None:
+        self.pool, self.num_slots, self.draft_tokens, self.tokens = pool, num_slots, draft_tokens, tokens
+        self.placed: dict[int, tuple[int, int]] = {}  # request id -> (row, slot)
+        self.cached: dict[int, int] = {}  # request id -> tokens in its state
+        self.done: set[int] = set()
+
+    def step(self, t: int, spec: Mapping[str, Any]) -> TraceStep:
+        """Step ``t`` of the script: the cache's evictions give their slots back first, then the rows (new
+        requests placed), the checkpoints held, and the finishes (a published slot is donated, else freed)."""
         where = f"steps[{t}]"
-        unknown = sorted(set(spec) - set(STEP_KEYS))
-        mode = spec.get("mode")
-        if unknown or mode not in STEP_MODES:
-            bad = f"unknown key {unknown[0]!r}" if unknown else f"mode = {mode!r}"
-            raise SimulationError(f"{where}: {bad}; a step has {STEP_KEYS}, mode one of {STEP_MODES}")
-        metadata = spec.get("metadata")
-        if metadata is not None and not isinstance(metadata, Mapping):
-            raise SimulationError(f"{where}: metadata = {metadata!r}: must be a mapping (or left out)")
-        md = dict(metadata or {})
-        given = spec.get("tokens") or {}
-        hits = spec.get("cached") or {}
-        if not isinstance(given, Mapping) or not isinstance(hits, Mapping):
-            raise SimulationError(f"{where}: tokens and cached must be mappings of request id -> value")
+        mode, md, given, hits = _step_fields(where, spec)
         for slot in md.get("evict", []):
-            if slot in pool.held_slots:
-                pool.release(slot)
-        rows, admit = [], []
-        for rid, new, accepted in _rows_of(where, mode, spec.get("rows"), draft_tokens):
-            if rid in done:
-                raise SimulationError(f"{where}: request {rid} finished at an earlier step")
-            if rid not in placed:
-                if pool.num_free == 0:
-                    raise SimulationError(f"{where}: request {rid}: the pool of {num_slots} slots is full")
-                row = int(pool.alloc(1)[0])
-                placed[rid] = (row, int(pool.mapping[row, 0]))
-                cached[rid] = int(hits.get(rid, 0))
-                admit.append(rid)
-            row, slot = placed[rid]
-            before = cached[rid]
-            ids = None
-            if tokens:
-                ids = tuple(given[rid]) if rid in given else tuple(generated_token(rid, before + k) for k in range(new))
-                if len(ids) != new:
-                    raise SimulationError(f"{where}: tokens[{rid}] has {len(ids)} ids, the row feeds {new}")
-            rows.append(TraceRow(rid, row, slot, before + new, new, before, accepted, ids))
-            cached[rid] = before + (accepted if accepted is not None else new)
-        owned = {slot for row, slot in placed.values() if pool.is_allocated(row)}
+            if slot in self.pool.held_slots:
+                self.pool.release(slot)
+        rows, admit = self._rows(where, mode, spec.get("rows"), given, hits)
+        owned = {slot for row, slot in self.placed.values() if self.pool.is_allocated(row)}
         published = {c["slot"] for c in md.get("checkpoints", [])}
-        for slot in published - owned - pool.held_slots:
-            pool.hold(slot)
-        finish = _ints(where, "finish", spec.get("finish", []))
+        for slot in published - owned - self.pool.held_slots:
+            self.pool.hold(slot)
+        finish = self._finish(where, spec.get("finish", []), published)
+        return TraceStep(t, mode, tuple(rows), tuple(admit), tuple(finish), md or None)
+
+    def _rows(
+        self, where: str, mode: str, value: object, given: Mapping[Any, Any], hits: Mapping[Any, Any]
+    ) -> tuple[list[TraceRow], list[int]]:
+        """The step's rows (each request placed at its first step, a hit starting from ``hits``' tokens) and
+        the requests admitted at it; each request's tokens move on by its row's."""
+        rows: list[TraceRow] = []
+        admit: list[int] = []
+        for rid, new, accepted in _rows_of(where, mode, value, self.draft_tokens):
+            if rid in self.done:
+                raise SimulationError(f"{where}: request {rid} finished at an earlier step")
+            if rid not in self.placed:
+                self._place(where, rid, hits)
+                admit.append(rid)
+            row, slot = self.placed[rid]
+            before = self.cached[rid]
+            ids = self._ids(where, rid, before, new, given) if self.tokens else None
+            rows.append(TraceRow(rid, row, slot, before + new, new, before, accepted, ids))
+            self.cached[rid] = before + (accepted if accepted is not None else new)
+        return rows, admit
+
+    def _place(self, where: str, rid: int, hits: Mapping[Any, Any]) -> None:
+        """Request ``rid``'s row and slot, the lowest free (as the engines' pools hand them out), and its tokens
+        cached: a prefix hit's (``hits``), else none."""
+        if self.pool.num_free == 0:
+            raise SimulationError(f"{where}: request {rid}: the pool of {self.num_slots} slots is full")
+        row = int(self.pool.alloc(1)[0])
+        self.placed[rid] = (row, int(self.pool.mapping[row, 0]))
+        self.cached[rid] = int(hits.get(rid, 0))
+
+    def _ids(self, where: str, rid: int, before: int, new: int, given: Mapping[Any, Any]) -> tuple[int, ...]:
+        """The ``new`` ids a row of request ``rid`` feeds after ``before`` tokens: the step's, else generated."""
+        ids = tuple(given[rid]) if rid in given else tuple(generated_token(rid, before + k) for k in range(new))
+        if len(ids) != new:
+            raise SimulationError(f"{where}: tokens[{rid}] has {len(ids)} ids, the row feeds {new}")
+        return ids
+
+    def _finish(self, where: str, value: object, published: set[int]) -> list[int]:
+        """The requests ``value`` finishes after the step: a slot the step published is donated (it stays,
+        held by the cache), any other freed."""
+        finish = _ints(where, "finish", value)
         for rid in finish:
-            if rid not in placed or rid in done:
+            if rid not in self.placed or rid in self.done:
                 raise SimulationError(f"{where}: finish: request {rid} is not live")
-            row, slot = placed[rid]
+            row, slot = self.placed[rid]
             if slot in published:
-                pool.donate(row)  # its slot stays, held by the cache
+                self.pool.donate(row)  # its slot stays, held by the cache
             else:
-                pool.free([row])
-            done.add(rid)
-        out.append(TraceStep(t, mode, tuple(rows), tuple(admit), tuple(finish), md or None))
-    return Trace(header, out)
+                self.pool.free([row])
+            self.done.add(rid)
+        return finish
 
 
 __all__ = ["STEP_KEYS", "TOKEN_IDS", "generated_token", "scripted"]

@@ -32,6 +32,7 @@ from workbench.errors import MetadataError, WorkbenchError
 from workbench.limits import check_int
 from workbench.metadata import Metadata, build_metadata, validate
 from workbench.pool import StatePool
+from workbench.profiles import get_profile
 
 PROFILE_NAMES = ("sglang", "sglang-ascend", "vllm")
 PROFILE_CHOICES = (*PROFILE_NAMES, "all")
@@ -129,7 +130,9 @@ def parse_int_list(field_name: str, text: str) -> list[int]:
         try:
             out.append(int(part))
         except ValueError:
-            raise MetadataError(f"{field_name}: item {i} is {part!r}, not an integer") from None
+            raise MetadataError(
+                f"{field_name}: item {i} is {part!r}, not an integer", field=field_name, row=i
+            ) from None
     return out
 
 
@@ -282,12 +285,13 @@ class ExplorerModel:
         name: str, p: ExplorerParams, r: int, lens: list[int], buckets: list[int] | None
     ) -> tuple[Metadata, StatePool, Batch]:
         d = p.draft_tokens if p.mode == "target_verify" else 1
-        spr = d if (name == "vllm" and p.mode == "target_verify") else 1
+        spr = get_profile(name).slots_per_request(d)
         pool = StatePool(p.pool_size, name, slots_per_request=spr)
         if r > pool.capacity:
             raise MetadataError(
                 f"pool_size: {p.pool_size} slots hold {pool.capacity} requests of {spr} slot(s) beside the dummy "
-                f"slot, fewer than the {r} live requests"
+                f"slot, fewer than the {r} live requests",
+                field="pool_size",
             )
         # earlier requests, some freed again: the batch lands in the holes, as in a busy server
         earlier = min(pool.capacity - r, 2 * max(r, 1))
@@ -376,11 +380,15 @@ def _buckets(p: ExplorerParams) -> list[int] | None:
     if buckets is None:
         return None
     if not buckets:
-        raise MetadataError("buckets: no batch size typed; clear the box for the engine default")
+        raise MetadataError("buckets: no batch size typed; clear the box for the engine default", field="buckets")
     check_buckets(buckets)  # checked here, whatever the mode: extend pads nothing, yet the list is wrong
     for i, b in enumerate(buckets):
         if b > MAX_ROWS:  # a padded step is as tall as its bucket
-            raise MetadataError(f"buckets[{i}] = {b:,}: the explorer draws every padded row, at most {MAX_ROWS:,}")
+            raise MetadataError(
+                f"buckets[{i}] = {b:,}: the explorer draws every padded row, at most {MAX_ROWS:,}",
+                field="buckets",
+                row=i,
+            )
     return buckets
 
 

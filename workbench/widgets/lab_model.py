@@ -426,13 +426,16 @@ class LabModel:
             else:
                 raise MetadataError(
                     f"num_accepted must be typed counts ('2, 1'), a list of ints or None (random), "
-                    f"got {shown(num_accepted)}"
+                    f"got {shown(num_accepted)}",
+                    field="num_accepted",
                 )
             if not acc:
                 rng = random.Random(seed)
                 acc = [rng.randint(1, d) for _ in range(r)]
             if len(acc) != r or any(isinstance(a, bool) or not isinstance(a, int) or not 1 <= a <= d for a in acc):
-                raise MetadataError(f"num_accepted: {shown(acc)}, need {r} values each in [1, {d}]")
+                raise MetadataError(
+                    f"num_accepted: {shown(acc)}, need {r} values each in [1, {d}]", field="num_accepted"
+                )
         except WorkbenchError as e:
             self._fail("accepted", str(e))
             return None

@@ -48,10 +48,11 @@ SEED_MAX = 2**32 - 1
 
 
 class Refusal(MetadataError):
-    """A setting the lab will not run: ``control`` names the control it shows beside."""
+    """A setting the lab will not run: ``control`` names the control it shows beside; ``field`` (default: the
+    control) and ``row`` are :class:`MetadataError`'s, the setting at fault."""
 
-    def __init__(self, control: str, message: str) -> None:
-        super().__init__(message)
+    def __init__(self, control: str, message: str, *, field: str | None = None, row: int | None = None) -> None:
+        super().__init__(message, field=control if field is None else field, row=row)
         self.control = control
 
 
@@ -149,7 +150,7 @@ def parse_buckets(text: str) -> list[int]:
     try:
         buckets = parse_int_list("buckets", text) or list(DEFAULT_BUCKETS)
     except MetadataError as e:
-        raise Refusal("buckets", str(e)) from None
+        raise Refusal("buckets", str(e), row=e.row) from None
     if len(buckets) > MAX_BUCKETS:
         raise Refusal("buckets", f"buckets: {len(buckets)} sizes; the lab captures at most {MAX_BUCKETS} (one each)")
     for i, b in enumerate(buckets):
@@ -157,9 +158,11 @@ def parse_buckets(text: str) -> list[int]:
             check_int(f"buckets[{i}]", b, 1, MAX_BUCKET)
         except MetadataError as e:
             why = "engines' default lists stop at 512; larger blocks the notebook and grows the pool"
-            raise Refusal("buckets", f"{e} ({why})") from None
+            raise Refusal("buckets", f"{e} ({why})", row=i) from None
         if i and b <= buckets[i - 1]:
-            raise Refusal("buckets", f"buckets must be strictly increasing: buckets[{i}] = {b} after {buckets[i - 1]}")
+            raise Refusal(
+                "buckets", f"buckets must be strictly increasing: buckets[{i}] = {b} after {buckets[i - 1]}", row=i
+            )
     return buckets
 
 
@@ -199,7 +202,9 @@ def make_plan(
             check_int("num_slots", num_slots, buckets[-1] * per_request + 1, MAX_POOL_SLOTS)
         except MetadataError as e:
             raise Refusal(
-                "general", f"{e} (the largest bucket's requests + the dummy slot, at most the heatmap's)"
+                "general",
+                f"{e} (the largest bucket's requests + the dummy slot, at most the heatmap's)",
+                field="num_slots",
             ) from None
     device = choose_device(backend, reasons)
     plan = Plan(layer, preset, profile, buckets, draft_tokens, modes, device, per_request, num_slots, cfg)

@@ -34,7 +34,7 @@ from workbench.layer_names import DEFAULT_LAYER, LAYER_NAMES
 from workbench.limits import check_int
 from workbench.profiles import PROFILES
 from workbench.traces.model import Trace, TraceStep
-from workbench.traces.replay import GRAPH_STEP_MODES, TraceReplayer, TraceResult
+from workbench.traces.replay import GRAPH_STEP_MODES, PhaseTimer, TraceReplayer, TraceResult
 from workbench.traces.simulate import simulate
 from workbench.viz.timeline import Checkpointed, Copy
 from workbench.widgets.explorer_model import kind_error, shown
@@ -218,7 +218,7 @@ class TimelineModel:
 
     def _replay(self, trace: Trace) -> bool:
         try:
-            replayer = TraceReplayer(trace)
+            replayer = TraceReplayer(trace, timer=PhaseTimer())
         except (WorkbenchError, ValueError) as e:
             self._fail(_control_of(str(e)), str(e))
             return False

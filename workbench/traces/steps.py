@@ -1,0 +1,133 @@
+"""What the simulator, the scripted traces and the replay share: a trace step as the workbench's
+:class:`~workbench.batch.Batch`, the pool a trace header rebuilds, and sglang's verify track step.
+
+Below :mod:`~workbench.traces.simulate`, :mod:`~workbench.traces.script` and :mod:`~workbench.traces.replay`
+(none of them imports another for these).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+import torch
+
+from workbench.batch import Batch
+from workbench.errors import WorkbenchError
+from workbench.limits import check_int
+from workbench.pool import StatePool
+from workbench.profiles import get_profile
+from workbench.traces.model import Trace, TraceHeader, TraceStep
+
+
+class SimulationError(WorkbenchError):
+    """A simulation argument, or a trace step, that cannot be made or replayed: names the field and value."""
+
+
+def verify_track_step(pre: int, accepted: int, interval: int) -> int:
+    """The draft step a verify tracks at commit, or -1: sglang's ``fused_commit_track_indices`` for a chain
+    (topk 1). A row that held ``pre`` tokens and kept ``accepted`` (1..D) crosses a multiple of ``interval``
+    when ``pre // interval != (pre + accepted) // interval``; it tracks the last multiple reached, ``tp``,
+    whose state is that of draft step ``tp - pre - 1``.
+
+    >>> verify_track_step(30, 3, 32), verify_track_step(31, 1, 32), verify_track_step(30, 1, 32)
+    (1, 0, -1)
+    """
+    post = pre + accepted
+    if pre // interval == post // interval:
+        return -1
+    return post // interval * interval - pre - 1
+
+
+# -- the header alone rebuilds the pool ------------------------------------------------------------------
+def slots_per_request(header: TraceHeader) -> int:
+    """Slots each request owns in the pool a trace runs on: D where the profile keeps one per draft position
+    (vLLM) and the header lists target-verify buckets (the runner captures that graph), else 1."""
+    prof = get_profile(header.profile)
+    return prof.slots_per_request(header.draft_tokens) if "target_verify" in header.buckets else 1
+
+
+def new_pool(header: TraceHeader, *, device: str | torch.device = "cpu") -> StatePool:
+    """An empty pool like the one the trace was made on (``alloc(1)`` per admission, in step order, then
+    ``free`` at each finish, gives back the recorded rows and slots: the pool hands out lowest first)."""
+    return StatePool(header.num_slots, header.profile, slots_per_request=slots_per_request(header), device=device)
+
+
+# -- a step as the workbench's Batch ---------------------------------------------------------------------
+def _check_rows(step: TraceStep, draft_tokens: int) -> None:
+    for i, r in enumerate(step.rows):
+        where = f"step {step.step} row {i} (request {r.id})"
+        if r.new_tokens < 1 or r.cached_tokens < 0 or r.seq_len != r.cached_tokens + r.new_tokens:
+            raise SimulationError(
+                f"{where}: seq_len={r.seq_len}, cached_tokens={r.cached_tokens}, new_tokens={r.new_tokens}; "
+                "need new_tokens >= 1, cached_tokens >= 0 and seq_len == cached_tokens + new_tokens"
+            )
+        if step.mode == "decode" and r.new_tokens != 1:
+            raise SimulationError(f"{where}: new_tokens={r.new_tokens} in a decode step, must be 1")
+        if step.mode == "target_verify":
+            if r.new_tokens != draft_tokens:
+                raise SimulationError(f"{where}: new_tokens={r.new_tokens} in a verify step, must be D={draft_tokens}")
+            if r.accepted is not None and not 1 <= r.accepted <= draft_tokens:
+                raise SimulationError(f"{where}: accepted={r.accepted}, must be in 1..D={draft_tokens}")
+
+
+def to_batch(
+    step: TraceStep,
+    profile: str,
+    draft_tokens: int,
+    *,
+    num_accepted: Mapping[int, int] | None = None,
+    device: str | torch.device | None = None,
+) -> Batch:
+    """The workbench :class:`~workbench.batch.Batch` of one trace step, rows in the recorded order.
+
+    decode -> ``Batch.decode``; target_verify -> ``Batch.target_verify`` (D = ``draft_tokens``); extend and
+    mixed -> ``Batch.extend(req_pool_indices, new_tokens, cached_tokens)`` (a mixed step's decode rows are
+    one-token extend rows, as sglang's MIXED batch has them); idle -> ``Batch.idle()``.
+
+    ``num_accepted``: request id -> tokens accepted at that request's previous verify, for profiles that
+    carry ``num_accepted_tokens`` into the next verify (vLLM: it reads the state in slot ``accepted - 1``);
+    a request not in it reads slot 0 (1: its last step was a prefill). :func:`iter_batches` keeps it.
+    Raises :class:`SimulationError` naming the step and row when a row's counts do not add up.
+    """
+    prof = get_profile(profile)
+    d = check_int("draft_tokens", draft_tokens, 1)
+    _check_rows(step, d)
+    rpi = [r.req_pool_index for r in step.rows]
+    if step.mode == "idle":
+        if step.rows:
+            raise SimulationError(f"step {step.step}: an idle step has no rows, got {len(step.rows)}")
+        return Batch.idle(device=device)
+    if not step.rows:
+        raise SimulationError(f"step {step.step}: a {step.mode} step needs at least one row")
+    if step.mode == "decode":
+        return Batch.decode(rpi, [r.seq_len for r in step.rows], device=device)
+    if step.mode == "target_verify":
+        acc = None
+        if prof.num_accepted_fill is not None:
+            known = num_accepted or {}
+            acc = [known.get(r.id, 1) for r in step.rows]
+        return Batch.target_verify(rpi, [r.seq_len for r in step.rows], d, num_accepted_tokens=acc, device=device)
+    if step.mode in ("extend", "mixed"):
+        return Batch.extend(rpi, [r.new_tokens for r in step.rows], [r.cached_tokens for r in step.rows], device=device)
+    raise SimulationError(
+        f"step {step.step}: mode {step.mode!r} is not one of decode, target_verify, extend, mixed, idle"
+    )
+
+
+def iter_batches(trace: Trace, *, device: str | torch.device | None = None) -> Iterator[tuple[TraceStep, Batch]]:
+    """Every step with its Batch, keeping each request's last accepted count for the next verify (vLLM);
+    any step a request runs consumes it (the lab's rule), a finished request drops it."""
+    h = trace.header
+    last: dict[int, int] = {}
+    for step in trace.steps:
+        batch = to_batch(step, h.profile, h.draft_tokens, num_accepted=last, device=device)
+        for r in step.rows:
+            last.pop(r.id, None)
+            if step.mode == "target_verify" and r.accepted is not None:
+                last[r.id] = r.accepted
+        for rid in step.finish:
+            last.pop(rid, None)
+        yield step, batch
+
+
+__all__ = ["SimulationError", "iter_batches", "new_pool", "slots_per_request", "to_batch", "verify_track_step"]
