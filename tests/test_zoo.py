@@ -47,6 +47,7 @@ NAMES = [
     "stale_track_mask",
     "mamba2_chunk_grid",
     "backward_post_copy",
+    "running_block_publish",
 ]
 
 

@@ -3,6 +3,7 @@ and what the case reads off the first divergence; a user's backend that fails an
 with the bug."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -176,6 +177,12 @@ PREFIX_CASES = {
         "writes the running slot of request 0",
         "slot 4's 8-token state over the 10 tokens",
     ),
+    "running_block_publish": (
+        1,
+        "checkpoints",
+        "request 0's forward writes slot 1, the live checkpoint of request 0's first 4 tokens (published at step 0)",
+        "after step 1 the block holds 6 tokens (expected 4, got 6)",
+    ),
 }
 
 
@@ -209,3 +216,30 @@ def test_prefix_cases_each_break_in_their_own_way():
         mod = import_module(f"workbench.zoo.{name}")
         for other, (rep, d) in firsts.items():
             assert mod.reading(rep, d)[0] is (other == name), (name, other)
+
+
+def test_running_block_publish_the_hit_as_its_owner_moves_off_the_block_reads_it_before_the_forward():
+    """vLLM 0.33.0 publishes the block a chunk fills while it still runs (``MambaManager.cache_blocks``).
+    Fixed: request 1 hits the block in the step its owner pre-copies out of it and moves, request 2 a step
+    later; every hit and the checkpoint verified, the block left to the cache. Unfixed: no move, so the owner's
+    forward writes its own live checkpoint, and the block a later hit reads is ahead of its 4 tokens."""
+    from workbench.traces.replay import TraceReplayer
+    from workbench.zoo import running_block_publish as case
+
+    rep = TraceReplayer(case.scenario_trace(True))
+    res = rep.run(stop_at_first=False)
+    assert res.ok and (res.hits, res.checkpoints, res.verified) == (2, 1, 1), str(res)
+    assert rep.owner(case.BLOCK_SLOT) is None and rep.book.live[case.BLOCK_SLOT].tokens == case.SHARED
+
+    broken, fixed = case.CASE.run(False), case.CASE.run(True)
+    assert broken.status == "reproduced" and fixed.status == "clean"
+    (e,) = traces(broken)
+    d = e.divergence
+    assert (d.step, d.kind, d.field, d.request, d.slot) == (1, "prefix", "checkpoints", 0, case.BLOCK_SLOT), d
+    assert e.matches and "did not move off it" in e.facts and "request 2's 4-token hit at step 2 reads 6" in e.facts
+    assert "off the float64 state of its 4 by" in e.facts, e.facts
+    # the reading credits only the forgotten move: at a step that moves the owner, or another field, it is not
+    moved = TraceReplayer(case.scenario_trace(True))
+    assert moved.step(moved.trace.steps[0]) == []
+    assert case.reading(moved, d) == (False, "request 0 moves at step 1")
+    assert case.reading(rep, replace(d, field="checkpoint")) == (False, "")

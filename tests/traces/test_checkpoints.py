@@ -99,7 +99,8 @@ def test_a_checkpoint_of_fewer_tokens_than_its_slot_holds_is_caught():
     ("step", "changes", "where", "says"),
     [
         (0, {"checkpoints": [{"request": 0, "tokens": 7, "slot": 2}]}, "checkpoint", "published before it is written"),
-        (0, {"checkpoints": [{"request": 0, "tokens": 6, "slot": 1}]}, "checkpoint", "running slot of request 0,"),
+        (0, {"checkpoints": [{"request": 0, "tokens": 5, "slot": 1}]}, "checkpoint",
+         "running slot of request 0, which keeps running: its state holds 6 tokens, not exactly the checkpoint's 5"),
         (0, {"checkpoints": [{"request": 0, "tokens": 6, "slot": 0}]}, "checkpoint", "the dummy slot"),
         (0, {"copies_after": [[1, 1]]}, "copy", "the copy overlaps itself"),
         (0, {"copies_after": [[1, 0]]}, "copy", "dummy (null) slot"),

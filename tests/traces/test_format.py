@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import io
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,16 @@ from workbench.traces.format import (
     read_trace,
     write_trace,
 )
-from workbench.traces.model import STEP_MODES, Trace, TraceHeader, TraceRow, TraceStep
+from workbench.traces.model import (
+    ACCEPTED_UNITS,
+    MODE_KINDS,
+    ROW_KINDS,
+    STEP_MODES,
+    Trace,
+    TraceHeader,
+    TraceRow,
+    TraceStep,
+)
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "trace.schema.json"
 
@@ -259,7 +269,7 @@ HEADER_REFUSALS = [
     (
         header_with(max_bs=8),
         "line 1: max_bs: unknown header field (known: format, version, profile, layer, num_slots, buckets, "
-        "draft_tokens, seed, engine)",
+        "draft_tokens, seed, engine, accepted, zero_on_alloc)",
     ),
 ]
 
@@ -294,6 +304,7 @@ def body_with(index: int, path: str, value: Any) -> list[dict[str, Any]]:
 
 
 SLOT = "expected a slot in [0, 8] (the header's num_slots is 9)"
+TOKENS_KEPT = '(tokens kept, the bonus token included: the header\'s accepted is "tokens")'
 
 STEP_REFUSALS = [
     # line numbers: the header is line 1, steps()[i] is line i + 2
@@ -390,7 +401,7 @@ STEP_REFUSALS = [
     (
         (0, "rows.0.prefix", 1),
         "line 2: rows[0].prefix: unknown row field (known: id, slot, req_pool_index, seq_len, new_tokens, "
-        "cached_tokens, accepted, tokens, slots)",
+        "cached_tokens, accepted, tokens, slots, kind)",
     ),
     ((0, "rows.0.id", -1), "line 2: rows[0].id: expected an int >= 0, got -1"),
     (
@@ -409,11 +420,12 @@ STEP_REFUSALS = [
         (2, "rows.1.new_tokens", 2),
         "line 4: rows[1].new_tokens: expected 3 (draft_tokens) in a target_verify step, got 2",
     ),
-    ((2, "rows.0.accepted", 4), "line 4: rows[0].accepted: expected null or an int in 0..3 (draft_tokens), got 4"),
-    ((2, "rows.0.accepted", -1), "line 4: rows[0].accepted: expected null or an int in 0..3 (draft_tokens), got -1"),
+    ((2, "rows.0.accepted", 4), f"line 4: rows[0].accepted: expected null or an int in 1..3 {TOKENS_KEPT}, got 4"),
+    ((2, "rows.0.accepted", 0), f"line 4: rows[0].accepted: expected null or an int in 1..3 {TOKENS_KEPT}, got 0"),
+    ((2, "rows.0.accepted", -1), f"line 4: rows[0].accepted: expected null or an int in 1..3 {TOKENS_KEPT}, got -1"),
     (
         (2, "rows.0.accepted", False),
-        "line 4: rows[0].accepted: expected null or an int in 0..3 (draft_tokens), got false",
+        f"line 4: rows[0].accepted: expected null or an int in 1..3 {TOKENS_KEPT}, got false",
     ),
     (
         (3, "rows.0.accepted", 1),
@@ -676,7 +688,10 @@ def valid_traces(draw) -> Trace:
     if draw(st.booleans()):
         buckets["target_verify"] = sorted(draw(st.sets(st.integers(1, 16), min_size=1, max_size=3)))
     seed = draw(st.none() | st.integers(0, 2**63 - 1))
-    header = TraceHeader(profile, draw(st.sampled_from(fmt.LAYERS)), num_slots, buckets, d, seed)
+    unit, zero = draw(st.sampled_from(ACCEPTED_UNITS)), draw(st.booleans())
+    layer = draw(st.sampled_from(fmt.LAYERS))
+    header = TraceHeader(profile, layer, num_slots, buckets, d, seed, accepted=unit, zero_on_alloc=zero)
+    kinds = [k for k in ROW_KINDS if k != "verify" or "target_verify" in buckets]
     modes = [m for m in STEP_MODES if m != "target_verify" or "target_verify" in buckets]
     live: set[int] = set()
     number = draw(st.integers(0, 3))
@@ -685,6 +700,7 @@ def valid_traces(draw) -> Trace:
         number += draw(st.integers(1, 3))
         mode = draw(st.sampled_from(modes))
         rows: list[TraceRow] = []
+        with_kinds = draw(st.booleans())  # kinds on every row, or (the mode says them; a mixed step's legacy) none
         if mode != "idle":
             n = draw(st.integers(1, min(4, num_slots)))
             ids = draw(st.lists(st.integers(0, 30), min_size=n, max_size=n, unique=True))
@@ -693,15 +709,17 @@ def valid_traces(draw) -> Trace:
             for rid, slot, rpi in zip(ids, slots, rpis, strict=True):
                 cached = draw(st.integers(0, 50))
                 accepted = None
-                if mode == "decode":
+                kind = MODE_KINDS.get(mode) or (draw(st.sampled_from(kinds)) if with_kinds else "extend")
+                if kind == "decode":
                     new = 1
-                elif mode == "target_verify":
+                elif kind == "verify":
                     new = d
-                    accepted = draw(st.none() | st.integers(0, d))
+                    accepted = draw(st.none() | (st.integers(1, d) if unit == "tokens" else st.integers(0, d - 1)))
                 else:
                     new = draw(st.integers(1, 20))
                 seq = cached + new if mode in ("extend", "mixed") else draw(st.integers(1, 80))
-                rows.append(TraceRow(rid, rpi, slot, seq, new, cached, accepted))
+                row_kind = kind if with_kinds else None
+                rows.append(TraceRow(rid, rpi, slot, seq, new, cached, accepted, kind=row_kind))
         row_ids = [r.id for r in rows]
         admit = tuple(draw(st.lists(st.sampled_from(row_ids), unique=True)) if row_ids else [])
         admit = tuple(i for i in admit if i not in live)
@@ -709,7 +727,11 @@ def valid_traces(draw) -> Trace:
         finish = tuple(draw(st.lists(st.sampled_from(row_ids), unique=True)) if row_ids else [])
         live -= set(finish)
         metadata = None
-        if draw(st.booleans()):
+        step = TraceStep(number, mode, tuple(rows), admit, finish)
+        if draw(st.booleans()) and step.splits:
+            metadata = {"bucket": None, "query_start_loc": [0, *itertools.accumulate(r.new_tokens for r in rows)]}
+            metadata.update(split_keys(step, d, num_slots, draw))
+        elif draw(st.booleans()):
             bucket = draw(st.none() | st.integers(max(len(rows), 1), 16))
             size = len(rows) if bucket is None else draw(st.sampled_from([len(rows), bucket]))
             offsets = [0]
@@ -723,6 +745,23 @@ def valid_traces(draw) -> Trace:
             }
         out.append(TraceStep(number, mode, tuple(rows), admit, finish, metadata))
     return Trace(header, out)
+
+
+def split_keys(step: TraceStep, d: int, num_slots: int, draw) -> dict[str, Any]:
+    """vLLM's split keys of a mixed step with verify rows, of the right shapes (values drawn)."""
+    verify = [r for r, k in zip(step.rows, step.kinds, strict=True) if k == "verify"]
+    others = [r for r, k in zip(step.rows, step.kinds, strict=True) if k != "verify"]
+    slot = st.integers(-1, num_slots - 1)
+    return {
+        "spec_state_indices_tensor": [draw(st.lists(slot, min_size=d, max_size=d)) for _ in verify],
+        "non_spec_state_indices_tensor": [draw(slot) for _ in others] if others else None,
+        "spec_query_start_loc": [0, *itertools.accumulate(r.new_tokens for r in verify)],
+        "non_spec_query_start_loc": [0, *itertools.accumulate(r.new_tokens for r in others)] if others else None,
+        "num_accepted_tokens": [draw(st.integers(1, d)) for _ in verify],
+        "num_spec_decodes": len(verify),
+        "num_decodes": draw(st.integers(0, 5)),
+        "num_prefills": draw(st.integers(0, 5)),
+    }
 
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

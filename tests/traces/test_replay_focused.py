@@ -205,7 +205,7 @@ def test_steps_the_trace_cannot_run_are_input_errors(clean):
     with pytest.raises(TraceInputError, match=r"^step 6: rows: request 3 is not live at row 4"):
         replayer.step(replace(last, rows=(replace(row, req_pool_index=4),)))
     two = replace(row, new_tokens=2, seq_len=row.cached_tokens + 2)  # its counts add up; a decode has 1 token
-    with pytest.raises(TraceInputError, match=r"^step 6: step 6 row 0 \(request 3\): new_tokens=2 in a decode step"):
+    with pytest.raises(TraceInputError, match=r"^step 6: step 6 row 0 \(request 3\): new_tokens=2 in a decode row"):
         replayer.step(replace(last, rows=(two,)))
 
 
@@ -257,12 +257,13 @@ RECORDINGS = {  # step -> (what the dump holds, its metadata from the step's row
     9: ("only req_pool_indices", _only("req_pool_indices"), []),
     10: ("only has_initial_state", _only("has_initial_state"), []),
     11: ("only seq_lens", _only("seq_lens"), []),
-    12: ("no field the replay checks", lambda rows: {"num_accepted_tokens": [1, 1, 1]}, []),
+    12: ("no field the replay checks", lambda rows: {"spec_sequence_masks": [False] * 3, "num_prefill_tokens": 0}, []),
     13: ("a shorter state_indices", lambda rows: {"bucket": 4, "state_indices": [r.slot for r in rows]}, [("invariant", "state_indices", None, None, None), ("metadata", "state_indices", None, None, None)]),  # noqa: E501
     14: ("a live row's request row off", _changed("req_pool_indices", 0, delta=1), [("invariant", "state_indices", 0, None, None), ("metadata", "req_pool_indices", 0, 0, None)]),  # noqa: E501
     15: ("bucket and state_indices", _only("bucket", "state_indices", bucket=4), []),
     16: ("seq_lens padded with a live value", _changed("seq_lens", 3, 5), [("invariant", "seq_lens", 3, None, None), ("metadata", "seq_lens", 3, None, None)]),  # noqa: E501
     17: ("two fields off: the first is named", lambda rows: _changed("has_initial_state", 0, False)(rows) | {"seq_lens": [rows[0].seq_len + 1, *_full(rows)["seq_lens"][1:]]}, [("invariant", "has_initial_state", 0, None, None), ("metadata", "seq_lens", 0, 0, None)]),  # noqa: E501
+    18: ("vLLM's accepted counts in an sglang decode", lambda rows: {"num_accepted_tokens": [1, 1, 1]}, [("metadata", "num_accepted_tokens", None, None, None)]),  # noqa: E501
 }  # fmt: skip
 
 
@@ -596,9 +597,10 @@ def test_the_slot_of_a_row_and_the_tokens_of_a_batch():
     from workbench.traces.replay import _live_pairs, _slot_of, _tokens
 
     flat = SimpleNamespace(state_indices=torch.tensor([3, 1, -1]))
-    assert [_slot_of(flat, r) for r in (0, 1, 2, 3, None)] == [3, 1, -1, None, None]  # type: ignore[arg-type]
+    assert [_slot_of(flat.state_indices, r) for r in (0, 1, 2, 3, None)] == [3, 1, -1, None, None]
     wide = SimpleNamespace(state_indices=torch.tensor([[5, 6], [7, 8]]))
-    assert [_slot_of(wide, r) for r in (0, 1, 2)] == [5, 7, None]  # type: ignore[arg-type]
+    assert [_slot_of(wide.state_indices, r) for r in (0, 1, 2)] == [5, 7, None]
+    assert _slot_of(torch.tensor(3), 0) is None
     assert _tokens(Batch.idle()) == 0 and _tokens(Batch.decode([1, 2], [3, 4])) == 2
     assert _tokens(Batch.extend([1, 2], [3, 4])) == 7 and _tokens(Batch.target_verify([1, 2, 3], [5, 5, 5], 4)) == 12
     state = SimpleNamespace(ssm=torch.arange(10.0).view(10, 1))

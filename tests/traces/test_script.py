@@ -52,6 +52,43 @@ def test_verify_rows_count_accepted_tokens():
     assert replay_trace(t).ok
 
 
+def test_every_row_has_its_kind_and_a_mixed_step_may_hold_verify_rows():
+    t = scripted(
+        "vllm",
+        "gdn",
+        [
+            {"mode": "extend", "rows": {0: 4}},
+            {"mode": "mixed", "rows": {0: 1, 1: 5}},  # a one-token decode beside a chunk (the old reading)
+            {"mode": "mixed", "rows": {0: ("verify", 2), 1: ("extend", 3), 2: 4}},  # vLLM: verify rows first
+            {"mode": "target_verify", "rows": {0: 1, 1: 2}},
+            {"mode": "decode", "rows": [2]},
+        ],
+        num_slots=9,
+        buckets={"decode": [1, 2, 4], "target_verify": [1, 2, 4]},
+        draft_tokens=2,
+    )
+    got = [[(r.id, r.kind, r.cached_tokens, r.new_tokens, r.accepted) for r in s.rows] for s in t.steps]
+    assert got == [
+        [(0, "extend", 0, 4, None)],
+        [(0, "decode", 4, 1, None), (1, "extend", 0, 5, None)],
+        [(0, "verify", 5, 2, 2), (1, "extend", 5, 3, None), (2, "extend", 0, 4, None)],
+        [(0, "verify", 7, 2, 1), (1, "verify", 8, 2, 2)],
+        [(2, "decode", 4, 1, None)],
+    ]
+    result = replay_trace(t)
+    assert result.ok, str(result)
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [(("verify", 3), "('verify', 3)"), (("decode", 2), "('decode', 2)"), (("prefill", 2), "('prefill', 2)")],
+)
+def test_a_bad_mixed_row_is_named(row, message):
+    with pytest.raises(SimulationError) as err:
+        scripted("vllm", "gdn", [{"mode": "mixed", "rows": {0: row}}], num_slots=9, buckets=BUCKETS, draft_tokens=2)
+    assert f"steps[0]: rows[0] = {message}: a mixed row is new_tokens, or (kind, n)" in str(err.value)
+
+
 def test_a_scripted_trace_round_trips_through_the_file(tmp_path):
     t = scripted(
         "vllm",

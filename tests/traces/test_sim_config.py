@@ -78,10 +78,22 @@ def test_each_bad_field_is_refused_naming_the_field_and_value(kw: dict[str, Any]
 
 
 def test_a_variant_is_validated_again():
-    c = SimConfig("vllm", mixed=True)
-    with pytest.raises(SimulationError, match=r"mixed = True with spec = 2"):
-        dataclasses.replace(c, spec=2)
-    assert dataclasses.replace(c, mixed=False, spec=2).spec == 2
+    c = SimConfig("sglang", spec=4, token_budget=4)
+    with pytest.raises(SimulationError, match=r"token_budget = 4"):
+        dataclasses.replace(c, spec=5)
+    assert dataclasses.replace(c, spec=3).spec == 3
+    assert dataclasses.replace(c, profile="vllm", mixed=True).spec == 4  # vLLM mixes verify rows with prefill
+
+
+@pytest.mark.parametrize("profile", ["sglang", "sglang-ascend"])
+@pytest.mark.parametrize("prefix_cache", [None, "no_buffer", "extra_buffer"])
+def test_sglang_takes_mixed_steps_with_speculation_as_decode_tails(profile: str, prefix_cache: str | None):
+    # sglang 0.5.23 keeps mixed chunked prefill under EAGLE / EAGLE3 (supports_mixed_chunk): running requests
+    # decode one token in a step that prefills
+    c = SimConfig(profile, mixed=True, spec=3, prefix_cache=prefix_cache)
+    assert c.mixed_tails and "mixed steps (1-token decode tails)" in c.summary()
+    assert not SimConfig("vllm", mixed=True, spec=3).mixed_tails  # vLLM's mixed steps verify
+    assert not SimConfig(profile, mixed=True).mixed_tails and not SimConfig(profile, spec=3).mixed_tails
 
 
 # -- one config, one trace ---------------------------------------------------------------------------------
@@ -92,6 +104,8 @@ CONFIGS = [
     dict(profile="sglang-ascend", prefix_cache="no_buffer", mixed=True, seed=4),
     dict(profile="vllm", prefix_cache="align", spec=2, seed=5),
     dict(profile="vllm", dp_dummies=True, prefill=False, seed=6),
+    dict(profile="vllm", prefix_cache="align", spec=3, mixed=True, seed=7),
+    dict(profile="sglang", prefix_cache="extra_buffer", spec=2, mixed=True, seed=8),
 ]
 
 

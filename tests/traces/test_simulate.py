@@ -243,7 +243,6 @@ def test_some_decode_steps_pass_the_largest_bucket_but_not_most():
     ("kwargs", "words"),
     [
         (dict(layer="mamba2", mixed=True, prefill=False), ["mixed", "prefill=False"]),
-        (dict(mixed=True, spec=2), ["mixed", "spec"]),
         (dict(layer="mla"), ["layer", "mla"]),
         (dict(profile="trtllm"), ["profile", "trtllm"]),
         (dict(spec=-1), ["spec"]),

@@ -619,21 +619,23 @@ def run_al(seed: int = 0, steps: int = 300, **kw: Any) -> Trace:
 
 
 def audit_al(trace: Trace, bs: int = 16) -> Counter[str]:
-    """Walk an align trace: block-aligned chunks, each move with its pre-copy, the rows on the new slot and the
-    old slot published at exactly its block boundary (or freed), hits of whole blocks."""
+    """Walk an align trace: block-aligned chunks; each block a row fills exactly published in that step while
+    it is still the row's running slot (vLLM hashes it at schedule time), and kept live when the request moves
+    on; each move with its pre-copy and the rows on the new slot; hits of whole blocks on live checkpoints."""
     n: Counter[str] = Counter()
     slot_of: dict[int, int] = {}
     cached: dict[int, int] = {}
+    live: set[int] = set()  # checkpoint slots
     for step in trace.steps:
         meta = step.metadata or {}
         rows = {r.id: r for r in step.rows}
         assert "copies_after" not in meta
+        live -= set(meta.get("evict", []))
         hits = {h["request"]: h for h in meta.get("hits", [])}
         for h in hits.values():
             assert h["tokens"] % bs == 0 and h["tokens"] > 0 and rows[h["request"]].cached_tokens == h["tokens"]
-            assert [h["slot"], rows[h["request"]].slot] in meta["copies_before"]
+            assert [h["slot"], rows[h["request"]].slot] in meta["copies_before"] and h["slot"] in live
             n["hits"] += 1
-        cps = {c["slot"]: c for c in meta.get("checkpoints", [])}
         for mv in meta.get("moves", []):
             rid, new = mv["request"], mv["slot"]
             old = slot_of[rid]
@@ -641,19 +643,24 @@ def audit_al(trace: Trace, bs: int = 16) -> Counter[str]:
             assert rows[rid].slot == new and rid not in step.admit
             c = rows[rid].cached_tokens
             assert c % bs == 0 and c > 0 and cached[rid] == c
-            if old in cps:
-                assert cps[old] == {"request": rid, "tokens": c, "slot": old}
-                n["boundary checkpoints"] += 1
             n["moves"] += 1
-        assert len(cps) == len(meta.get("checkpoints", []))
-        assert all(any(mv["request"] == c["request"] for mv in meta.get("moves", [])) for c in cps.values())
+            n["moves off a live checkpoint"] += old in live  # it stays live: no publish, no free
         moved = {mv["request"] for mv in meta.get("moves", [])}
         for r in step.rows:
             if r.id in slot_of and r.id not in moved:
                 assert r.slot == slot_of[r.id], f"step {step.step}: request {r.id} changed slot without a move"
-                want_move = r.cached_tokens % bs == 0 and r.cached_tokens > 0
+                want_move = r.cached_tokens % bs == 0 and r.cached_tokens > 0 and r.id not in step.admit
                 n["skipped moves"] += want_move
             slot_of[r.id], cached[r.id] = r.slot, r.cached_tokens + r.new_tokens
+        for c in meta.get("checkpoints", []):
+            rid, slot = c["request"], c["slot"]
+            assert slot == slot_of[rid] and c["tokens"] == cached[rid] and c["tokens"] % bs == 0, (
+                f"step {step.step}: a checkpoint is the running block its row filled exactly at this step"
+            )
+            assert slot not in live
+            live.add(slot)
+            n["boundary checkpoints"] += 1
+            n["donated at finish"] += rid in step.finish
         for rid in step.finish:
             slot_of.pop(rid, None)
     return n
@@ -670,16 +677,16 @@ def test_align_moves_precopy_and_checkpoint_by_the_rules(kw):
     n = audit_al(trace, kw.get("block_size", 16))
     assert n["moves"] > 0
     if kw.get("max_cached") == 0:
-        assert n["boundary checkpoints"] == n["hits"] == 0
+        assert n["boundary checkpoints"] == n["hits"] == n["moves off a live checkpoint"] == 0
     else:
-        assert n["boundary checkpoints"] > 0 and n["hits"] > 0
+        assert n["boundary checkpoints"] > 0 and n["hits"] > 0 and n["moves off a live checkpoint"] > 0
 
 
 @pytest.mark.parametrize("bs", [16, 8])
 def test_align_chunks_end_at_block_boundaries_or_prompt_ends(bs, monkeypatch):
     prompts = recorded_prompts(monkeypatch)
     trace = run_al(seed=2, steps=200, block_size=bs, chunk_size=24)
-    checked = 0
+    checked = tails = 0
     for step in trace.steps:
         if step.mode not in ("extend", "mixed"):
             continue
@@ -688,8 +695,11 @@ def test_align_chunks_end_at_block_boundaries_or_prompt_ends(bs, monkeypatch):
                 continue  # a decode row of a mixed step
             end = r.cached_tokens + r.new_tokens
             assert end == len(prompts[r.id]) or end % bs == 0, (step.step, r)
-            assert r.cached_tokens % bs == 0
+            last = (len(prompts[r.id]) - 1) // bs * bs  # vLLM's last cacheable position: a chunk stops there
+            assert r.cached_tokens % bs == 0 and not r.cached_tokens < last < end, (step.step, r, last)
             checked += 1
+            tails += end == len(prompts[r.id]) and r.cached_tokens == last > 0
+    assert tails > 5  # the prompt's tail after its last whole block: a chunk of its own
     assert checked > 20
 
 
@@ -710,6 +720,17 @@ def test_align_traces_replay_clean_with_every_checkpoint_verified():
         assert result.ok, str(result)
         assert result.checkpoints == result.verified == n["boundary checkpoints"] > 0
         assert result.hits == n["hits"] > 0
+
+
+def test_align_a_request_finishing_as_its_step_fills_a_block_donates_the_published_block():
+    from workbench.traces.replay import replay_trace
+
+    trace = run_al(seed=4, steps=120, output_lens=(1, 2))  # some finish at their last prefill chunk
+    n = audit_al(trace)
+    assert n["donated at finish"] > 0
+    result = replay_trace(trace)
+    assert result.ok, str(result)
+    assert result.checkpoints == result.verified == n["boundary checkpoints"]
 
 
 def test_cli_runs_align(simulated, capsys):

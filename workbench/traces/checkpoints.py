@@ -14,7 +14,9 @@ trace says what the cache did at each step in its ``metadata`` (``workbench.trac
   missing (or wrong) leaves the runner on other bytes, and the step's state check shows it.
 * ``moves`` (after ``copies_before``): a request's running state moves to another slot, as vLLM's align
   mode moves it into the block of its position (the pre-copy is a ``copies_before`` into it); the old
-  slot is freed, or kept by a checkpoint the step publishes on it.
+  slot is freed, or kept by a checkpoint: one published on it earlier (while the request ran on it) stays
+  live, one the step publishes on it takes it. Hits and ``copies_before`` all read before the forward, so a
+  hit on a checkpoint in the very step its owner moves off it (or copies out of it) is legal.
 * copies (``copies_before`` the forward, ``copies_after`` it): whole-slot copies of the conv window and the
   recurrent state, made in the runner's pool and in the float64 shadow alike; never from or to the dummy
   slot, never onto their own source, never from a slot that holds neither a live request's state nor a
@@ -24,8 +26,11 @@ trace says what the cache did at each step in its ``metadata`` (``workbench.trac
 * ``checkpoints``: published after the step; the slot is compared, conv window and recurrent state, with the
   float64 state recomputed from zeros over the request's first ``tokens`` token ids (cached per prefix), and
   ``tokens`` may not exceed what the request's state holds after the step (nothing is published before the
-  step that writes it has run). A running request's own slot may be published only as it finishes (it is
-  then donated to the cache).
+  step that writes it has run). A running request's own slot may be published as it finishes (it is then
+  donated to the cache), or while it keeps running when the slot holds its state and that state holds
+  exactly the checkpoint's tokens (vLLM hashes the block a chunk fills at schedule time): the slot is then a
+  live checkpoint the request still runs on, and a forward of the request that writes it before it moves
+  off is a divergence (:meth:`CheckpointBook.written`, field ``checkpoints``).
 
 Token ids come from the rows' ``tokens``: the replay's inputs are a fixed embedding of them
 (:func:`~workbench.traces.cache_record.embed_tokens`), so requests sharing a prefix compute the same state
@@ -159,7 +164,8 @@ class CheckpointBook:
             rid, window = mv["request"], mv.get("slots")
             new = [mv["slot"]] if window is None else list(window)
             row = rows.get(rid)
-            taken = next((s for s in new if s in self.record.live), None)
+            own = set(ctx.slots_of(rid)) if rid in ctx.live else set()
+            taken = next((s for s in new if s in self.record.live and s not in own), None)
             problem = None
             if rid not in ctx.live or row is None:
                 problem = "the request is not live in this step"
@@ -197,10 +203,14 @@ class CheckpointBook:
             have_ids = rec.known_ids(rid)
             if have_ids is not None:  # the block's checkpoint, without a recompute
                 rec.cache_slot(tuple(have_ids), ctx.shadow, running)
+        for slot in dropped:  # a checkpoint published while the request ran on it stays, held by the cache
+            if slot in rec.live:
+                pool.hold(slot)
         for j, slot in enumerate(keep):
             if slot not in dropped:
                 return f"keep[{j}]: slot {slot} is not a slot the request leaves (it leaves {dropped})"
-            pool.hold(slot)
+            if slot not in pool.held_slots:
+                pool.hold(slot)
             rec.pending.setdefault(rid, set()).add(slot)
         return None
 
@@ -215,7 +225,7 @@ class CheckpointBook:
             for slot in slots:
                 self.record.label(slot, None)
             if len(slots) > 1:
-                self._label_window(step, r, slots, read)
+                self._label_window(ctx, r, slots, read)
         out = self.tracks.check(ctx, work.get("copies_after", []))
         out += self._copies(ctx, work.get("copies_after", []), "copies_after")
         for i, c in enumerate(work.get("checkpoints", [])):
@@ -237,9 +247,12 @@ class CheckpointBook:
         elif n > len(have):
             problem = f"published before it is written: the request's state holds {len(have)} tokens after this step"
             expected, got = len(have), n
-        elif owner is not None and (owner != rid or rid not in step.finish):
+        elif owner is not None and owner != rid:
             runs_on = ", which keeps running" if owner not in step.finish else ""
             problem = f"the slot is the running slot of request {owner}{runs_on}"
+        elif owner == rid and rid not in step.finish:
+            problem = self._running_problem(ctx, rid, n, slot, len(have))
+            expected, got = (len(have), n) if problem and n != len(have) else (None, None)
         elif slot == ctx.dummy_slot:
             problem = "the dummy slot"
         if problem is not None or have is None:
@@ -266,6 +279,45 @@ class CheckpointBook:
         rec.set_shadow(ctx.shadow, slot, prefix)
         return out
 
+    @staticmethod
+    def _running_problem(ctx: StepContext, rid: int, n: int, slot: int, held: int) -> str | None:
+        """Why ``slot``, a slot of running request ``rid``, may not be published as its first ``n`` tokens
+        (None: it may): it must be the slot that holds the request's state after the step (a window's column
+        of its accepted count), and that state must hold exactly ``n`` tokens (``held`` it holds)."""
+        slots = ctx.slots_of(rid)
+        state_slot = slots[ctx.accepted.get(rid, 1) - 1] if len(slots) > 1 else slots[0]
+        if slot != state_slot:
+            return (
+                f"slot {slot} is a slot of request {rid}'s window that does not hold its state (slot {state_slot} does)"
+            )
+        if n != held:
+            return (
+                f"the slot is the running slot of request {rid}, which keeps running: its state holds {held} tokens, "
+                f"not exactly the checkpoint's {n}"
+            )
+        return None
+
+    def written(self, ctx: StepContext) -> list[TraceDivergence]:
+        """Before the forward (after the step's moves): a row whose forward writes a live checkpoint, which its
+        request published while it ran on the slot and has not moved off (its running slot; a verify in a
+        window of D blocks writes all of them): the request wrote its published checkpoint."""
+        out: list[TraceDivergence] = []
+        for row, kind in zip(ctx.step.rows, ctx.step.kinds, strict=True):
+            if row.id not in ctx.live:
+                continue
+            slots = ctx.slots_of(row.id)
+            for slot in slots if kind == "verify" else slots[:1]:
+                cp = self.record.live.get(slot)
+                if cp is None:
+                    continue
+                detail = (
+                    f"request {row.id}'s forward writes slot {slot}, the live checkpoint of request {cp.request}'s "
+                    f"first {len(cp.tokens)} tokens (published at step {cp.step}): the request wrote its published "
+                    "checkpoint"
+                )
+                out.append(prefix_divergence(ctx.step, "checkpoints", detail, row.id, slot))
+        return out
+
     def finish(self, ctx: StepContext, rid: int, row: int) -> None:
         """Free a finishing request's row: its slot stays held when it was published (donated), else freed."""
         pool, rec = ctx.pool, self.record
@@ -274,23 +326,27 @@ class CheckpointBook:
             pool.donate(row)
         else:
             pool.free([row])
+            for slot in slots:  # a window's blocks published while it ran on them stay, held by the cache
+                if slot in rec.live:
+                    pool.hold(slot)
         for slot in rec.pending.pop(rid, set()):  # blocks left for a post-copy that never came
             pool.release(slot)
         rec.history.pop(rid, None)
         rec.from_zeros.pop(rid, None)
 
-    def remember(self, step: TraceStep) -> None:
-        """Extend each row's token history by what the step put into its state (a verify keeps ``accepted``)."""
+    def remember(self, step: TraceStep, accepted: str = "tokens") -> None:
+        """Extend each row's token history by what the step put into its state (a verify row keeps the tokens
+        its ``accepted`` says, read in the header's unit ``accepted``)."""
         for r in step.rows:
             have = self.record.history.get(r.id)
             if have is None or r.tokens is None:
                 self.record.history[r.id] = None
                 continue
-            kept = r.accepted if (step.mode == "target_verify" and r.accepted is not None) else r.new_tokens
+            kept = r.kept(accepted) if step.kind_of(r) == "verify" else r.new_tokens
             have.extend(r.tokens[:kept])
 
     # -- pieces -----------------------------------------------------------------------------------------
-    def _label_window(self, step: TraceStep, row: TraceRow, slots: list[int], read: tuple[int, ...] | None) -> None:
+    def _label_window(self, ctx: StepContext, row: TraceRow, slots: list[int], read: tuple[int, ...] | None) -> None:
         """What the forward left in a window of D slots (vLLM align with speculation): a verify's column ``t``
         the float64 state after the request's first ``cached + t + 1`` ids (for the accepted ``t``), an
         extend's column 0 after all of them; known only when the column the step read held exactly the ids
@@ -301,8 +357,8 @@ class CheckpointBook:
             return
         if row.cached_tokens and read != tuple(have[: row.cached_tokens]):
             return
-        if step.mode == "target_verify":
-            for t in range(min(row.accepted or 1, len(slots))):
+        if ctx.step.kind_of(row) == "verify":
+            for t in range(min(ctx.kept(row), len(slots))):
                 self.record.label(slots[t], tuple(have[: row.cached_tokens + t + 1]))
         else:
             self.record.label(slots[0], tuple(have))
@@ -340,7 +396,7 @@ class CheckpointBook:
             return "reads or writes the dummy (null) slot or a slot past the pool"
         if ctx.owner(src) is None and src not in self.record.live:
             return f"reads slot {src}, which holds neither a live request's state nor a checkpoint (freed or evicted)"
-        kept = None if own else self.record.kept_slot(ctx, dst, after=writable is None)
+        kept = self.record.kept_slot(ctx, dst, after=writable is None and not own)
         if kept is not None:
             return kept
         if writable is not None and dst not in writable:

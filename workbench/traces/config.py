@@ -11,10 +11,10 @@ and one config is one trace: ``simulate(config)`` twice gives the same steps.
     SimConfig(profile='vllm', layer='gdn', steps=50, seed=1, mixed=True)
     >>> c.summary()
     'vllm gdn: 50 steps, seed 1, no speculation, mixed steps; pool of 61 slots, at most 30 running'
-    >>> dataclasses.replace(c, spec=2)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    workbench.traces.steps.SimulationError: mixed = True with spec = 2: a mixed step's decode rows are ...
+    >>> dataclasses.replace(c, spec=3).summary()
+    'vllm gdn: 50 steps, seed 1, spec 3, mixed steps; pool of 91 slots, at most 30 running'
+    >>> dataclasses.replace(c, profile="sglang", spec=2).summary()  # sglang's running requests decode in them
+    'sglang gdn: 50 steps, seed 1, spec 2, mixed steps (1-token decode tails); pool of 31 slots, at most 30 running'
 
 (torch.utils.benchmark's ``TaskSpec`` is the model: a small frozen spec with a readable repr and summary.)
 """
@@ -52,6 +52,20 @@ short simulated prompts track)."""
 DEFAULT_TRACK_INTERVAL = 32
 """``track_interval`` of ``extra_buffer`` (sglang's ``mamba_track_interval``, 256 there)."""
 
+MIXED_VERIFY_ENGINES = ("vllm",)
+"""Engines whose mixed steps carry verify rows (``mixed=True`` with ``spec=D``): vLLM 0.33.0 batches verify rows
+of D tokens with prefill chunks (56% of the steps of a real scheduler run, ``tests/fixtures``). The other engine,
+sglang, keeps mixed chunked prefill under chain EAGLE / MTP, but its mixed steps hold no verify row: the running
+requests join a step that prefills as 1-token decode rows (``SGLANG_MIXED_SPEC``)."""
+
+SGLANG_MIXED_SPEC = (
+    "sglang 0.5.23, python/sglang/srt/arg_groups/speculative_hook.py:1103-1117 and "
+    "python/sglang/srt/speculative/spec_info.py:147-158"
+)
+"""Where sglang keeps ``enable_mixed_chunk`` under speculation: it turns it off only when the algorithm's
+``supports_mixed_chunk()`` is false (ngram); EAGLE, EAGLE3, DFLASH and DSPARK keep it, and "mixed steps degrade
+running requests to a plain 1-token decode"."""
+
 
 @dataclass(frozen=True, repr=False)
 class SimConfig:
@@ -66,7 +80,10 @@ class SimConfig:
         steps: scheduler steps to record (idle ones included).
         seed: of the one ``random.Random`` every draw comes from.
         spec: D, draft tokens per verify step (0: no speculation, plain decode steps).
-        mixed: let a step carry prefill chunks and one-token decode rows together (``mode="mixed"``).
+        mixed: let a step carry prefill chunks and decode-phase rows together (``mode="mixed"``): one-token
+            decode rows, or with ``spec`` under vLLM (``MIXED_VERIFY_ENGINES``) verify rows of D tokens; under
+            sglang with ``spec``, a step that prefills runs its decode-phase requests as one-token decode rows
+            (the pending token) and a step that does not verifies (``SGLANG_MIXED_SPEC``).
         dp_dummies: this engine is one DP rank: some steps are dummy (idle) steps while its requests live.
         num_slots: state slots of the pool, the dummy slot included; default: ``max_running`` requests'
             worth plus the dummy slot.
@@ -164,12 +181,18 @@ class SimConfig:
         ]
         return f"SimConfig({', '.join(shown)})"
 
+    @property
+    def mixed_tails(self) -> bool:
+        """Whether the mixed steps run the decode-phase requests as one-token decode rows although ``spec`` is
+        set (sglang's: ``SGLANG_MIXED_SPEC``); vLLM's hold verify rows of D tokens (``MIXED_VERIFY_ENGINES``)."""
+        return self.mixed and self.spec > 0 and self.plan.profile.engine not in MIXED_VERIFY_ENGINES
+
     def summary(self) -> str:
         """One line: the engine and layer, the run, the step kinds, the prefix cache and the pool."""
         p = self.plan
         parts = [f"{self.steps} steps", f"seed {self.seed}", f"spec {self.spec}" if self.spec else "no speculation"]
         if self.mixed:
-            parts.append("mixed steps")
+            parts.append("mixed steps (1-token decode tails)" if self.mixed_tails else "mixed steps")
         if self.dp_dummies:
             parts.append(f"DP dummy steps ({p.dp_dummy_rate:g})")
         if not p.prefill:
@@ -335,12 +358,6 @@ def _check_steps(c: SimConfig, layer: LayerSpec) -> bool:
             else "prefill=False"
         )
         raise SimulationError(f"mixed = True: a mixed step carries prefill chunks, but {why}")
-    if c.mixed and c.spec:
-        raise SimulationError(
-            f"mixed = True with spec = {c.spec}: a mixed step's decode rows are one-token rows, and verify rows "
-            "of D tokens have no mixed batch in the workbench (sglang turns mixed chunked prefill off under "
-            "speculative decoding); choose one"
-        )
     return prefill
 
 

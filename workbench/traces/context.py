@@ -18,7 +18,7 @@ import torch
 from workbench.batch import Batch
 from workbench.layers import Intermediate, LayerState
 from workbench.pool import StatePool
-from workbench.traces.model import TraceStep
+from workbench.traces.model import TraceRow, TraceStep, tokens_after
 
 
 class VerifiedIntermediates(NamedTuple):
@@ -44,6 +44,9 @@ class StepContext:
     ``inputs`` (``[tokens, hidden]``), ``before`` (the runner's and the shadow's states before the step: the
     stand-in for the kernel's chunk states), ``read_columns`` (vLLM verify: request id -> the column of its
     window it read) and ``verified`` (a verify's intermediate states; sglang only).
+
+    ``accepted_unit``: the header's ``accepted`` (what a verify row's ``accepted`` counts): :meth:`kept`
+    reads a row's through it.
     """
 
     step: TraceStep
@@ -60,6 +63,7 @@ class StepContext:
     before: tuple[LayerState, LayerState] | None = None
     read_columns: Mapping[int, int] = field(default_factory=dict)
     verified: VerifiedIntermediates | None = None
+    accepted_unit: str = "tokens"
 
     def after_forward(
         self,
@@ -90,6 +94,14 @@ class StepContext:
     def in_pool(self, slot: int) -> bool:
         """``slot`` is a real slot of the pool: not the dummy (null) slot, not past the pool."""
         return slot != self.dummy_slot and 0 <= slot < self.pool.num_slots
+
+    def kept(self, row: TraceRow) -> int:
+        """Tokens verify row ``row`` of this step keeps (1..D), its ``accepted`` read in the header's unit."""
+        return row.kept(self.accepted_unit)
+
+    def held_after(self, row: TraceRow) -> int:
+        """Tokens in ``row``'s request's state after the step: a verify row's kept ones, any other row's all."""
+        return tokens_after(row, self.step.kind_of(row), self.accepted_unit)
 
     def reset_accepted(self, request: int) -> None:
         """vLLM: the request's next verify reads the first slot of its window (a pre-copy or post-copy moved

@@ -13,7 +13,9 @@ Header fields (:class:`~workbench.traces.model.TraceHeader`): ``format`` ("linat
 ``buckets`` (graph mode -> captured batch sizes, strictly increasing; "decode" required, "target_verify" needed
 by verify steps), ``draft_tokens`` (D: tokens a verify row feeds, default 2), ``seed`` (of a simulation, or
 null), ``engine`` (optional: the release the trace comes from, ``{"name": "sglang", "version": "0.5.23",
-"commit": "..."}``; ``name`` the profile's engine, ``commit`` optional; written only when present).
+"commit": "..."}``; ``name`` the profile's engine, ``commit`` optional; written only when present),
+``accepted`` (what a verify row's ``accepted`` counts: "tokens", the default, or "drafts"; written only when
+not the default), ``zero_on_alloc`` (the engine zeroes a slot when it allocates it; written only when true).
 
 Step fields (:class:`~workbench.traces.model.TraceStep`): ``step`` (strictly increasing), ``mode`` (one of
 :data:`~workbench.traces.model.STEP_MODES`), ``rows`` (one object per request, in the engine's order; an idle
@@ -21,10 +23,13 @@ step has none, every other step at least one), ``admit`` / ``finish`` (request i
 step / freed after it), ``metadata`` (what the engine used, by its field names, or null: then it is built).
 
 Row fields (:class:`~workbench.traces.model.TraceRow`): ``id``, ``slot`` (< num_slots), ``req_pool_index``,
-``seq_len`` (>= 1), ``new_tokens`` (>= 1: decode 1, verify D, extend/mixed the chunk), ``cached_tokens``
-(>= 0; extend and mixed rows: ``seq_len == cached_tokens + new_tokens``), ``accepted`` (verify only:
-null or 0..D), ``tokens`` (optional: ``new_tokens`` token ids). Ids, slots and request-pool rows are each
-unique within a step. The prefix-cache keys of ``metadata`` (``PREFIX_KEYS``) are checked for shape.
+``seq_len`` (>= 1), ``new_tokens`` (>= 1: decode 1, verify D, extend the chunk), ``cached_tokens``
+(>= 0; extend and mixed rows: ``seq_len == cached_tokens + new_tokens``), ``accepted`` (verify rows only:
+null, or 1..D tokens kept, or 0..D-1 drafts under the header's ``accepted: "drafts"``), ``tokens``
+(optional: ``new_tokens`` token ids), ``slots`` (optional), ``kind`` ("decode", "verify", "extend": optional
+where the mode says it, and then the mode's; in a mixed step on every row, or, in a file written before rows
+had kinds, on none). Ids, slots and request-pool rows are each unique within a step. The prefix-cache keys of
+``metadata`` (``PREFIX_KEYS``) and vLLM's split keys (``SPLIT_KEYS``) are checked for shape.
 
 Every refusal is a :class:`TraceError` of one line naming the file's line, the field and what was expected:
 ``line 7: rows[2].seq_len: expected an int >= 1, got -3``. Nothing here imports torch.
@@ -46,8 +51,11 @@ from workbench.layer_names import LAYER_NAMES
 from workbench.limits import INT32_MAX, INT64_MAX
 from workbench.profiles import PROFILES
 from workbench.traces.model import (
+    ACCEPTED_UNITS,
     FINAL_TRACK_FIELDS,
     FORMAT,
+    MODE_KINDS,
+    ROW_KINDS,
     STEP_MODES,
     VERSION,
     Trace,
@@ -61,15 +69,18 @@ LAYERS = LAYER_NAMES
 """The header's ``layer`` values: the keys of ``workbench.layers.LAYERS`` (that module imports torch)."""
 GRAPH_MODES = ("decode", "target_verify")
 """The modes with graphs: ``workbench.metadata.GRAPH_MODES`` (repeated here: that module imports torch)."""
-HEADER_FIELDS = ("format", "version", "profile", "layer", "num_slots", "buckets", "draft_tokens", "seed", "engine")
+HEADER_FIELDS = (
+    "format", "version", "profile", "layer", "num_slots", "buckets", "draft_tokens", "seed", "engine", "accepted",
+    "zero_on_alloc",
+)  # fmt: skip
 ENGINE_FIELDS = ("name", "version", "commit")
 """The header's ``engine`` object: ``name`` and ``version`` required, ``commit`` optional (null or absent)."""
 _RELEASE_TEXT = "a string of 1 to 100 ASCII letters, digits or punctuation"
 STEP_FIELDS = ("step", "mode", "rows", "admit", "finish", "metadata")
 ROW_FIELDS = (
-    "id", "slot", "req_pool_index", "seq_len", "new_tokens", "cached_tokens", "accepted", "tokens", "slots"
+    "id", "slot", "req_pool_index", "seq_len", "new_tokens", "cached_tokens", "accepted", "tokens", "slots", "kind"
 )  # fmt: skip
-OPTIONAL_ROW_FIELDS = ("tokens", "slots")
+OPTIONAL_ROW_FIELDS = ("tokens", "slots", "kind")
 """Row fields written only when a row has them (files without them stay as they were)."""
 INT32_MIN = -(2**31)
 _SHOW_CHARS = 60
@@ -304,7 +315,16 @@ def parse_header(obj: Any, line: int = 1) -> TraceHeader:
     if seed is not None:
         seed = _int(seed, line, "seed", 0, INT64_MAX, "an int >= 0 or null")
     engine = _engine(obj["engine"], line, profile) if "engine" in obj else None
-    return TraceHeader(profile, layer, num_slots, buckets, draft_tokens, seed, engine=engine)
+    accepted = obj.get("accepted", TraceHeader.accepted)
+    if not isinstance(accepted, str) or accepted not in ACCEPTED_UNITS:
+        units = " or ".join(f'"{u}"' for u in ACCEPTED_UNITS)
+        raise _fail(line, "accepted", f"{units} (what a verify row's accepted counts)", accepted)
+    zero = obj.get("zero_on_alloc", False)
+    if not isinstance(zero, bool):
+        raise _fail(line, "zero_on_alloc", "true or false", zero)
+    return TraceHeader(
+        profile, layer, num_slots, buckets, draft_tokens, seed, engine=engine, accepted=accepted, zero_on_alloc=zero
+    )
 
 
 def _release_text(value: Any, line: int, path: str, what: str) -> str:
@@ -343,7 +363,7 @@ class ReadState:
 
 
 def _row(value: Any, line: int, path: str, mode: str, header: TraceHeader) -> TraceRow:
-    """One row, its fields' ranges and the mode's token counts."""
+    """One row, its fields' ranges and its kind's token counts."""
     obj = _object(value, line, path, ROW_FIELDS, "row")
 
     def get(name: str, minimum: int, maximum: int = INT32_MAX, expected: str | None = None) -> int:
@@ -356,21 +376,16 @@ def _row(value: Any, line: int, path: str, mode: str, header: TraceHeader) -> Tr
     seq_len = get("seq_len", 1)
     new_tokens = get("new_tokens", 1)
     cached_tokens = get("cached_tokens", 0)
-    if mode == "decode" and new_tokens != 1:
-        raise _fail(line, f"{path}.new_tokens", "1 in a decode step", new_tokens)
-    if mode == "target_verify" and new_tokens != header.draft_tokens:
-        raise _fail(
-            line, f"{path}.new_tokens", f"{header.draft_tokens} (draft_tokens) in a target_verify step", new_tokens
-        )
+    kind = _kind(obj.get("kind"), line, path, mode, header)
+    where = f"{_a(kind)} row" if mode == "mixed" and kind is not None else f"{_a(mode)} step"
+    if (kind or MODE_KINDS.get(mode)) == "decode" and new_tokens != 1:
+        raise _fail(line, f"{path}.new_tokens", f"1 in {where}", new_tokens)
+    if (kind or MODE_KINDS.get(mode)) == "verify" and new_tokens != header.draft_tokens:
+        raise _fail(line, f"{path}.new_tokens", f"{header.draft_tokens} (draft_tokens) in {where}", new_tokens)
     if mode in ("extend", "mixed") and seq_len != cached_tokens + new_tokens:
         expected = f"{cached_tokens + new_tokens} (cached_tokens {cached_tokens} + new_tokens {new_tokens})"
         raise _fail(line, f"{path}.seq_len", expected, seq_len)
-    accepted = obj.get("accepted")
-    if accepted is not None:
-        if mode != "target_verify":
-            raise _fail(line, f"{path}.accepted", f"null in {_a(mode)} step (only verify rows accept)", accepted)
-        d = header.draft_tokens
-        accepted = _int(accepted, line, f"{path}.accepted", 0, d, f"null or an int in 0..{d} (draft_tokens)")
+    accepted = _accepted(obj.get("accepted"), line, path, kind or MODE_KINDS.get(mode), where, header)
     tokens = obj.get("tokens")
     if tokens is not None:
         items = _list(tokens, line, f"{path}.tokens", "token ids")
@@ -389,11 +404,42 @@ def _row(value: Any, line: int, path: str, mode: str, header: TraceHeader) -> Tr
         if not got or got[0] != slot or len(set(got)) != len(got):
             raise _fail(line, f"{path}.slots", f"distinct slots, the first the row's slot {slot}", items)
         slots = got
-    return TraceRow(rid, req_pool_index, slot, seq_len, new_tokens, cached_tokens, accepted, tokens, slots)
+    return TraceRow(rid, req_pool_index, slot, seq_len, new_tokens, cached_tokens, accepted, tokens, slots, kind)
+
+
+def _kind(value: Any, line: int, path: str, mode: str, header: TraceHeader) -> str | None:
+    """A row's ``kind``: null or absent (the mode says it), or one of ``ROW_KINDS`` that agrees with the mode;
+    a verify row needs the header's target_verify buckets (its request owns a verify pool's slots)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in ROW_KINDS:
+        raise _fail(line, f"{path}.kind", "one of " + ", ".join(f'"{k}"' for k in ROW_KINDS), value)
+    if mode in MODE_KINDS and value != MODE_KINDS[mode]:
+        raise _fail(line, f"{path}.kind", f'"{MODE_KINDS[mode]}" in {_a(mode)} step (or no kind)', value)
+    if value == "verify" and "target_verify" not in header.buckets:
+        raise _fail(line, f"{path}.kind", "a kind the header has buckets for (no buckets.target_verify)", value)
+    return value
+
+
+def _accepted(value: Any, line: int, path: str, kind: str | None, where: str, header: TraceHeader) -> int | None:
+    """A row's ``accepted``: null, or (verify rows only) a count in the header's unit: tokens kept 1..D, or
+    drafts accepted 0..D-1."""
+    if value is None:
+        return None
+    if kind != "verify":
+        raise _fail(line, f"{path}.accepted", f"null in {where} (only verify rows accept)", value)
+    d = header.draft_tokens
+    if header.accepted == "drafts":
+        lowest, highest, meaning = 0, d - 1, "draft tokens accepted"
+    else:
+        lowest, highest, meaning = 1, d, "tokens kept, the bonus token included"
+    expected = f'null or an int in {lowest}..{highest} ({meaning}: the header\'s accepted is "{header.accepted}")'
+    return _int(value, line, f"{path}.accepted", lowest, highest, expected)
 
 
 def _rows(value: Any, line: int, mode: str, header: TraceHeader) -> tuple[TraceRow, ...]:
-    """The step's rows: none in an idle step, at least one elsewhere; ids, slots and pool rows unique."""
+    """The step's rows: none in an idle step, at least one elsewhere; ids, slots and pool rows unique; in a
+    mixed step every row has its kind, or (a file written before rows had kinds) none has."""
     items = _list(value, line, "rows", "row objects")
     if mode == "idle" and items:
         raise _fail(line, "rows", "[] in an idle step", value, f"{len(items)} row{'s' * (len(items) > 1)}")
@@ -409,6 +455,12 @@ def _rows(value: Any, line: int, mode: str, header: TraceHeader) -> tuple[TraceR
                     line, f"rows[{i}].{name}", f"{_a(name)} no other row of the step has (rows[{seen[v]}] has it)", v
                 )
             seen[v] = i
+    given = [i for i, row in enumerate(rows) if row.kind is not None]
+    if mode == "mixed" and given and len(given) < len(rows):
+        i = next(i for i, row in enumerate(rows) if row.kind is None)
+        kinds = ", ".join(f'"{k}"' for k in ROW_KINDS)
+        expected = f"one of {kinds} (every row of a mixed step has its kind once one has: rows[{given[0]}] has)"
+        raise _fail(line, f"rows[{i}].kind", expected, _MISSING)
     return rows
 
 
@@ -449,26 +501,67 @@ def _lengths(bucket: int | None, n_rows: int, extra: int) -> tuple[int, ...]:
     return (n_rows + extra,) if bucket is None or bucket == n_rows else (n_rows + extra, bucket + extra)
 
 
-def _expected_length(lengths: tuple[int, ...], what: str) -> str:
-    return " or ".join(str(n) for n in lengths) + f" {what} (the step's rows, or the bucket)"
+def _expected_length(lengths: tuple[int, ...], what: str, rows: str = "the step's rows") -> str:
+    return " or ".join(str(n) for n in lengths) + f" {what} ({rows}, or the bucket)"
 
 
-def _metadata(value: Any, line: int, n_rows: int, num_slots: int) -> dict[str, Any] | None:
-    """``metadata``: null, or an object whose known fields are checked and other fields kept as they are."""
+def _metadata(value: Any, line: int, step: TraceStep, header: TraceHeader) -> dict[str, Any] | None:
+    """``metadata``: null, or an object whose known fields are checked and other fields kept as they are
+    (``step``: the step read so far, its rows and their kinds)."""
     if value is None:
         return None
     if not isinstance(value, dict):
         raise _fail(line, "metadata", "an object or null", value)
+    n_rows = len(step.rows)
     bucket = value.get("bucket")
     if bucket is not None:
         lowest = max(n_rows, 1)
         _int(bucket, line, "metadata.bucket", lowest, INT32_MAX, f"null or an int >= {lowest} (the step's rows)")
     if "state_indices" in value:
+        if step.splits:
+            expected = (
+                "no state_indices in a mixed step with verify rows (its indices are spec_state_indices_tensor "
+                "and non_spec_state_indices_tensor)"
+            )
+            raise _fail(line, "metadata.state_indices", expected, value["state_indices"])
         _state_indices(value["state_indices"], line, _lengths(bucket, n_rows, 0))
     if "query_start_loc" in value:
         _query_start_loc(value["query_start_loc"], line, _lengths(bucket, n_rows, 1))
-    _prefix_cache(value, line, num_slots)
+    _split_keys(value, line, step.kinds, bucket, header.draft_tokens)
+    _prefix_cache(value, line, header.num_slots)
     return value
+
+
+def _split_keys(value: dict[str, Any], line: int, kinds: tuple[str, ...], bucket: int | None, d: int) -> None:
+    """vLLM's split keys (``SPLIT_KEYS``): the verify rows' (``spec_*``) and the other rows' (``non_spec_*``)
+    tensors, each null or as long as its rows (or the bucket), null where the step has no such rows;
+    ``num_accepted_tokens`` one count in 1..D per verify row; the row counts ints >= 0. What they hold is
+    checked by the replay."""
+    n_spec = kinds.count("verify")
+    parts = (("spec", n_spec, "verify rows"), ("non_spec", len(kinds) - n_spec, "rows other than verify rows"))
+    for part, n, what in parts:
+        for key, extra in ((f"{part}_state_indices_tensor", 0), (f"{part}_query_start_loc", 1)):
+            if value.get(key) is None:
+                continue
+            if n == 0:
+                raise _fail(line, f"metadata.{key}", f"null (the step has no {what})", value[key])
+            check = _state_indices if extra == 0 else _query_start_loc
+            check(value[key], line, _lengths(bucket, n, extra), key, f"the step's {what}")
+    accepted = value.get("num_accepted_tokens")
+    if accepted is not None:
+        path = "metadata.num_accepted_tokens"
+        if n_spec == 0:
+            raise _fail(line, path, "null (the step has no verify rows)", accepted)
+        lengths = _lengths(bucket, n_spec, 0)
+        items = _list(accepted, line, path, "counts")
+        if len(items) not in lengths:
+            raise _fail(
+                line, path, _expected_length(lengths, "counts", "the step's verify rows"), items, f"{len(items)}"
+            )
+        _int_list(items, line, path, 1, d, f"an int in 1..{d} (tokens the row's last verify kept)")
+    for key in ("num_spec_decodes", "num_decodes", "num_prefills"):
+        if key in value:
+            _int(value[key], line, f"metadata.{key}", 0, INT32_MAX, "an int >= 0 (rows of the step)")
 
 
 def _track_keys(value: dict[str, Any], line: int, num_slots: int) -> None:
@@ -529,12 +622,14 @@ def _prefix_cache(value: dict[str, Any], line: int, num_slots: int) -> None:
             _slot(obj.get("slot", _MISSING), line, f"{path}.slot", num_slots)
 
 
-def _state_indices(value: Any, line: int, lengths: tuple[int, ...]) -> None:
+def _state_indices(
+    value: Any, line: int, lengths: tuple[int, ...], key: str = "state_indices", rows: str = "the step's rows"
+) -> None:
     """A list of ints, or of equally long lists of ints (vLLM verify: ``[bs, D]``)."""
-    path = "metadata.state_indices"
+    path = f"metadata.{key}"
     items = _list(value, line, path, "ints or a list of lists of ints")
     if len(items) not in lengths:
-        raise _fail(line, path, _expected_length(lengths, "entries"), items, f"{len(items)}")
+        raise _fail(line, path, _expected_length(lengths, "entries", rows), items, f"{len(items)}")
     if items and isinstance(items[0], list):
         width = len(items[0])
         for i, item in enumerate(items):
@@ -545,12 +640,14 @@ def _state_indices(value: Any, line: int, lengths: tuple[int, ...]) -> None:
         _int_list(items, line, path)
 
 
-def _query_start_loc(value: Any, line: int, lengths: tuple[int, ...]) -> None:
+def _query_start_loc(
+    value: Any, line: int, lengths: tuple[int, ...], key: str = "query_start_loc", rows: str = "the step's rows"
+) -> None:
     """Token offsets: ints from 0, non-decreasing, one more than the rows (or the bucket)."""
-    path = "metadata.query_start_loc"
+    path = f"metadata.{key}"
     items = _list(value, line, path, "ints")
     if len(items) not in lengths:
-        raise _fail(line, path, _expected_length(lengths, "offsets"), items, f"{len(items)}")
+        raise _fail(line, path, _expected_length(lengths, "offsets", rows), items, f"{len(items)}")
     previous = 0
     for i, item in enumerate(items):
         expected = "0" if i == 0 else f"an int >= {previous} (non-decreasing)"
@@ -590,8 +687,8 @@ def parse_step(obj: Any, line: int, header: TraceHeader, state: ReadState | None
     rows = _rows(obj.get("rows", []), line, mode, header)
     admit = _ids(obj.get("admit", []), line, "admit")
     finish = _ids(obj.get("finish", []), line, "finish")
-    metadata = _metadata(obj.get("metadata"), line, len(rows), header.num_slots)
-    step = TraceStep(number, mode, rows, admit, finish, metadata)
+    step = TraceStep(number, mode, rows, admit, finish)
+    step = TraceStep(number, mode, rows, admit, finish, _metadata(obj.get("metadata"), line, step, header))
     if state is not None:
         _cross_lines(step, line, state)
     return step
@@ -679,7 +776,8 @@ def read_trace(source: TraceSource) -> Trace:
 
 def header_dict(header: TraceHeader) -> dict[str, Any]:
     """The header line's object, in the file's key order; ``engine`` only when the header has one (files
-    without it stay as they were), its ``commit`` only when known."""
+    without it stay as they were), its ``commit`` only when known; ``accepted`` only when not ``"tokens"``,
+    ``zero_on_alloc`` only when true."""
     out: dict[str, Any] = {
         "format": header.format,
         "version": header.version,
@@ -695,15 +793,21 @@ def header_dict(header: TraceHeader) -> dict[str, Any]:
         out["engine"] = {"name": engine.name, "version": engine.version}
         if engine.commit is not None:
             out["engine"]["commit"] = engine.commit
+    if header.accepted != TraceHeader.accepted:
+        out["accepted"] = header.accepted
+    if header.zero_on_alloc:
+        out["zero_on_alloc"] = True
     return out
 
 
 def row_dict(row: TraceRow) -> dict[str, Any]:
-    """A row's object; ``tokens`` and ``slots`` only when the row has them (files without stay as they were)."""
+    """A row's object; ``tokens``, ``slots`` and ``kind`` only when the row has them (files without stay as
+    they were)."""
     out = {name: getattr(row, name) for name in ROW_FIELDS if name not in OPTIONAL_ROW_FIELDS}
     for name in OPTIONAL_ROW_FIELDS:
-        if getattr(row, name) is not None:
-            out[name] = list(getattr(row, name))
+        value = getattr(row, name)
+        if value is not None:
+            out[name] = value if isinstance(value, str) else list(value)
     return out
 
 

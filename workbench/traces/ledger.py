@@ -9,15 +9,17 @@ what the state of every live request must contain and names the first row that d
 The accounting is the simulator's (``workbench.traces.simulate``, "Token accounting"): a request enters with
 the ``cached_tokens`` of its admitting row (0, a prefix hit's length, or a prompt prefilled elsewhere); a row
 feeds ``new_tokens`` and its ``seq_len`` is ``cached_tokens + new_tokens`` in every mode; afterwards its state
-holds ``seq_len`` tokens, except after a verify, which keeps ``cached_tokens + accepted`` (``accepted`` counts
-the tokens kept, 1..D; 0 or null is read as 1, the token that is always kept, as the accept does).
+holds ``seq_len`` tokens, except after a verify row (of a target_verify step, or of kind ``verify`` in a mixed
+step), which keeps ``cached_tokens`` plus the tokens it kept: its ``accepted`` read through the header's unit
+(:meth:`~workbench.traces.model.TraceRow.kept`: ``"tokens"`` as it is, ``"drafts"`` plus one; null keeps the one
+token always kept).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.traces.model import TraceRow, TraceStep
+from workbench.traces.model import TraceHeader, TraceStep, tokens_after
 
 
 @dataclass(frozen=True)
@@ -33,18 +35,13 @@ class TokenMismatch:
     detail: str
 
 
-def tokens_after(row: TraceRow, mode: str) -> int:
-    """Tokens in the request's state after ``row`` ran in a step of ``mode``."""
-    if mode == "target_verify":
-        return row.cached_tokens + max(row.accepted or 1, 1)
-    return row.cached_tokens + row.new_tokens
-
-
 class TokenLedger:
-    """Request id -> tokens its state holds. :meth:`check` a step before it runs, :meth:`advance` after."""
+    """Request id -> tokens its state holds. :meth:`check` a step before it runs, :meth:`advance` after.
+    ``header``: the trace's header, or its ``accepted`` unit (what a verify row's ``accepted`` counts)."""
 
-    def __init__(self) -> None:
+    def __init__(self, header: TraceHeader | str = "tokens") -> None:
         self.tokens: dict[int, int] = {}
+        self.unit = header if isinstance(header, str) else header.accepted
 
     def check(self, step: TraceStep) -> list[TokenMismatch]:
         """Every row of ``step`` against the counts its request's history gives (an admitted request's first
@@ -67,6 +64,9 @@ class TokenLedger:
     def advance(self, step: TraceStep) -> None:
         """The step has run: each row's request holds :func:`tokens_after`; finished requests leave."""
         for row in step.rows:
-            self.tokens[row.id] = tokens_after(row, step.mode)
+            self.tokens[row.id] = tokens_after(row, step.kind_of(row), self.unit)
         for rid in step.finish:
             self.tokens.pop(rid, None)
+
+
+__all__ = ["TokenLedger", "TokenMismatch", "tokens_after"]

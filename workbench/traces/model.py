@@ -19,8 +19,26 @@ from workbench.engine_versions import VERIFIED
 FORMAT = "linattn-trace"
 VERSION = 1
 STEP_MODES = ("decode", "target_verify", "extend", "mixed", "idle")
-"""``mixed``: extend rows and one-token decode rows in one step (run as an extend batch, each profile's
-row order: sglang extend rows first, decodes last; vLLM decodes first)."""
+"""``mixed``: any mix of decode, verify and extend rows in one step, each row with its ``kind``, in the
+engine's row order (sglang: extend rows first, decodes last; vLLM: verify and decode rows first). Without
+verify rows it runs as one extend batch; with them as two eager batches on their disjoint slots, the verify
+rows as a target_verify batch and the others as an extend batch (vLLM's ``spec_*`` / ``non_spec_*`` split)."""
+ROW_KINDS = ("decode", "verify", "extend")
+"""A row's ``kind``: a one-token decode, a verify of D tokens (with ``accepted``), an extend chunk."""
+MODE_KINDS = {"decode": "decode", "target_verify": "verify", "extend": "extend"}
+"""The kind of every row of a step of one kind (a row's ``kind``, when given, must be it)."""
+ACCEPTED_UNITS = ("tokens", "drafts")
+"""The header's ``accepted``: what a verify row's ``accepted`` counts. ``"tokens"`` (the default): tokens
+kept, the bonus token included, 1..D (vLLM's ``num_accepted_tokens``); ``"drafts"``: draft tokens accepted,
+0..D-1 (sglang's ``num_correct_drafts_per_req_cpu``). Either way a verify keeps :func:`tokens_kept` tokens."""
+SPLIT_KEYS = (
+    "spec_state_indices_tensor", "non_spec_state_indices_tensor", "spec_query_start_loc",
+    "non_spec_query_start_loc", "num_spec_decodes", "num_decodes", "num_prefills", "num_accepted_tokens",
+)  # fmt: skip
+"""vLLM's GDN metadata (``GDNAttentionMetadata``), recorded under its names: the verify rows' (``spec_*``,
+``[n_spec, D]`` indices) and the other rows' (``non_spec_*``) tensors, the row counts by kind, and the
+accepted count each verify row reads (``num_accepted_tokens``). Compared, where recorded, with what the
+profile builds for the same split."""
 PREFIX_KEYS = ("evict", "hits", "copies_before", "moves", "copies_after", "checkpoints")
 """The ``metadata`` keys of a prefix cache, in the order the replay runs them: checkpoint slots dropped,
 admissions that start from a checkpoint, copies before the forward, running states moved to another slot
@@ -72,7 +90,10 @@ class TraceHeader:
     ``buckets``: captured batch sizes per graph mode (``{"decode": [1, 2, 4, 8], "target_verify": [...]}``);
     ``num_slots``: state slots of the pool, the dummy slot included; ``draft_tokens``: D of verify steps;
     ``seed``: of the simulation (None for a trace dumped from an engine); ``engine``: the engine release the
-    trace comes from, or None (not recorded: a simulated or hand-written trace).
+    trace comes from, or None (not recorded: a simulated or hand-written trace); ``accepted``: what a verify
+    row's ``accepted`` counts (:data:`ACCEPTED_UNITS`: ``"tokens"`` kept, bonus included, or ``"drafts"``);
+    ``zero_on_alloc``: the engine zeroes a slot's state when it allocates the slot to a request (the replay
+    follows it).
     """
 
     profile: str
@@ -84,6 +105,8 @@ class TraceHeader:
     format: str = FORMAT
     version: int = VERSION
     engine: TraceEngine | None = None
+    accepted: str = "tokens"
+    zero_on_alloc: bool = False
 
 
 def engine_note(header: TraceHeader, verified: Mapping[str, Sequence[str]] | None = None) -> str | None:
@@ -119,11 +142,13 @@ class TraceRow:
     state slot it owns (vLLM verify: the first of its D slots); ``seq_len``: its tokens after the step;
     ``new_tokens``: tokens this step feeds (decode 1, verify D, an extend chunk its length);
     ``cached_tokens``: tokens already in the state before the step (0: no initial state);
-    ``accepted``: draft tokens accepted at this verify (None elsewhere); ``tokens``: the token ids the row
+    ``accepted``: what this verify accepted, in the header's unit (:data:`ACCEPTED_UNITS`; None elsewhere, and
+    at a verify: only the token always kept; :meth:`kept` reads it); ``tokens``: the token ids the row
     feeds (``new_tokens`` of them; verify: the last sampled token, then the drafts), or None: then the replay
     draws random inputs. Prefix-cache checks need them (a checkpoint is compared with the state recomputed
     over the ids). ``slots``: every slot the request owns, in column order (vLLM verify: its D slots, the
-    window of blocks under ``align``), or None: then they are placed as the pool places them.
+    window of blocks under ``align``), or None: then they are placed as the pool places them. ``kind``: one
+    of :data:`ROW_KINDS`, or None: the step's mode says it (:meth:`TraceStep.kind_of`).
     """
 
     id: int
@@ -135,6 +160,34 @@ class TraceRow:
     accepted: int | None = None
     tokens: tuple[int, ...] | None = None
     slots: tuple[int, ...] | None = None
+    kind: str | None = None
+
+    def kept(self, header: TraceHeader | str = "tokens") -> int:
+        """Tokens this verify row keeps (1..D, the bonus token included), reading ``accepted`` in the unit
+        of ``header`` (a :class:`TraceHeader`, or its ``accepted`` unit): ``"tokens"`` as it is, ``"drafts"``
+        plus the token always kept; None keeps that one token.
+
+        >>> r = TraceRow(0, 1, 1, 9, 3, 6, accepted=2)
+        >>> r.kept(), r.kept("drafts"), TraceRow(0, 1, 1, 9, 3, 6).kept("drafts")
+        (2, 3, 1)
+        """
+        unit = header if isinstance(header, str) else header.accepted
+        if self.accepted is None:
+            return 1
+        return self.accepted + 1 if unit == "drafts" else max(self.accepted, 1)
+
+
+def tokens_kept(row: TraceRow, header: TraceHeader | str = "tokens") -> int:
+    """Tokens verify row ``row`` keeps, read through the header's unit: :meth:`TraceRow.kept`."""
+    return row.kept(header)
+
+
+def tokens_after(row: TraceRow, kind: str, header: TraceHeader | str = "tokens") -> int:
+    """Tokens in the row's request's state after the row ran as ``kind`` (a row kind or a step mode): a verify
+    keeps ``cached_tokens + kept``, any other row ``cached_tokens + new_tokens``."""
+    if kind in ("verify", "target_verify"):
+        return row.cached_tokens + row.kept(header)
+    return row.cached_tokens + row.new_tokens
 
 
 @dataclass(frozen=True)
@@ -151,6 +204,26 @@ class TraceStep:
     admit: tuple[int, ...] = ()
     finish: tuple[int, ...] = ()
     metadata: dict[str, Any] | None = None
+
+    def kind_of(self, row: TraceRow) -> str:
+        """``row``'s kind (:data:`ROW_KINDS`): its own, else its step's mode's; a row of a mixed step written
+        before rows had kinds is a decode when it feeds one token, else an extend row (it runs as an extend
+        row either way)."""
+        if row.kind is not None:
+            return row.kind
+        if self.mode in MODE_KINDS:
+            return MODE_KINDS[self.mode]
+        return "decode" if row.new_tokens == 1 else "extend"
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Every row's kind, in row order."""
+        return tuple(self.kind_of(r) for r in self.rows)
+
+    @property
+    def splits(self) -> bool:
+        """A mixed step with verify rows: it runs as two batches (the verify rows, then the others)."""
+        return self.mode == "mixed" and "verify" in self.kinds
 
 
 @dataclass

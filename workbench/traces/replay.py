@@ -13,6 +13,14 @@ invariants and against what the workbench builds for the same step.
 The first divergence is a :class:`TraceDivergence` (step, request, row, field, slot, expected, got) that
 renders itself; :class:`TraceResult` holds the run. A trace that replays nothing is never OK.
 
+A mixed step with verify rows runs as two eager batches, one after the other on their disjoint slots, each
+checked against the shadow: its verify rows as a target_verify batch (accepted as the profile accepts), then
+the others as an extend batch (:func:`~workbench.traces.steps.split_step`; vLLM's GDN builder splits it so,
+``spec_*`` / ``non_spec_*``, and records under those names are compared with each part's build).
+With ``record=True`` the replay keeps what each step's metadata was as the step used it (bucket,
+``state_indices``, ``query_start_loc``, vLLM's ``num_accepted_tokens``; a split step's ``spec_*`` /
+``non_spec_*`` keys): :meth:`TraceReplayer.recorded_trace` is the trace with it, a complete example of a dump.
+
 Each step hands its prefix-cache and track checks a :class:`~workbench.traces.context.StepContext`
 (:mod:`~workbench.traces.checkpoints`, :mod:`~workbench.traces.tracking`); they never see the replayer.
 The replay times nothing itself: a :class:`PhaseTimer` given as ``timer`` is told as each phase of a step
@@ -47,11 +55,28 @@ from workbench.traces.checkpoints import CheckpointBook
 from workbench.traces.context import StepContext, VerifiedIntermediates
 from workbench.traces.divergence import DIVERGENCE_KINDS, TraceDivergence
 from workbench.traces.ledger import TokenLedger
-from workbench.traces.model import Trace, TraceHeader, TraceStep, engine_note
-from workbench.traces.steps import new_pool, to_batch
+from workbench.traces.model import (
+    CHUNK_TRACK_FIELDS,
+    FINAL_TRACK_FIELDS,
+    SPLIT_KEYS,
+    TRACK_FIELDS,
+    VERIFY_TRACK_FIELDS,
+    Trace,
+    TraceHeader,
+    TraceStep,
+    engine_note,
+)
+from workbench.traces.steps import new_pool, to_batches
 
 RECORDED_FIELDS = ("state_indices", "query_start_loc", "seq_lens", "req_pool_indices", "has_initial_state")
+NULL_IS_UNRECORDED = ("seq_lens", "req_pool_indices", "has_initial_state")
+"""Recorded fields whose null means "not recorded" (vLLM's builder leaves ``has_initial_state`` None in a step
+without prefill rows); a null split key (``SPLIT_KEYS``) means "none built" and is compared."""
+CHECKED_KEYS = ("bucket", *RECORDED_FIELDS, *SPLIT_KEYS)
+"""The recorded ``metadata`` keys the replay compares with what the profile builds."""
 GRAPH_STEP_MODES = ("decode", "target_verify", "idle")
+_TRACK_KEYS = frozenset((*TRACK_FIELDS, *VERIFY_TRACK_FIELDS, *CHUNK_TRACK_FIELDS, *FINAL_TRACK_FIELDS))
+_Parts = tuple[tuple[TraceStep, Batch], ...]
 
 
 class TraceInputError(WorkbenchError, ValueError):
@@ -116,6 +141,7 @@ class TraceResult:
     verified: int = 0
     budget_bytes: int = 0  # the most the replay holds at once, as checked before it started (traces.budget)
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))  # zeros when untimed
+    recorded: Trace | None = None  # replay_trace(..., record=True): the trace with each step's metadata as used
 
     @property
     def ok(self) -> bool:
@@ -187,10 +213,12 @@ class TraceReplayer:
 
     ``metadata_backend``: the :class:`~workbench.backends.MetadataBackend` subclass the runner prepares each
     step with (default: the device family's). ``zero_on_alloc``: zero a slot's state when a request is
-    admitted to it, as an allocator that zeroes on (re)allocation does; by default a new tenant finds its
-    slot as the previous one left it (vLLM 0.33.0's block pool does not zero mamba blocks), so a read of a
-    slot before the tenant's first write shows. ``timer``: a :class:`PhaseTimer` told of each phase of each
-    step (its ``seconds`` become the result's); without one the replay reads no clock.
+    admitted to it, as an allocator that zeroes on (re)allocation does; None (the default): as the header's
+    ``zero_on_alloc`` says, false unless given (vLLM 0.33.0 does not zero mamba blocks: a new tenant finds its
+    slot as the previous one left it, so a read of a slot before the tenant's first write shows); a bool
+    overrides the header. ``timer``: a :class:`PhaseTimer` told of each phase of each step (its ``seconds``
+    become the result's); without one the replay reads no clock. ``record``: keep each step's metadata as
+    the step used it (:meth:`recorded_trace`).
     """
 
     def __init__(
@@ -201,12 +229,15 @@ class TraceReplayer:
         seed: int = 0,
         max_divergences: int = 20,
         metadata_backend: type[MetadataBackend] | None = None,
-        zero_on_alloc: bool = False,
+        zero_on_alloc: bool | None = None,
         timer: PhaseTimer | None = None,
+        record: bool = False,
     ) -> None:
         h = trace.header
         self.trace, self.seed, self.max_divergences = trace, seed, max_divergences
-        self.zero_on_alloc = zero_on_alloc
+        self.zero_on_alloc = h.zero_on_alloc if zero_on_alloc is None else zero_on_alloc
+        self.record = record
+        self.used: dict[int, dict[str, Any]] = {}  # step number -> its metadata as the step used it (record)
         self.result = TraceResult(h)
         self.timer = timer
         self._mark: Callable[[str | None], None] = _untimed if timer is None else timer
@@ -249,13 +280,13 @@ class TraceReplayer:
         # scatters the accepted step's state back
         self.carries_accepted = get_profile(h.profile).num_accepted_fill is not None
         self.book = CheckpointBook(layer, self.ref, pool.profile)  # prefix-cache work: checkpoints, hits, copies
-        self.ledger = TokenLedger()  # each live request's token count across steps
+        self.ledger = TokenLedger(h)  # each live request's token count across steps
 
     # -- one step ----------------------------------------------------------------------------------------
     def step(self, step: TraceStep) -> list[TraceDivergence]:
         """Run one step and return its divergences (also kept in ``result``)."""
         mark = self._mark
-        self.verified_intermediates, self._ran = None, None
+        self.verified_intermediates, self._ran, self.read_columns = None, None, {}
         ctx = self._context(step)
         mark("prefix")
         found: list[TraceDivergence] = self.book.evict(ctx)  # first: admissions may take the freed slots
@@ -269,6 +300,7 @@ class TraceReplayer:
         # move also resets vLLM's accepted count, which the verify reads)
         found += self.book.before(ctx)
         found += self._check_slots(step)
+        found += self.book.written(ctx)  # a running request's forward onto the checkpoint it published
         miscounted = self._check_tokens(step)
         found += miscounted
         mark(None)
@@ -280,7 +312,7 @@ class TraceReplayer:
             verified=self.verified_intermediates,
         )  # fmt: skip
         mark("prefix")
-        self.book.remember(step)
+        self.book.remember(step, self.trace.header.accepted)
         found += self.book.after(ctx)  # copies after the forward, checkpoints published and verified
         self.ledger.advance(step)
         self._finish(ctx)
@@ -299,6 +331,7 @@ class TraceReplayer:
         return StepContext(
             step=step, pool=self.pool, state=self.runner.state, shadow=self.shadow, layer=self.runner.layer,
             reference=self.ref, draft_tokens=self.trace.header.draft_tokens, live=self.live, accepted=self.accepted,
+            accepted_unit=self.trace.header.accepted,
         )  # fmt: skip
 
     def _check_tokens(self, step: TraceStep) -> list[TraceDivergence]:
@@ -310,20 +343,56 @@ class TraceReplayer:
         ]
 
     def _build_and_run(self, step: TraceStep) -> list[TraceDivergence]:
+        h = self.trace.header
+        if step.splits and _TRACK_KEYS & set(step.metadata or {}):
+            keys = sorted(_TRACK_KEYS & set(step.metadata or {}))
+            raise TraceInputError(
+                f"step {step.step}: sglang's track fields ({', '.join(keys)}) in a mixed step with verify rows: sglang "
+                "runs no verify rows in a mixed step, and the replay tracks none there"
+            )
         try:
-            batch = self._with_accepted(to_batch(step, self.profile, self.trace.header.draft_tokens))
+            known = self.accepted if self.carries_accepted else None
+            parts = to_batches(step, self.profile, h.draft_tokens, num_accepted=known, accepted=h.accepted)
         except (WorkbenchError, ValueError) as e:
             raise TraceInputError(f"step {step.step}: {e}") from e
+        if self.carries_accepted:  # vLLM's verify reads the slot of the last accepted draft
+            self.read_columns = {
+                r.id: self.accepted.get(r.id, 1) - 1
+                for part, _ in parts
+                if part.mode == "target_verify"
+                for r in part.rows
+            }
         found: list[TraceDivergence] = []
         self._mark("metadata")
-        if step.metadata is not None and any(k in step.metadata for k in ("bucket", *RECORDED_FIELDS)):
-            found += self._check_recorded(step, batch)
+        if step.metadata is not None and any(k in step.metadata for k in CHECKED_KEYS):
+            found += self._check_recorded(step, parts)
         self._mark(None)
         try:
-            found += self._run(step, batch)
+            found += self._forward(step, parts)
         except (WorkbenchError, RuntimeError, ValueError, TypeError) as e:
             found.append(TraceDivergence(step.step, "error", step.mode, f"{type(e).__name__}: {e}"))
         self._mark(None)
+        return found
+
+    def _forward(self, step: TraceStep, parts: _Parts) -> list[TraceDivergence]:
+        """Run the step's batches (two, eagerly, for a mixed step with verify rows), count it once, and keep
+        what its metadata was (``record``)."""
+        found: list[TraceDivergence] = []
+        hows: list[str] = []
+        used: list[dict[str, Any] | None] = []
+        for index, (part, batch) in enumerate(parts):
+            got, how, meta = self._run(step, part, batch, index, eager=len(parts) > 1)
+            found += got
+            hows.append(how)
+            used.append(meta)
+        if "idle" in hows:
+            self.result.idle_steps += 1
+        elif hows == ["graph"]:
+            self.result.graph_steps += 1
+        else:
+            self.result.eager_steps += 1
+        if self.record:
+            self.used[step.step] = _as_used(step, parts, used)
         return found
 
     def _admit(self, step: TraceStep) -> None:
@@ -382,55 +451,107 @@ class TraceReplayer:
             if rid in self.live:
                 self.book.finish(ctx, rid, self.live.pop(rid))  # a published own slot is donated, else freed
 
-    def _with_accepted(self, batch: Batch) -> Batch:
-        """vLLM's verify reads the slot of the last accepted draft: carry each request's count."""
-        self.read_columns = {}
-        if batch.mode != "target_verify" or not self.carries_accepted:
-            return batch
-        ids = {row: rid for rid, row in self.live.items()}
-        acc = [self.accepted.get(ids[int(r)], 1) for r in batch.req_pool_indices.tolist()]
-        self.read_columns = {ids[int(r)]: a - 1 for r, a in zip(batch.req_pool_indices.tolist(), acc, strict=True)}
-        return replace(batch, num_accepted_tokens=torch.tensor(acc, dtype=torch.int32))
-
     # -- checks -----------------------------------------------------------------------------------------
-    def _check_recorded(self, step: TraceStep, batch: Batch) -> list[TraceDivergence]:
-        rec = dict(step.metadata or {})
-        bucket = rec.get("bucket")
+    def _check_recorded(self, step: TraceStep, parts: _Parts) -> list[TraceDivergence]:
+        """The recorded metadata against what the profile builds for the step: each recorded field (and the
+        profile's invariants on them), the bucket, vLLM's split keys (a mixed step with verify rows: each
+        part's under its names, the step's ``query_start_loc`` over all rows) and the row counts by kind."""
+        rec = step.metadata or {}
+        if step.splits:
+            return self._check_split(step, parts, rec)
+        ((_, batch),) = parts
+        pairs: list[tuple[str, str | None]] = [(name, name) for name in RECORDED_FIELDS]
+        pairs.append(("num_accepted_tokens", "num_accepted_tokens"))
+        if batch.mode != "idle":  # vLLM's dummy run is a one-token request: its split keys are not the rows'
+            ours, other = ("spec", "non_spec") if batch.mode == "target_verify" else ("non_spec", "spec")
+            pairs += [(f"{ours}_state_indices_tensor", "state_indices"), (f"{ours}_query_start_loc", "query_start_loc")]
+            pairs += [(f"{other}_state_indices_tensor", None), (f"{other}_query_start_loc", None)]
+        return self._check_part(step, batch, rec, pairs, rec.get("bucket")) + _check_counts(step, rec)
+
+    def _check_split(self, step: TraceStep, parts: _Parts, rec: dict[str, Any]) -> list[TraceDivergence]:
+        """A mixed step with verify rows: eager (no bucket); its verify rows' build against the ``spec_*`` keys
+        and ``num_accepted_tokens``, the other rows' against the ``non_spec_*`` keys and ``has_initial_state``
+        (vLLM's builder keeps it for those rows only), ``query_start_loc`` over all rows in row order."""
+        out: list[TraceDivergence] = []
+        if rec.get("bucket") is not None:
+            detail = "a mixed step with verify rows runs eagerly: no bucket"
+            out.append(TraceDivergence(step.step, "metadata", "bucket", detail, expected="null", got=rec["bucket"]))
+        (_, verify), *others = parts
+        spec: list[tuple[str, str | None]] = [
+            ("spec_state_indices_tensor", "state_indices"), ("spec_query_start_loc", "query_start_loc"),
+            ("num_accepted_tokens", "num_accepted_tokens"),
+        ]  # fmt: skip
+        out += self._check_part(step, verify, rec, spec, None)
+        rest: list[tuple[str, str | None]] = [
+            ("non_spec_state_indices_tensor", None),
+            ("non_spec_query_start_loc", None),
+        ]
+        if others:
+            rest = [
+                ("non_spec_state_indices_tensor", "state_indices"), ("non_spec_query_start_loc", "query_start_loc"),
+                ("has_initial_state", "has_initial_state"),
+            ]  # fmt: skip
+        out += self._check_part(step, others[0][1] if others else verify, rec, rest, None)
+        if "query_start_loc" in rec:
+            offsets = [0]
+            for r in step.rows:
+                offsets.append(offsets[-1] + r.new_tokens)
+            d = _first_row_difference(torch.tensor(offsets), torch.tensor(rec["query_start_loc"]))
+            if d is not None:
+                detail = "the recorded value is not the offsets of the step's rows in row order"
+                out.append(
+                    TraceDivergence(step.step, "metadata", "query_start_loc", detail, row=d[0], expected=d[1], got=d[2])
+                )
+        return out + _check_counts(step, rec)
+
+    def _check_part(
+        self, step: TraceStep, batch: Batch, rec: dict[str, Any], pairs: list[tuple[str, str | None]], bucket: Any
+    ) -> list[TraceDivergence]:
+        """Each recorded key of ``pairs`` (recorded key, the built field it holds; None: the profile builds
+        none for this step, so only null matches) against ``batch``'s metadata built at ``bucket``; the
+        recorded values under the profile's invariants too."""
         mode = batch.mode
         captured = mode in ("decode", "target_verify", "idle")
         graph_mode = "decode" if mode == "idle" else mode
         buckets = self.runner.buckets(graph_mode) if captured and graph_mode in self.runner.modes else None
         try:
-            built = build_metadata(batch, self.pool, bucket=bucket if bucket is not None else None, buckets=buckets)
+            built = build_metadata(batch, self.pool, bucket=bucket, buckets=buckets)
         except WorkbenchError as e:
             return [TraceDivergence(step.step, "metadata", "bucket", str(e), expected=None, got=bucket)]
         recorded = built.clone()
         out: list[TraceDivergence] = []
-        for name in RECORDED_FIELDS:
-            if name not in rec:
+        compared: list[tuple[str, str, torch.Tensor]] = []
+        for key, name in pairs:
+            value = rec.get(key)
+            if key not in rec or (value is None and key in NULL_IS_UNRECORDED):
                 continue
-            want = getattr(built, name)
+            want = getattr(built, name) if name is not None else None
+            if name is None or value is None or want is None:
+                if value is not None or want is not None:
+                    out.append(_null_difference(step, key, want, value))
+                continue
             try:
-                got = torch.tensor(rec[name], dtype=want.dtype)
+                got = torch.tensor(value, dtype=want.dtype)
             except (TypeError, ValueError, RuntimeError) as e:
-                out.append(TraceDivergence(step.step, "metadata", name, f"not a tensor of {want.dtype}: {e}"))
+                out.append(TraceDivergence(step.step, "metadata", key, f"not a tensor of {want.dtype}: {e}"))
                 continue
-            setattr(recorded, name, got)
+            if all(n != name for _, n, _ in compared):
+                setattr(recorded, name, got)
+            compared.append((key, name, got))
         try:
             validate(recorded, self.pool)
-        except MetadataError as e:
-            out.append(TraceDivergence(step.step, "invariant", e.field or "metadata", str(e), row=e.row))
-        for name in RECORDED_FIELDS:
-            if name not in rec:
-                continue
-            d = _first_row_difference(getattr(built, name), getattr(recorded, name))
+        except MetadataError as e:  # named by the recorded key that holds the field
+            key = next((k for k, n, _ in compared if n == e.field), e.field or "metadata")
+            out.append(TraceDivergence(step.step, "invariant", key, str(e), row=e.row))
+        for key, name, got in compared:
+            d = _first_row_difference(getattr(built, name), got)
             if d is not None:
-                row, want, got = d
-                slot = _slot_of(recorded, row) if name == "state_indices" else None
+                row, want, value = d
+                slot = _slot_of(got, row) if name == "state_indices" else None
                 out.append(
                     TraceDivergence(
-                        step.step, "metadata", name, "the recorded value is not what the profile builds for this step",
-                        request=self._request_at(batch, row), row=row, slot=slot, expected=want, got=got,
+                        step.step, "metadata", key, "the recorded value is not what the profile builds for this step",
+                        request=self._request_at(batch, row), row=row, slot=slot, expected=want, got=value,
                     )
                 )  # fmt: skip
                 break
@@ -442,14 +563,19 @@ class TraceReplayer:
         rpi = int(batch.req_pool_indices[row])
         return next((rid for rid, r in self.live.items() if r == rpi), None)
 
-    def _run(self, step: TraceStep, batch: Batch) -> list[TraceDivergence]:
+    def _run(
+        self, step: TraceStep, part: TraceStep, batch: Batch, index: int, eager: bool
+    ) -> tuple[list[TraceDivergence], str, dict[str, Any] | None]:
+        """One batch of ``step`` (``part``: its rows; ``index``: which of the step's batches), through its graph
+        or eagerly (``eager``: a mixed step's two batches), beside the shadow; its divergences, how it ran
+        (``"graph"``, ``"eager"``, ``"idle"``) and, with ``record``, its metadata as used."""
         r = self.runner
         self._mark("replay")
         n = _tokens(batch)
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + step.step)
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + step.step + 500_009 * index)
         x = torch.randn(n, r.layer.config.hidden_size, generator=g).to(r.layer.dtype)
         at = 0
-        for row in step.rows:  # rows with token ids feed their embedding: a shared prefix, the same inputs
+        for row in part.rows:  # rows with token ids feed their embedding: a shared prefix, the same inputs
             if row.tokens is not None:
                 x[at : at + row.new_tokens] = embed_tokens(self.book.table, list(row.tokens))
             at += row.new_tokens
@@ -460,19 +586,15 @@ class TraceReplayer:
             x,
             (before, self.shadow.clone()) if "mamba_chunk_size" in (step.metadata or {}) else (before, self.shadow),
         )
-        if batch.mode in GRAPH_STEP_MODES and ("decode" if batch.mode == "idle" else batch.mode) in r.modes:
+        graph_mode = "decode" if batch.mode == "idle" else batch.mode
+        if not eager and batch.mode in GRAPH_STEP_MODES and graph_mode in r.modes:
             res = r.replay(batch, x)
-            if batch.mode == "idle":
-                self.result.idle_steps += 1
-            elif res.replayed:
-                self.result.graph_steps += 1
-            else:
-                self.result.eager_steps += 1
+            how = "idle" if batch.mode == "idle" else "graph" if res.replayed else "eager"
             padded = r.graph(r.meta_backend.graph_mode_of(batch), res.bucket).outputs[n:] if res.replayed else None
         else:
             res = r.eager(batch, x)
-            self.result.eager_steps += 1
-            padded = None
+            how, padded = "eager", None
+        used = _used_metadata(r.last_metadata, res.bucket if res.replayed else None) if self.record else None
         out = res.output[:n].clone()
         self._mark("reference")
         # the shadow: the float64 recurrence from the trace's own history, unpadded
@@ -486,17 +608,19 @@ class TraceReplayer:
         self._mark("check")
         found = self._compare(step, batch, meta, before, ref_out, out, padded)
         if batch.mode == "target_verify":
-            found += self._accept(step, batch, meta, inter)
+            found += self._accept(step, part, batch, meta, inter)
         self._mark(None)
-        return found
+        return found, how, used
 
     def _accept(
-        self, step: TraceStep, batch: Batch, meta: Metadata, inter: Intermediate | None
+        self, step: TraceStep, part: TraceStep, batch: Batch, meta: Metadata, inter: Intermediate | None
     ) -> list[TraceDivergence]:
-        """Commit each verify row's accepted drafts: sglang scatters the accepted step's state back (runner and
-        shadow alike); vLLM keeps one slot per draft and carries the count to the request's next verify."""
-        by_row = {r.req_pool_index: r for r in step.rows}
-        acc = [by_row[int(p)].accepted or 1 for p in batch.req_pool_indices.tolist()]
+        """Commit each verify row's accepted drafts (``part``: the verify rows; their ``accepted`` read in the
+        header's unit): sglang scatters the accepted step's state back (runner and shadow alike); vLLM keeps one
+        slot per draft and carries the count to the request's next verify."""
+        by_row = {r.req_pool_index: r for r in part.rows}
+        unit = self.trace.header.accepted
+        acc = [by_row[int(p)].kept(unit) for p in batch.req_pool_indices.tolist()]
         if self.carries_accepted:
             for p, a in zip(batch.req_pool_indices.tolist(), acc, strict=True):
                 self.accepted[by_row[int(p)].id] = a
@@ -580,6 +704,24 @@ class TraceReplayer:
             return f": the checkpoint of request {cp.request}'s first {len(cp.tokens)} tokens"
         return ": a slot no live request owns"
 
+    def recorded_trace(self) -> Trace:
+        """The trace with each replayed step's metadata as the step used it (``record=True``; steps not
+        replayed, or replayed without it, as they were). A step that already records any compared key
+        (``CHECKED_KEYS``: an engine's dump) stays as it is: its keys describe one run (an eager CPU run's
+        unpadded ``query_start_loc``), and mixing in the replay's (a captured bucket's padded rows) would make
+        a record no run used. Other steps keep their prefix keys and gain the rest (:func:`_as_used`)."""
+        steps = []
+        for s in self.trace.steps:
+            used = self.used.get(s.step)
+            if used is None or any(k in (s.metadata or {}) for k in CHECKED_KEYS):
+                steps.append(s)
+                continue
+            md = dict(s.metadata or {})
+            for key, value in used.items():
+                md.setdefault(key, value)
+            steps.append(replace(s, metadata=md))
+        return Trace(self.trace.header, steps)
+
     # -- all --------------------------------------------------------------------------------------------
     def run(self, progress: Callable[[int, int], None] | None = None, stop_at_first: bool = True) -> TraceResult:
         """Replay every step (``progress(done, total)`` after each); stop at the first divergence unless told."""
@@ -601,19 +743,93 @@ def replay_trace(
     stop_at_first: bool = True,
     progress: Callable[[int, int], None] | None = None,
     metadata_backend: type[MetadataBackend] | None = None,
-    zero_on_alloc: bool = False,
+    zero_on_alloc: bool | None = None,
     timer: PhaseTimer | None = None,
+    record: bool = False,
 ) -> TraceResult:
     """Replay ``trace`` through the graph runner with the float64 shadow; see the module.
 
     ``metadata_backend``: a :class:`~workbench.backends.MetadataBackend` subclass to run the steps with
     (yours, or an engine's through :func:`workbench.engines.subject.engine_backend`); ``zero_on_alloc``: see
-    :class:`TraceReplayer`. The steps are timed by phase (``timer``, a new :class:`PhaseTimer` if not given)."""
+    :class:`TraceReplayer`. The steps are timed by phase (``timer``, a new :class:`PhaseTimer` if not given).
+    ``record``: the result's ``recorded`` is the trace with each step's metadata as used
+    (:meth:`TraceReplayer.recorded_trace`)."""
     replayer = TraceReplayer(
         trace, backend=backend, seed=seed, metadata_backend=metadata_backend, zero_on_alloc=zero_on_alloc,
-        timer=timer if timer is not None else PhaseTimer(),
+        timer=timer if timer is not None else PhaseTimer(), record=record,
     )  # fmt: skip
-    return replayer.run(progress, stop_at_first)
+    result = replayer.run(progress, stop_at_first)
+    if record:
+        result.recorded = replayer.recorded_trace()
+    return result
+
+
+def _used_metadata(meta: Metadata | None, bucket: int | None) -> dict[str, Any] | None:
+    """What a batch's metadata was as the runner used it (read now: a graph's buffers are rewritten by the
+    next replay): its bucket (None: eager), ``state_indices``, ``query_start_loc`` and, where the profile
+    builds it, ``num_accepted_tokens``."""
+    if meta is None:
+        return None
+    used: dict[str, Any] = {
+        "bucket": bucket,
+        "state_indices": meta.state_indices.tolist(),
+        "query_start_loc": meta.query_start_loc.tolist(),
+    }
+    if meta.num_accepted_tokens is not None:
+        used["num_accepted_tokens"] = meta.num_accepted_tokens.tolist()
+    return used
+
+
+def _as_used(step: TraceStep, parts: _Parts, used: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """The step's metadata as used: its one batch's (:func:`_used_metadata`), or a mixed step's with verify
+    rows under vLLM's names: no bucket, ``query_start_loc`` over all rows, the verify rows' ``spec_*`` keys and
+    ``num_accepted_tokens``, the others' ``non_spec_*`` keys (null without such rows), the row counts."""
+    if len(parts) == 1:
+        return used[0] or {}
+    spec, rest = used[0] or {}, (used[1] if len(used) > 1 else None) or {}
+    offsets = [0]
+    for r in step.rows:
+        offsets.append(offsets[-1] + r.new_tokens)
+    kinds = step.kinds
+    out: dict[str, Any] = {
+        "bucket": None,
+        "query_start_loc": offsets,
+        "spec_state_indices_tensor": spec.get("state_indices"),
+        "non_spec_state_indices_tensor": rest.get("state_indices"),
+        "spec_query_start_loc": spec.get("query_start_loc"),
+        "non_spec_query_start_loc": rest.get("query_start_loc"),
+        "num_spec_decodes": kinds.count("verify"),
+        "num_decodes": kinds.count("decode"),
+        "num_prefills": kinds.count("extend"),
+    }
+    if "num_accepted_tokens" in spec:
+        out["num_accepted_tokens"] = spec["num_accepted_tokens"]
+    return out
+
+
+def _check_counts(step: TraceStep, rec: dict[str, Any]) -> list[TraceDivergence]:
+    """vLLM's row counts (``num_spec_decodes``, ``num_decodes``, ``num_prefills``) against the step's rows by
+    kind (verify, decode, extend); an idle step (vLLM's dummy run) is not compared."""
+    if step.mode == "idle":
+        return []
+    kinds = step.kinds
+    out: list[TraceDivergence] = []
+    for key, kind in (("num_spec_decodes", "verify"), ("num_decodes", "decode"), ("num_prefills", "extend")):
+        want = kinds.count(kind)
+        if key in rec and rec[key] is not None and rec[key] != want:
+            detail = f"the step has {want} {kind} row{'s' * (want != 1)}"
+            out.append(TraceDivergence(step.step, "metadata", key, detail, expected=want, got=rec[key]))
+    return out
+
+
+def _null_difference(step: TraceStep, key: str, want: torch.Tensor | None, value: Any) -> TraceDivergence:
+    """A recorded null where the profile builds a tensor, or a recorded value where it builds none."""
+    if value is None:
+        assert want is not None
+        detail = "recorded null, but the profile builds it for this step"
+        return TraceDivergence(step.step, "metadata", key, detail, expected=want.tolist(), got="null")
+    detail = "recorded, but the profile builds none for this step (null)"
+    return TraceDivergence(step.step, "metadata", key, detail, expected="null", got=value)
 
 
 def _tokens(batch: Batch) -> int:
@@ -639,11 +855,11 @@ def _first_row_difference(want: torch.Tensor, got: torch.Tensor) -> tuple[int | 
     return row, want[row].tolist(), got[row].tolist()
 
 
-def _slot_of(meta: Metadata, row: int | None) -> int | None:
-    if row is None or row >= meta.state_indices.shape[0]:
+def _slot_of(indices: torch.Tensor, row: int | None) -> int | None:
+    """The (first) slot row ``row`` of recorded state indices names, or None."""
+    if row is None or indices.dim() == 0 or row >= indices.shape[0]:
         return None
-    value = meta.state_indices[row]
-    return int(value.flatten()[0])
+    return int(indices[row].flatten()[0])
 
 
 def _report_problems(report: IntegrityReport) -> Iterator[tuple[str, str, int | None, str, float | None]]:

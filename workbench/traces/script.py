@@ -7,6 +7,7 @@
         {"mode": "extend", "rows": {0: 8, 1: 5}},         # its second chunk; request 1 admitted beside it
         {"mode": "decode", "rows": [0, 1], "finish": [0]},
         {"mode": "target_verify", "rows": {1: 2}},        # request 1 verifies D tokens, 2 accepted
+        {"mode": "mixed", "rows": {1: ("verify", 1), 2: 6}},  # a verify row beside request 2's first chunk
         {"mode": "idle"},
     ]
 
@@ -45,27 +46,49 @@ def _ints(where: str, name: str, value: object) -> list[int]:
     return [int(v) for v in items]
 
 
-def _rows_of(where: str, mode: str, value: object, draft_tokens: int) -> list[tuple[int, int, int | None]]:
-    """``(id, new_tokens, accepted)`` per row, in the given order."""
+_MODE_KIND = {"decode": "decode", "target_verify": "verify", "extend": "extend"}
+_KINDS = ("decode", "verify", "extend")
+
+
+def _mixed_row(where: str, rid: int, value: object, draft_tokens: int) -> tuple[int, int, int | None, str]:
+    """A mixed step's row: ``n`` (a one-token decode when 1, else an extend chunk of ``n``), or ``(kind, n)``
+    with kind ``"decode"`` (n 1), ``"extend"`` (n tokens) or ``"verify"`` (D tokens, n accepted)."""
+    kind, given = value if isinstance(value, tuple) and len(value) == 2 else (None, value)
+    n = given if isinstance(given, int) and not isinstance(given, bool) else 0
+    if kind is None and n >= 1:
+        kind = "decode" if n == 1 else "extend"
+    if n < 1 or kind not in _KINDS or (kind == "decode" and n != 1) or (kind == "verify" and n > draft_tokens):
+        raise SimulationError(
+            f"{where}: rows[{rid}] = {value!r}: a mixed row is new_tokens, or (kind, n): ('decode', 1), "
+            f"('extend', new_tokens) or ('verify', accepted in 1..D={draft_tokens})"
+        )
+    return (rid, draft_tokens, n, "verify") if kind == "verify" else (rid, n, None, str(kind))
+
+
+def _rows_of(where: str, mode: str, value: object, draft_tokens: int) -> list[tuple[int, int, int | None, str]]:
+    """``(id, new_tokens, accepted, kind)`` per row, in the given order."""
     if mode == "idle":
         if value:
             raise SimulationError(f"{where}: rows = {value!r}: an idle step has no rows")
         return []
     if mode == "decode":
-        return [(rid, 1, None) for rid in _ints(where, "rows", value)]
+        return [(rid, 1, None, "decode") for rid in _ints(where, "rows", value)]
     if not isinstance(value, Mapping) or not value:
         need = "accepted" if mode == "target_verify" else "new_tokens"
         raise SimulationError(f"{where}: rows = {value!r}: a {mode} step needs {{request id: {need}, ...}}")
-    out: list[tuple[int, int, int | None]] = []
+    out: list[tuple[int, int, int | None, str]] = []
     for rid, n in value.items():
+        if mode == "mixed" and isinstance(rid, int) and rid >= 0:
+            out.append(_mixed_row(where, rid, n, draft_tokens))
+            continue
         if not (isinstance(rid, int) and rid >= 0 and isinstance(n, int) and not isinstance(n, bool) and n >= 1):
             raise SimulationError(f"{where}: rows[{rid!r}] = {n!r}: need a request id >= 0 and an int >= 1")
         if mode == "target_verify":
             if n > draft_tokens:
                 raise SimulationError(f"{where}: rows[{rid}] = {n}: accepted must be in 1..D={draft_tokens}")
-            out.append((rid, draft_tokens, n))
+            out.append((rid, draft_tokens, n, "verify"))
         else:
-            out.append((rid, n, None))
+            out.append((rid, n, None, _MODE_KIND[mode]))
     return out
 
 
@@ -81,8 +104,11 @@ def scripted(
 ) -> Trace:
     """The trace of ``steps`` (see the module) on a pool of ``num_slots`` with ``buckets`` per graph mode.
 
-    Each step: ``mode`` (one of ``STEP_MODES``); ``rows``: decode ``[ids]``, extend and mixed
-    ``{id: new_tokens}``, target_verify ``{id: accepted}``, idle none; ``finish``: ids freed after the step.
+    Each step: ``mode`` (one of ``STEP_MODES``); ``rows``: decode ``[ids]``, extend ``{id: new_tokens}``,
+    target_verify ``{id: accepted}``, mixed ``{id: new_tokens}`` (a one-token decode when 1, else an extend
+    chunk) or ``{id: (kind, n)}`` (``("verify", accepted)`` for a verify row of D tokens, ``("extend", n)``,
+    ``("decode", 1)``), in the engine's row order; idle none; ``finish``: ids freed after the step. Every
+    row gets its ``kind``.
     A prefix cache's work goes in ``metadata`` (``docs/traces.md``, "Prefix caching"), and the pool follows
     it: a checkpoint on a free slot holds it, a finishing request whose slot was published donates it,
     ``evict`` releases; ``cached``: ``{id: L}`` for a request admitted at this step from a prefix hit of ``L``
@@ -156,7 +182,7 @@ class _Script:
         the requests admitted at it; each request's tokens move on by its row's."""
         rows: list[TraceRow] = []
         admit: list[int] = []
-        for rid, new, accepted in _rows_of(where, mode, value, self.draft_tokens):
+        for rid, new, accepted, kind in _rows_of(where, mode, value, self.draft_tokens):
             if rid in self.done:
                 raise SimulationError(f"{where}: request {rid} finished at an earlier step")
             if rid not in self.placed:
@@ -165,7 +191,7 @@ class _Script:
             row, slot = self.placed[rid]
             before = self.cached[rid]
             ids = self._ids(where, rid, before, new, given) if self.tokens else None
-            rows.append(TraceRow(rid, row, slot, before + new, new, before, accepted, ids))
+            rows.append(TraceRow(rid, row, slot, before + new, new, before, accepted, ids, kind=kind))
             self.cached[rid] = before + (accepted if accepted is not None else new)
         return rows, admit
 

@@ -22,8 +22,9 @@ The modelling choices, each as the engines make it or as the workbench can repla
   ``accepted - 1`` back to the slot, after the step) and what vLLM carries into the request's *next*
   verify as ``num_accepted_tokens`` (its state sits in slot ``accepted - 1`` of the request's D slots):
   :func:`to_batch` takes those counts as ``num_accepted``; :func:`iter_batches` tracks them over a trace.
-  With ``spec > 0`` every decode-phase request verifies (there are no plain decode steps), so a vLLM
-  request's state never has to be read from slot 0 after a verify.
+  With ``spec > 0`` every decode-phase request verifies (there are no plain decode rows), so a vLLM
+  request's state never has to be read from slot 0 after a verify; sglang's mixed steps are the exception
+  ("Step choice").
 * **Chunked prefill.** A prompt is fed ``min(remaining, chunk_size, budget left)`` tokens per extend row;
   the first chunk has ``cached_tokens`` 0 (no initial state), later ones the tokens before. A one-token
   piece is never split off a longer remainder (vLLM would class a one-token row as a decode), so a
@@ -33,12 +34,27 @@ The modelling choices, each as the engines make it or as the workbench can repla
   requests, oldest first). Prefill goes first, as sglang's scheduler does, but never twice in a row while
   requests wait to decode (so a long prompt's chunks interleave with decode steps). With ``mixed``, every
   step takes the decode-phase rows first (they come first in the budget in both engines) and fills the
-  rest of the budget with prefill chunks; a step that has both is ``mixed``.
+  rest of the budget with prefill chunks; a step that has both is ``mixed``. With ``mixed`` and ``spec``,
+  under vLLM (``MIXED_VERIFY_ENGINES``: vLLM 0.33.0 batches verify rows with prefill chunks, in 56% of the
+  steps of a run of its real scheduler) the decode-phase rows are verify rows of D tokens. sglang keeps
+  mixed chunked prefill under chain EAGLE / MTP (``SGLANG_MIXED_SPEC``) but never verifies beside a
+  prefill: a step with prefill work takes the decode-phase rows as one-token decode rows (a plain decode
+  of the pending token: the state and ``sampled`` advance by one, no draft, never tracked) and fills the
+  rest of the budget with prefill chunks; a step without prefill work (or whose chunks do not fit) is a
+  ``target_verify`` step of D tokens per row, as without ``mixed``. So a sglang trace with ``mixed`` and
+  ``spec`` holds verify rows and decode rows, never in one step (a run of sglang 0.5.23's real scheduler
+  under EAGLE with mixed chunk has its MIXED steps so).
+* **Row kinds.** Every row says its ``kind``: ``"extend"`` for a prompt chunk (a one-token prompt tail
+  too), ``"verify"`` for a decode-phase row under speculation (but in sglang's mixed steps), else
+  ``"decode"``; a step that is not mixed holds rows of its mode's kind only.
 * **Row order.** Decode and verify rows: oldest request first. A mixed step keeps each engine's order:
   sglang (and sglang-ascend) extend rows first and the one-token decode rows last (``ForwardMode.MIXED``:
   decodes are the tail, ``num_decodes = bs - num_prefills``); vLLM one-token rows first, then the longer
   ones (``torch.split([num_decodes, num_prefills])``; a one-token prompt tail is a decode to vLLM too, so
-  it sits with them, in extend steps as well).
+  it sits with them, in extend steps as well: V1's reorder). A vLLM trace with mixed steps and speculation
+  follows the V2 model runner's batch order (``sort_batch_req_ids``) in every step, as the real scheduler
+  run does: verify rows first (oldest first), then the other rows by ``(new_tokens != D, new_tokens)``;
+  the other vLLM traces keep V1's order, as they did before V2 was measured.
 * **Admission.** A waiting request is admitted (``pool.alloc(1)``; listed in the step's ``admit``) at the
   step where it first runs, when the budget has room for it, fewer than ``max_running`` requests are live
   and the pool has a free row. Arrivals beyond ``max_waiting`` queued requests are turned away (the
@@ -181,7 +197,8 @@ class _Work:
     """One step's work before its rows are laid out: prefill chunks ``(request, tokens)`` (continuing prompts
     first, then admissions), decode-phase requests (oldest first), the ids admitted at the step; then, drawn,
     each decoder's accepted count (1 without speculation) and the ids each chunk and each decoder feeds
-    (None without a prefix cache), index for index."""
+    (None without a prefix cache), index for index. ``tails``: the decoders are sglang's one-token decode rows
+    of a mixed step under speculation (not verify rows)."""
 
     chunks: list[tuple[Request, int]] = field(default_factory=list)
     decoders: list[Request] = field(default_factory=list)
@@ -189,6 +206,7 @@ class _Work:
     accepted: list[int] = field(default_factory=list)
     fed_chunks: list[tuple[int, ...] | None] = field(default_factory=list)
     fed_decoders: list[tuple[int, ...] | None] = field(default_factory=list)
+    tails: bool = False
 
 
 class _Scheduler:
@@ -202,6 +220,7 @@ class _Scheduler:
         self.chunk_size, self.token_budget = config.chunk_size, config.token_budget
         self.max_running, self.max_waiting = plan.max_running, plan.max_waiting
         self.tokens_per_decode, self.accept_rate = config.spec or 1, plan.accept_rate
+        self.mixed_tails = config.mixed_tails  # sglang: a step that prefills decodes its running requests
         self.arrival_rate, self.prompt_lens, self.output_lens = plan.arrival_rate, plan.prompt_lens, plan.output_lens
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # in admission order
@@ -248,23 +267,30 @@ class _Scheduler:
             # nothing was admitted (an admission always brings a chunk), so the cache did nothing either
             return TraceStep(t, "idle", metadata=None if self.cache is None else self.cache.end_step())
         if self.cache is not None:  # align: states entering a new block move there (their rows name the new slot)
-            self.cache.place(work.chunks + [(r, self.tokens_per_decode) for r in work.decoders], work.admitted)
+            self.cache.place(work.chunks + [(r, self._fed(work)) for r in work.decoders], work.admitted)
         self._draw(work)
         mode = _mode_of(work, self.spec)
         rows = self._rows(work, mode)
         self._advance(work)
-        done = [r for r in self.running if not r.prefilling and r.sampled >= r.output_len]
+        done = [r for r in self.running if r.done]
         metadata = self._retire(work, mode, rows, done)
         self.last_mode = mode
         return TraceStep(t, mode, tuple(rows), tuple(work.admitted), tuple(r.id for r in done), metadata)
 
+    def _fed(self, work: _Work) -> int:
+        """The tokens each decoder of ``work`` feeds: D for a verify row, 1 for a decode row."""
+        return 1 if work.tails else self.tokens_per_decode
+
     def _choose(self) -> _Work:
         """The step's work ("Step choice"): with ``mixed``, the decode-phase rows first and prefill chunks in
-        the budget left; else prefill chunks (not twice in a row while requests wait to decode) or the
-        decode-phase rows, which a decode instance (no prefill) fills with requests arriving prefilled."""
+        the budget left (sglang under speculation: :meth:`_choose_tails`); else prefill chunks (not twice in a
+        row while requests wait to decode) or the decode-phase rows, which a decode instance (no prefill) fills
+        with requests arriving prefilled."""
         work, left = _Work(), self.token_budget
         decode_phase = [r for r in self.running if not r.prefilling]
         prefill_work = self.prefill and (len(decode_phase) < len(self.running) or self.can_admit())
+        if self.mixed_tails:
+            return self._choose_tails(decode_phase, prefill_work)
         if self.mixed:
             left = self._take_decoders(decode_phase, work.decoders, left)
             self._take_chunks(work, left)
@@ -275,10 +301,30 @@ class _Scheduler:
             self._admit_prefilled(work, left)
         return work
 
-    def _take_decoders(self, decode_phase: list[Request], decoders: list[Request], left: int) -> int:
-        n = min(len(decode_phase), left // self.tokens_per_decode)
+    def _choose_tails(self, decode_phase: list[Request], prefill_work: bool) -> _Work:
+        """sglang's step under speculation with mixed chunks: with prefill work, the decode-phase rows as
+        one-token decode rows first in the budget (sglang's ``mixed_with_decode_tokens``) and prefill chunks in
+        the rest; a step without prefill work, or whose chunks do not fit, verifies the decode-phase rows."""
+        work = _Work()
+        if prefill_work:
+            left = self._take_decoders(decode_phase, work.decoders, self.token_budget, 1)
+            self._take_chunks(work, left)
+            if work.chunks:  # no chunk means no admission either: the step is a verify step
+                work.tails = bool(work.decoders)
+                return work
+            work.decoders.clear()
+        self._take_decoders(decode_phase, work.decoders, self.token_budget)
+        return work
+
+    def _take_decoders(
+        self, decode_phase: list[Request], decoders: list[Request], left: int, tokens: int | None = None
+    ) -> int:
+        """The oldest decode-phase requests whose rows (``tokens`` each, D or 1 by default) fit ``left``; the
+        budget left."""
+        per_row = self.tokens_per_decode if tokens is None else tokens
+        n = min(len(decode_phase), left // per_row)
         decoders.extend(decode_phase[:n])
-        return left - n * self.tokens_per_decode
+        return left - n * per_row
 
     def _chunk(self, r: Request, left: int) -> int:
         """The prefill chunk ``r`` feeds with ``left`` tokens of budget (the cache may round it)."""
@@ -321,13 +367,14 @@ class _Scheduler:
     def _draw(self, work: _Work) -> None:
         """Each decoder's accepted count (``spec``), then, with a prefix cache, the ids each row feeds: a prompt
         piece; the last sampled id then D - 1 drafts. In that order: one rng draws both."""
-        work.accepted = [self._draw_accepted() for _ in work.decoders] if self.spec else [1] * len(work.decoders)
+        verify = self.spec and not work.tails
+        work.accepted = [self._draw_accepted() for _ in work.decoders] if verify else [1] * len(work.decoders)
         cache = self.cache
         if cache is None:
             work.fed_chunks, work.fed_decoders = [None] * len(work.chunks), [None] * len(work.decoders)
             return
         work.fed_chunks = [r.prompt[r.cached : r.cached + n] for r, n in work.chunks]
-        drafts = self.tokens_per_decode - 1
+        drafts = self._fed(work) - 1
         work.fed_decoders = [(r.pending, *(cache.token() for _ in range(drafts))) for r in work.decoders]
 
     def _draw_accepted(self) -> int:
@@ -337,20 +384,27 @@ class _Scheduler:
         return a
 
     def _rows(self, work: _Work, mode: str) -> list[TraceRow]:
-        """The step's rows in the engine's order ("Row order"): decode and verify rows oldest first; a mixed
-        or extend step's one-token rows first under vLLM (``decodes_first``, stable), else extend rows first."""
+        """The step's rows, each with its ``kind``, in the engine's order ("Row order"): decode and verify rows
+        oldest first; under vLLM with verify rows in mixed steps, V2's batch order (verify rows, then the
+        others by length); else a mixed or extend step's one-token rows first under vLLM (``decodes_first``,
+        stable), extend rows first under sglang."""
         windows = self.cache is not None and self.cache.names_slots  # align with speculation: rows name them
         rows_ext = [
-            TraceRow(r.id, r.row, r.slot, r.cached + n, n, r.cached, tokens=ids, slots=self._slots(r, windows))
+            TraceRow(r.id, r.row, r.slot, r.cached + n, n, r.cached, None, ids, self._slots(r, windows), "extend")
             for (r, n), ids in zip(work.chunks, work.fed_chunks, strict=True)
         ]
-        d, spec = self.tokens_per_decode, self.spec
+        d, spec = self._fed(work), self.spec and not work.tails
+        kind = "verify" if spec else "decode"  # a decode-phase row (a one-token prompt tail is an extend row)
         rows_dec = [
-            TraceRow(r.id, r.row, r.slot, r.cached + d, d, r.cached, a if spec else None, ids, self._slots(r, windows))
+            TraceRow(
+                r.id, r.row, r.slot, r.cached + d, d, r.cached, a if spec else None, ids, self._slots(r, windows), kind
+            )
             for r, a, ids in zip(work.decoders, work.accepted, work.fed_decoders, strict=True)
         ]
         if mode == "decode" or mode == "target_verify":
             return rows_dec
+        if self.decodes_first and self.mixed and spec:  # vLLM V2's sort_batch_req_ids
+            return rows_dec + sorted(rows_ext, key=lambda r: (r.new_tokens != d, r.new_tokens))
         if self.decodes_first:  # vLLM: every one-token row is a decode, laid first (stable)
             both = rows_dec + rows_ext
             return [r for r in both if r.new_tokens == 1] + [r for r in both if r.new_tokens != 1]

@@ -8,6 +8,7 @@ Below :mod:`~workbench.traces.simulate`, :mod:`~workbench.traces.script` and :mo
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 
 import torch
 
@@ -16,7 +17,7 @@ from workbench.errors import WorkbenchError
 from workbench.limits import check_int
 from workbench.pool import StatePool
 from workbench.profiles import get_profile
-from workbench.traces.model import Trace, TraceHeader, TraceStep
+from workbench.traces.model import Trace, TraceHeader, TraceStep, tokens_kept
 
 
 class SimulationError(WorkbenchError):
@@ -53,21 +54,45 @@ def new_pool(header: TraceHeader, *, device: str | torch.device = "cpu") -> Stat
 
 
 # -- a step as the workbench's Batch ---------------------------------------------------------------------
-def _check_rows(step: TraceStep, draft_tokens: int) -> None:
-    for i, r in enumerate(step.rows):
+def split_step(step: TraceStep) -> tuple[TraceStep, ...]:
+    """The batches a step runs as, each a step of its own (the same number, no metadata, rows in the recorded
+    order): a mixed step with verify rows runs as its verify rows (a target_verify step) and then its other
+    rows (a mixed step of decode and extend rows, run as an extend batch), as vLLM's GDN builder splits it
+    (``spec_*`` / ``non_spec_*``); every other step as itself.
+
+    >>> from workbench.traces.model import TraceRow
+    >>> rows = (TraceRow(0, 1, 1, 8, 3, 5, 2, kind="verify"), TraceRow(1, 2, 4, 6, 2, 4, kind="extend"))
+    >>> [(s.mode, [r.id for r in s.rows]) for s in split_step(TraceStep(3, "mixed", rows, metadata={"a": 1}))]
+    [('target_verify', [0]), ('mixed', [1])]
+    """
+    if not step.splits:
+        return (step,)
+    kinds = step.kinds
+    verify = tuple(r for r, k in zip(step.rows, kinds, strict=True) if k == "verify")
+    others = tuple(r for r, k in zip(step.rows, kinds, strict=True) if k != "verify")
+    parts = [replace(step, mode="target_verify", rows=verify, admit=(), finish=(), metadata=None)]
+    if others:
+        parts.append(replace(step, mode="mixed", rows=others, admit=(), finish=(), metadata=None))
+    return tuple(parts)
+
+
+def _check_rows(step: TraceStep, draft_tokens: int, accepted: str) -> None:
+    for i, (r, kind) in enumerate(zip(step.rows, step.kinds, strict=True)):
         where = f"step {step.step} row {i} (request {r.id})"
         if r.new_tokens < 1 or r.cached_tokens < 0 or r.seq_len != r.cached_tokens + r.new_tokens:
             raise SimulationError(
                 f"{where}: seq_len={r.seq_len}, cached_tokens={r.cached_tokens}, new_tokens={r.new_tokens}; "
                 "need new_tokens >= 1, cached_tokens >= 0 and seq_len == cached_tokens + new_tokens"
             )
-        if step.mode == "decode" and r.new_tokens != 1:
-            raise SimulationError(f"{where}: new_tokens={r.new_tokens} in a decode step, must be 1")
-        if step.mode == "target_verify":
+        if kind == "decode" and r.new_tokens != 1:
+            raise SimulationError(f"{where}: new_tokens={r.new_tokens} in a decode row, must be 1")
+        if kind == "verify":
             if r.new_tokens != draft_tokens:
-                raise SimulationError(f"{where}: new_tokens={r.new_tokens} in a verify step, must be D={draft_tokens}")
-            if r.accepted is not None and not 1 <= r.accepted <= draft_tokens:
-                raise SimulationError(f"{where}: accepted={r.accepted}, must be in 1..D={draft_tokens}")
+                raise SimulationError(f"{where}: new_tokens={r.new_tokens} in a verify row, must be D={draft_tokens}")
+            if r.accepted is not None and not 1 <= tokens_kept(r, accepted) <= draft_tokens:
+                raise SimulationError(
+                    f"{where}: accepted={r.accepted} ({accepted}), must keep 1..D={draft_tokens} tokens"
+                )
 
 
 def to_batch(
@@ -76,22 +101,29 @@ def to_batch(
     draft_tokens: int,
     *,
     num_accepted: Mapping[int, int] | None = None,
+    accepted: str = "tokens",
     device: str | torch.device | None = None,
 ) -> Batch:
     """The workbench :class:`~workbench.batch.Batch` of one trace step, rows in the recorded order.
 
     decode -> ``Batch.decode``; target_verify -> ``Batch.target_verify`` (D = ``draft_tokens``); extend and
     mixed -> ``Batch.extend(req_pool_indices, new_tokens, cached_tokens)`` (a mixed step's decode rows are
-    one-token extend rows, as sglang's MIXED batch has them); idle -> ``Batch.idle()``.
+    one-token extend rows, as sglang's MIXED batch has them); idle -> ``Batch.idle()``. A mixed step with
+    verify rows is two batches: :func:`split_step` it first (:func:`to_batches`).
 
-    ``num_accepted``: request id -> tokens accepted at that request's previous verify, for profiles that
+    ``num_accepted``: request id -> tokens kept at that request's previous verify, for profiles that
     carry ``num_accepted_tokens`` into the next verify (vLLM: it reads the state in slot ``accepted - 1``);
     a request not in it reads slot 0 (1: its last step was a prefill). :func:`iter_batches` keeps it.
+    ``accepted``: the header's unit of a row's ``accepted`` (``"tokens"`` or ``"drafts"``).
     Raises :class:`SimulationError` naming the step and row when a row's counts do not add up.
     """
     prof = get_profile(profile)
     d = check_int("draft_tokens", draft_tokens, 1)
-    _check_rows(step, d)
+    if step.splits:
+        raise SimulationError(
+            f"step {step.step}: a mixed step with verify rows runs as two batches: split_step(step) gives them"
+        )
+    _check_rows(step, d, accepted)
     rpi = [r.req_pool_index for r in step.rows]
     if step.mode == "idle":
         if step.rows:
@@ -114,20 +146,47 @@ def to_batch(
     )
 
 
+def to_batches(
+    step: TraceStep,
+    profile: str,
+    draft_tokens: int,
+    *,
+    num_accepted: Mapping[int, int] | None = None,
+    accepted: str = "tokens",
+    device: str | torch.device | None = None,
+) -> tuple[tuple[TraceStep, Batch], ...]:
+    """Each part of :func:`split_step` with its :func:`to_batch` (one for every step but a mixed step with
+    verify rows, which is two: its verify rows, then the others)."""
+    return tuple(
+        (part, to_batch(part, profile, draft_tokens, num_accepted=num_accepted, accepted=accepted, device=device))
+        for part in split_step(step)
+    )
+
+
 def iter_batches(trace: Trace, *, device: str | torch.device | None = None) -> Iterator[tuple[TraceStep, Batch]]:
-    """Every step with its Batch, keeping each request's last accepted count for the next verify (vLLM);
-    any step a request runs consumes it (the lab's rule), a finished request drops it."""
+    """Every step with its Batch (a mixed step with verify rows: each of its two parts, :func:`split_step`),
+    keeping each request's last kept count (read through the header's ``accepted`` unit) for its next verify
+    (vLLM); any step a request runs consumes it (the lab's rule), a finished request drops it."""
     h = trace.header
     last: dict[int, int] = {}
     for step in trace.steps:
-        batch = to_batch(step, h.profile, h.draft_tokens, num_accepted=last, device=device)
-        for r in step.rows:
+        parts = to_batches(step, h.profile, h.draft_tokens, num_accepted=last, accepted=h.accepted, device=device)
+        for r, kind in zip(step.rows, step.kinds, strict=True):
             last.pop(r.id, None)
-            if step.mode == "target_verify" and r.accepted is not None:
-                last[r.id] = r.accepted
+            if kind == "verify" and r.accepted is not None:
+                last[r.id] = tokens_kept(r, h)
         for rid in step.finish:
             last.pop(rid, None)
-        yield step, batch
+        yield from parts
 
 
-__all__ = ["SimulationError", "iter_batches", "new_pool", "slots_per_request", "to_batch", "verify_track_step"]
+__all__ = [
+    "SimulationError",
+    "iter_batches",
+    "new_pool",
+    "slots_per_request",
+    "split_step",
+    "to_batch",
+    "to_batches",
+    "verify_track_step",
+]

@@ -89,6 +89,11 @@ class Request:
     def prefilling(self) -> bool:
         return self.cached < self.prompt_len
 
+    @property
+    def done(self) -> bool:
+        """It sampled every output token it asked for (its prompt fed): it finishes after this step."""
+        return not self.prefilling and self.sampled >= self.output_len
+
 
 @dataclass(frozen=True)
 class CacheSettings:
@@ -352,7 +357,8 @@ class ExtraBuffer(NoBuffer):
       tokens, the intermediate state of its draft step ``tp - pre - 1``, into ``pingpong[next_track]``
       (``mamba_track_indices``, ``mamba_steps_to_track``, -1 for rows that cross none; no copy, no mask or
       seqlens: sglang clears them for a verify). The one-token decode rows of a mixed step are never
-      tracked (sglang's MIXED batch feeds them as extend rows of 1 token).
+      tracked (sglang's MIXED batch feeds them as extend rows of 1 token), under speculation too (its mixed
+      steps decode the running requests' pending tokens; a real scheduler run tracks none of them).
     - *a tracked row* copies its running slot into ``pingpong[next_track]`` after the step
       (``copies_after``; sglang's ``track_mamba_states_if_needed`` / the extend final-state copy),
       remembers ``last_track`` (that slot, the tokens in the state), keeps the one before as
@@ -520,37 +526,46 @@ class ExtraBuffer(NoBuffer):
 class Align(NoBuffer):
     """vLLM's block-aligned mamba prefix cache (``prefix_cache="align"``: vLLM 0.33.0's
     ``mamba_cache_mode="align"``, the only mode beside none; profile vllm, either layer, ``docs/traces.md``
-    "Prefix caching"): chunks end on block boundaries, a state entering a new block is pre-copied and moved
-    there, and the block it leaves is published as a checkpoint. Same prompts and tree as :class:`NoBuffer`;
-    the simplifications:
+    "Prefix caching"): chunks end on block boundaries, the block a step fills is published in that step
+    while it is still the request's running block, and a state entering a new block is pre-copied and moved
+    there. Same prompts and tree as :class:`NoBuffer`; the rules, checked against a run of vLLM's own
+    scheduler (``tests/fixtures/vllm_0_33_0_scheduler_shape.json``), and the simplifications:
 
     - *blocks*: ``block_size`` (default 16; vLLM's mamba block size is large and model-dependent, e.g. 528
       or 1600, small here so that short prompts fill blocks). A request's running slot stands for the block
       of column ``max((computed - 1) // block_size, 0)``; one pool slot per block, no block table.
-    - *chunks* (``Scheduler._mamba_block_aligned_split``): a prefill chunk ends at the prompt's end or at a
-      multiple of ``block_size`` (``min(remaining, chunk_size, budget left)`` rounded down to one; a chunk
-      may span several blocks, whose inner states are not kept, as vLLM's are not). ``block_size`` is at
-      most ``chunk_size`` and ``token_budget``. vLLM's other mandatory stops (shared-prefix junctions, hash
-      tails) are not modelled.
+    - *chunks* (``Scheduler._mamba_block_aligned_split``): a prefill chunk ends at a multiple of
+      ``block_size`` (``min(remaining, chunk_size, budget left)`` rounded down to one; a chunk may span
+      several blocks, whose inner states are not kept, as vLLM's are not), and stops at the prompt's last
+      cacheable position, ``(prompt_len - 1) // block_size * block_size``, when it lies inside the chunk (so
+      the state there is a checkpoint a request sharing the prompt hits); the prompt's tail after it is the
+      last chunk. ``block_size`` is at most ``chunk_size`` and ``token_budget``. vLLM's other stops
+      (shared-prefix junctions and partial hash tails, both off with one hash block per mamba block) are not
+      modelled.
+    - *publish* (``MambaManager.cache_blocks``, at schedule time): a row whose state after the step holds
+      exactly a whole number of blocks (a chunk ending on a block's end, a decode filling one) publishes its
+      running slot in that step (``checkpoints``, the slot still its own: vLLM hashes the block the step
+      fills), unless the tree has a state there or no room (``max_cached``). The checkpoint is locked while
+      the request runs on it and stays live when the request moves on; a request that finishes on it
+      donates it.
     - *moves*: a step whose first token of a row starts a new block (``computed % block_size == 0`` and
       ``computed > 0`` before the step; not at the admission step of a hit, whose fresh slot is its block
-      already) pre-copies the running slot into the lowest free slot (``copies_before``), moves the request
-      there (``moves``, ``StatePool.move``; its rows name the new slot from then on), and publishes the old
-      slot, now the state after exactly ``computed`` tokens (a full block), as a checkpoint in the same
-      step (``checkpoints``, held), keyed by those ids, unless the tree has a state there or no room
-      (``max_cached``): then the old slot is freed after the step. Decode steps cross blocks the same way;
-      mixed steps apply the rule to every row. A first chunk from zero spanning several blocks stays in its
-      admission slot (vLLM writes it straight into its last block, no initial state read: a relabelling).
-      A move that finds no free slot and no unlocked checkpoint to evict is skipped (the request keeps its
-      slot, that boundary is not cached; vLLM would not have scheduled, or would have preempted, it).
+      already) pre-copies the running slot into the lowest free slot (``copies_before``) and moves the request
+      there (``moves``, ``StatePool.move``; its rows name the new slot from then on); the block it leaves
+      stays a checkpoint when it was published, else it is freed after the step. Mixed steps apply the rule
+      to every row. A first chunk from zero spanning several blocks stays in its admission slot (vLLM writes
+      it straight into its last block, no initial state read: a relabelling). A move that finds no free slot
+      and no unlocked checkpoint to evict is skipped (the request keeps its slot, that boundary is not cached;
+      vLLM would not have scheduled, or would have preempted, it); a request whose block is a checkpoint
+      cannot skip its move (it would write the checkpoint): then the pool is too small (refused).
     - *hits*: the deepest checkpoint on the prompt (``limit = prompt_len - 1``) whose length is a multiple
       of ``block_size`` (vLLM hits whole blocks; every checkpoint here is one); the request gets its own row
       and slot, ``hits``, the pre-copy ``copies_before [[s, own]]``, ``cached_tokens = L``.
-    - *finish*: the running slot is freed (its partial block is not cached; full blocks were published as
-      the request left them). No ``copies_after``, no donation.
+    - *finish*: the running slot is donated when it is a checkpoint, else freed (its partial block is not
+      cached). No ``copies_after``.
     - *eviction*: LRU as ``no_buffer``, for an admission's slot, a move's target and ``max_cached``; a
-      checkpoint hit or published at the step is never evicted at it. The default pool is
-      ``2 * max_running + 1`` slots (room for moves and checkpoints).
+      checkpoint hit or published at the step, or still a request's running block, is never evicted. The
+      default pool is ``2 * max_running + 1`` slots (room for moves and checkpoints).
     - padded rows use vLLM's null block 0 (the profile's dummy slot), as without a prefix cache.
     - without speculation the trace has no verify graph (one slot per request: a move moves one); with it,
       :class:`AlignSpec` (``create`` picks it).
@@ -563,6 +578,7 @@ class Align(NoBuffer):
         super().__init__(pool, rng, settings)
         self.block_size = settings.block_size
         self.releasing: list[int] = []  # old slots of this step's moves that the tree does not keep
+        self.running: dict[int, int] = {}  # request -> its running slot, published (locked while it runs on it)
 
     @classmethod
     def create(cls, pool: StatePool, rng: random.Random, settings: CacheSettings) -> NoBuffer:
@@ -579,12 +595,16 @@ class Align(NoBuffer):
         return mode != "target_verify" or spec > 0
 
     def chunk(self, req: Request, n: int) -> int:
-        """``n``, or less so that the chunk ends on a multiple of ``block_size`` unless it ends the prompt
-        (vLLM's ``_mamba_block_aligned_split``); 0 when no block end is in reach."""
-        end = req.cached + n
+        """``n``, or less: the chunk stops at the prompt's last cacheable position when that lies inside it,
+        and else ends on a multiple of ``block_size`` unless it ends the prompt (vLLM's
+        ``_mamba_block_aligned_split``); 0 when no block end is in reach."""
+        end, bs = req.cached + n, self.block_size
+        last = (req.prompt_len - 1) // bs * bs  # vLLM's last_cache_position (no EAGLE block drop)
+        if req.cached < last < end:
+            return last - req.cached
         if end >= req.prompt_len:
             return n
-        return max(end // self.block_size * self.block_size - req.cached, 0)
+        return max(end // bs * bs - req.cached, 0)
 
     def can_start(self, req: Request, left: int) -> bool:
         """A first chunk fits ``left``: a whole block (chunks start on block boundaries), or the prompt."""
@@ -599,10 +619,29 @@ class Align(NoBuffer):
                 return hit
             limit = hit[0] - 1
 
+    def _publish_running(self, req: Request, slot: int) -> None:
+        """``req``'s state fills its running block ``slot`` exactly (``cached`` a multiple of ``block_size``):
+        published now, while it still runs on it (vLLM hashes the block at schedule time), unless the tree has
+        that state or no room. Locked until the request leaves the block (no eviction of a running block)."""
+        if self.tree.state_at(req.fed) is not None or not self._room(need_slot=False):
+            return
+        self._publish(req, slot, req.cached)
+        self.tree.lock(slot)
+        self.running[req.id] = slot
+
+    def _leave(self, req: Request, old: int) -> None:
+        """``req`` left its block ``old`` at this step (held by the caller): a checkpoint stays one (locked for
+        the step, as the owner's pre-copy reads it), anything else is freed after the step."""
+        if self.running.get(req.id) == old:
+            del self.running[req.id]
+            self.locked.append(old)  # the running lock becomes the step's: end_step unlocks it
+        else:
+            self.releasing.append(old)
+
     def place(self, reqs: list[tuple[Request, int]], admitted: list[int]) -> None:
         """Each request whose step starts a new block (not a hit admitted now: its fresh slot is that block)
-        is pre-copied into the lowest free slot and moved there; its old slot, the state after exactly its
-        ``cached`` tokens, becomes a checkpoint (or is freed after the step)."""
+        is pre-copied into the lowest free slot and moved there; the block it leaves stays a checkpoint if it
+        was published, or is freed after the step."""
         fresh = set(admitted)
         for req, _ in reqs:
             if req.id in fresh or req.cached == 0 or req.cached % self.block_size:
@@ -610,6 +649,11 @@ class Align(NoBuffer):
             while not self.pool.free_slots() and self._evict():
                 pass
             if not self.pool.free_slots():
+                if req.id in self.running:
+                    raise SimulationError(
+                        f"num_slots = {self.pool.num_slots}: no free slot for request {req.id}'s next block, and "
+                        "its block is a published checkpoint (prefix_cache='align'); give more slots"
+                    )
                 continue  # no room for the new block: the state stays, the boundary is not cached
             new = self.pool.hold()  # the lowest free slot
             self.pool.release(new)
@@ -618,18 +662,30 @@ class Align(NoBuffer):
             req.slot = new
             self._record("copies_before", [old, new])
             self._record("moves", {"request": req.id, "slot": new})
-            if self.tree.state_at(req.fed) is None and self._room(need_slot=False):
-                self._publish(req, old)
-            else:
-                self.releasing.append(old)
+            self._leave(req, old)
+
+    def track(self, mode: str, rows: list[tuple[Request, int | None, int]]) -> None:
+        """After the forward: each row whose state now holds exactly a whole number of blocks publishes its
+        running slot (a chunk ending on a block's end, a decode filling its block)."""
+        for req, _, _ in rows:
+            if req.cached % self.block_size == 0:
+                self._publish_running(req, req.slot)
 
     def prefilled(self, req: Request) -> None:
-        """Nothing at a prompt's end: its full blocks are published as the request leaves them."""
+        """Nothing at a prompt's end: its full blocks were published as the steps filled them."""
 
     def finish(self, req: Request) -> None:
-        """``req`` finished: its slot (a partial block, or a full one not yet left) is freed."""
+        """``req`` finished: its slot is donated when it is a published checkpoint (its block filled at the
+        last step), else freed (a partial block)."""
         self._remember(req)
-        self.pool.free([req.row])
+        slot = self.running.pop(req.id, None)
+        if slot is None:
+            self.pool.free([req.row])
+            return
+        # published at this step, as the step filled it (a window of D blocks never gets here: AlignSpec does not
+        # publish for a finishing request, and a later step of its request slides off the block first)
+        self.locked.append(slot)  # the running lock, unlocked at the step's end
+        self.pool.donate(req.row)
 
     def end_step(self) -> dict[str, Any] | None:
         for slot in self.releasing:
@@ -651,13 +707,15 @@ class Window:
 
 
 class AlignSpec(Align):
-    """vLLM's align mode with speculation (``prefix_cache="align"``, ``spec=D``; not with ``mixed``;
-    ``block_size >= D``; ``docs/traces.md``): each request owns a window of D blocks (its pool slots; its
-    rows name them), which slides with the block of its last scheduled token (pre-copy from column
-    ``num_accepted - 1``, count reset to 1); the block it leaves is published when it holds its boundary
-    state or held for the post-copy, and a verify whose accepted tokens reach a block's end copies the
-    state of exactly that position into the block (vLLM's ``postprocess_mamba``), which becomes the
-    checkpoint."""
+    """vLLM's align mode with speculation (``prefix_cache="align"``, ``spec=D``, ``block_size >= D``, mixed
+    steps or not; ``docs/traces.md``): each request owns a window of D blocks (its pool slots; its rows name
+    them), which slides with the block of its last scheduled token (pre-copy from column ``num_accepted -
+    1``, count reset to 1). Its first block holds the boundary state when a prefill chunk ended on the block's
+    end or a verify kept every token up to it (the post-copy within the block): the block is then published
+    in that step, still the running block, unless the request finishes at the step (vLLM caches it after
+    the step's output, which a finished request no longer gets); the block the window leaves stays a
+    checkpoint, or is freed, or, without its boundary state, is held for the post-copy of a later verify
+    whose accepted tokens reach its end (vLLM's ``postprocess_mamba``), which then publishes it."""
 
     names_slots: ClassVar[bool] = True
 
@@ -685,8 +743,8 @@ class AlignSpec(Align):
         """Slide each request's window to the block of its last scheduled token (``preprocess_mamba``): the
         blocks both windows share keep their slots, new blocks take free ones, the state in column
         ``accepted - 1`` is copied into the new first block (``copies_before``, unless it is that slot) and
-        the accepted count resets to 1. The first block it leaves is published when it holds its boundary
-        state, else held for the post-copy that will write it (``keep``)."""
+        the accepted count resets to 1. The first block it leaves stays a checkpoint when it was published,
+        is freed when it held its boundary state unpublished, else is held for the post-copy (``keep``)."""
         fresh, bs = set(admitted), self.block_size
         for req, n in reqs:
             w = self.windows[req.id]
@@ -698,7 +756,7 @@ class AlignSpec(Align):
 
     def _slide(self, req: Request, w: Window, curr: int) -> None:
         """Move ``req``'s window from block ``w.curr`` to ``curr`` (see :meth:`place`)."""
-        bs, d = self.block_size, self.d
+        d = self.d
         old = self.pool.slots_of(req.row)
         new: list[int] = []
         for j in range(curr, curr + d):
@@ -709,17 +767,12 @@ class AlignSpec(Align):
         left = old[0]
         self.pool.remap(req.row, new)
         move: dict[str, Any] = {"request": req.id, "slots": new}
-        boundary = (w.curr + 1) * bs
-        if w.boundary:  # the block's own state: published now, or freed after the step
-            self.pool.hold(left)
-            if self.tree.state_at(req.fed[:boundary]) is None and self._room(need_slot=False):
-                self._publish(req, left, boundary)
-            else:
-                self.releasing.append(left)
+        self.pool.hold(left)
+        if w.boundary:  # the block's own state: a checkpoint since the step that filled it, or freed
+            self._leave(req, left)
         else:
             if w.pending is not None:  # never (its post-copy came before this slide): kept till finish
                 w.spent.append(w.pending)  # as the replay keeps a kept block
-            self.pool.hold(left)
             w.pending = left
             move["keep"] = [left]
         self._record("moves", move)
@@ -728,35 +781,44 @@ class AlignSpec(Align):
 
     def track(self, mode: str, rows: list[tuple[Request, int | None, int]]) -> None:
         """After the forward (``postprocess_mamba``): a prefill chunk that ends on its block's end leaves the
-        boundary state in column 0; a verify whose accepted tokens reach a block's end, ``aligned``, copies
-        the state of column ``aligned - running`` (``running`` = the tokens before the step + 1) into that
-        block: its own first block (then the next verify reads it there), or the block its window left, held
-        for it, which becomes the checkpoint of exactly ``aligned`` tokens."""
+        boundary state in column 0 (published now); a verify (every decode-phase row, in verify and mixed
+        steps alike) whose accepted tokens reach a block's end, ``aligned``, copies the state of column
+        ``aligned - running`` (``running`` = the tokens before the step + 1) into that block: its own first
+        block (published now; the next verify reads it there), or the block its window left, held for it,
+        which becomes the checkpoint of exactly ``aligned`` tokens."""
         bs = self.block_size
         for req, n, kept in rows:
             w = self.windows[req.id]
+            window = self.pool.slots_of(req.row)
             if n is not None:
                 w.boundary = req.cached % bs == 0
-                continue
-            if mode != "target_verify":
+                if w.boundary and not req.done:
+                    self._publish_running(req, window[0])
                 continue
             before = req.cached - kept
             running, aligned = before + 1, req.cached // bs * bs
             w.accepted = kept
             if aligned < running:
                 continue
-            window = self.pool.slots_of(req.row)
             src, dest = window[aligned - running], aligned // bs - 1
             if dest == w.curr:  # within its own block (all D accepted, the block's end reached exactly)
                 self._record("copies_after", [src, window[0]])
                 w.accepted, w.boundary = 1, True
+                if not req.done:
+                    self._publish_running(req, window[0])
             elif dest == w.curr - 1 and w.pending is not None:
-                slot, w.pending = w.pending, None
-                self._record("copies_after", [src, slot])
-                if self.tree.state_at(req.fed[:aligned]) is None and self._room(need_slot=False):
-                    self._publish(req, slot, aligned)
-                else:  # the request's block until it finishes (the replay frees a kept block only then)
-                    w.spent.append(slot)
+                self._post_copy(req, w, src, aligned)
+
+    def _post_copy(self, req: Request, w: Window, src: int, aligned: int) -> None:
+        """The post-copy into the block ``req``'s window left, held for it: it holds the state after exactly
+        ``aligned`` tokens and becomes that checkpoint (or stays the request's till it finishes)."""
+        assert w.pending is not None
+        slot, w.pending = w.pending, None
+        self._record("copies_after", [src, slot])
+        if self.tree.state_at(req.fed[:aligned]) is None and self._room(need_slot=False):
+            self._publish(req, slot, aligned)
+        else:  # the request's block until it finishes (the replay frees a kept block only then)
+            w.spent.append(slot)
 
     def finish(self, req: Request) -> None:
         """``req`` finished: its window is freed, with the blocks it left that the tree did not take."""

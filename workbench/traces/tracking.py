@@ -205,7 +205,7 @@ class TrackChecks:
         for pool, inter in ((ctx.state, verified.runner), (ctx.shadow, verified.reference)):
             pool.conv[dst] = inter.conv[k, s].to(pool.conv.dtype)
             pool.ssm[dst] = inter.ssm[k, s].to(pool.ssm.dtype)
-        have, kept = self.record.known_ids(row.id), row.accepted or 1
+        have, kept = self.record.known_ids(row.id), ctx.kept(row)
         ids = None if have is None or row.tokens is None else (*have[: row.cached_tokens], *row.tokens[: s + 1])
         self.record.label(dst, ids)
         if s < kept:
@@ -242,8 +242,7 @@ class TrackChecks:
         out: list[TraceDivergence] = []
         h_rows: list[int] = []  # rows tracked from the chunk states, in row order
         for i, row in enumerate(step.rows):
-            kept = row.accepted if (step.mode == "target_verify" and row.accepted is not None) else row.new_tokens
-            held = row.cached_tokens + kept
+            held = ctx.held_after(row)
             if not mask[i]:
                 if lengths[i] != -1:
                     detail = f"row {i}: untracked, but mamba_track_seqlens[{i}] = {lengths[i]} (want -1)"

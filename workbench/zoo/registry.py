@@ -33,6 +33,7 @@ MODULES = (
     "stale_track_mask",
     "mamba2_chunk_grid",
     "backward_post_copy",
+    "running_block_publish",
 )
 
 

@@ -1,0 +1,1045 @@
+"""vLLM 0.33.0's own scheduler as a trace source: ``run_vllm_scheduler`` drives the released engine's v1
+``Scheduler`` on the CPU and writes down, step by step, what one GDN layer saw (``docs/traces.md``). It returns
+a :class:`~workbench.engines.scheduler_base.SchedulerTrace`, the file's JSON objects (the engines layer sits
+below ``workbench.traces``); ``workbench.traces.format.read_trace(run.lines())`` reads it into a ``Trace``.
+
+    run = run_vllm_scheduler(steps=300, seed=0, spec=2, prefix_cache="align")   # D = 2: one MTP draft
+    trace = read_trace(run.lines()); replay_trace(trace)
+
+What runs is vLLM's code: ``Scheduler.schedule`` / ``update_from_output`` / ``update_draft_token_ids`` with
+its ``KVCacheManager`` (the hybrid coordinator over a full-attention group and a GDN mamba group in
+``mamba_cache_mode="align"``, the ``MambaManager`` and the ``BlockPool``: prefix-cache lookups, block
+allocation and relocation, publishing, eviction, preemption), ``Request`` and its block hasher, the configs
+(``VllmConfig``, ``CacheConfig``, ``SchedulerConfig``, ``DeviceConfig``, ``KVCacheConfig`` and its specs) with
+the block sizes ``EngineCore`` resolves, Model Runner V2's batch order (``sort_batch_req_ids``), the worker's
+align-mode pre-copy decisions (``mamba_utils.preprocess_mamba``, its host path) and the
+``GDNAttentionMetadataBuilder`` for each step's state indices. An error any of them raises reaches the
+caller. What a CPU run cannot have is stood in for (:data:`DRIVER_STANDINS`, each with its reason; the
+import's stand-ins are the adapter's, ``vllm_0_33_0.STANDINS``).
+
+How vLLM's state maps to the trace:
+
+- **slots are block ids**: a pool slot is the GDN group's block of that id (``num_slots = num_blocks``; the
+  null block 0 is the profile's dummy slot 0), so the builder's indices are the trace's slots as they are.
+- **a request's slots** are its window: the ``1 + num_speculative_tokens`` blocks of its mamba block-table
+  row from its running column (``(computed + scheduled - 1) // block_size``), what the builder reads; every
+  row names them (``slots``; ``slot`` is the first). A window that changes is a ``moves`` entry; the worker's
+  pre-copy (from column ``num_accepted - 1`` of the old window into the new first block) is the
+  ``copies_before`` entry, left out when it is a self-copy (the source block is the destination). A block
+  the window leaves stays live when it was published; it is kept (``keep``) when a later post-copy fills it
+  and the cache publishes it; otherwise the trace frees it at the move (vLLM frees it a step or two later;
+  nothing reads it, and a post-copy into it is a copy into a free slot).
+- **rows**: Model Runner V2's order, each with its ``kind`` (``verify``: its drafts were scheduled;
+  ``extend``: a prompt chunk; ``decode``: one token), its stable ``req_pool_index`` (:class:`RowAllocator`,
+  lowest free from 1) and the ``tokens`` it feeds (a verify: the last sampled token, then the drafts).
+  ``accepted`` counts the tokens kept, bonus included (vLLM's ``num_accepted_tokens``; header ``accepted``
+  ``"tokens"``).
+- **prefix keys**: ``hits`` (a request admitted with computed tokens: the cached block its row holds at the
+  hit's last column), ``copies_before`` (pre-copies), ``moves`` (with ``keep``: a block the window left that a
+  later post-copy fills and the cache then publishes), ``copies_after`` (post-copies, the decisions of
+  ``postprocess_mamba_fused_kernel`` recomputed on the host), ``checkpoints`` (every block the block pool
+  inserts a GDN-group hash for, at schedule time or in ``update_from_output``: the request, the tokens the
+  hash covers, the block), ``evict`` (a block whose GDN-group hash the pool drops, at an allocation).
+- **metadata**: the builder's ``GDNAttentionMetadata`` under vLLM's names (``model.SPLIT_KEYS``:
+  ``spec_state_indices_tensor``, ``non_spec_state_indices_tensor``, ``spec_query_start_loc``,
+  ``non_spec_query_start_loc``, ``num_spec_decodes``, ``num_decodes``, ``num_prefills``,
+  ``num_accepted_tokens``; null where the builder made none) and ``has_initial_state`` where it made one, built
+  unpadded as a CPU run builds them (no graph is replayed: no ``bucket``), and the runner's
+  ``query_start_loc`` over all rows.
+- a preempted request finishes at its last step; when vLLM readmits it, it starts over under a new id.
+
+What a trace cannot say yet (``docs/traces.md``): a verify row whose drafts the token budget cut short (vLLM
+schedules ``1 + k`` tokens, ``k < D - 1``) is refused with :class:`EngineError`; a one-token row without
+drafts in a deployment with speculation (the budget cut every draft) is written as a ``decode`` row, while
+vLLM's builder runs it on the speculative path (it reads column ``num_accepted - 1``; its index is in
+``spec_state_indices_tensor``). Both are rare (none in 16 runs of 300 steps of the default deployment).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import sys
+import time
+import types
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.engines import vllm_0_33_0
+from workbench.engines.scheduler_base import (
+    Acceptance,
+    RowAllocator,
+    SchedulerTrace,
+    TraceIds,
+    Workload,
+    WorkloadSettings,
+    step_mode,
+)
+from workbench.engines.versions import EngineError
+from workbench.layer_names import GDN
+from workbench.profiles import get_profile
+
+DRIVER_STANDINS: tuple[tuple[str, str], ...] = (
+    (
+        "ModelConfig",
+        "a real one reads a Hugging Face config (a download or a local model folder). Stand-in: a namespace with "
+        "the attributes the scheduler, the KV-cache manager, Request and the GDN builder read (a Qwen3-Next-like "
+        "hybrid model), assigned after VllmConfig's checks.",
+    ),
+    (
+        "SpeculativeConfig",
+        "a real one (method 'mtp') builds the drafter's ModelConfig from the target's Hugging Face config. "
+        "Stand-in: an MTP-like object with num_speculative_tokens; its methods and properties are "
+        "SpeculativeConfig's own, bound to it.",
+    ),
+    (
+        "StructuredOutputManager",
+        "its package needs xgrammar and the tokenizers; no request here asks for structured output. Stand-in: "
+        "pass-through (no bitmask, every token accepted), also the name scheduler.py imports from the adapter's "
+        "stand-in package vllm.v1.structured_output.",
+    ),
+    (
+        "the model and the drafter",
+        "no weights run. Stand-in: ModelRunnerOutput with, per row that completes its prompt or verifies, the "
+        "accepted drafts (workbench.engines.scheduler_base.Acceptance) and one random bonus token; "
+        "num_speculative_tokens random draft ids per request after each step (DraftTokenIds).",
+    ),
+    (
+        "the worker's copies",
+        "the pre-copy and post-copy move GPU state bytes. preprocess_mamba runs (host path, align_ctx=None) with "
+        "collect_mamba_copy_meta wrapped to record each decision; the post-copy decisions of "
+        "postprocess_mamba_fused_kernel (a Triton kernel) are recomputed on the host per row.",
+    ),
+    (
+        "the worker's request rows",
+        "Model Runner V2 keeps each request on one request-state row for its life; the trace names rows lowest "
+        "free first from 1 (row 0 is every profile's reserved row), freed at finish or preemption.",
+    ),
+    (
+        "BlockPool",
+        "wrapped, not replaced: cache_full_blocks / cache_partial_block (to know the request), "
+        "_insert_block_hash (a new hash: a publish) and _remove_cached_block_hashes (an eviction) are observed.",
+    ),
+)
+"""What the driver stands in for beyond the import's stand-ins (``vllm_0_33_0.STANDINS``): (what, why)."""
+
+IMPORT_WARNINGS: list[str] = []
+"""Warnings vLLM's scheduler imports raised (kept, not shown: the suite turns warnings into errors)."""
+
+RUN_WARNINGS: list[str] = []
+"""Warnings vLLM raised while a run drove it (kept, as :data:`IMPORT_WARNINGS`)."""
+
+TENSOR_KEYS = (
+    "spec_state_indices_tensor", "non_spec_state_indices_tensor", "spec_query_start_loc", "non_spec_query_start_loc",
+    "num_accepted_tokens",
+)  # fmt: skip
+"""The ``GDNAttentionMetadata`` tensors a step records under their names (null: the builder made none)."""
+COUNT_KEYS = ("num_spec_decodes", "num_decodes", "num_prefills")
+"""The ``GDNAttentionMetadata`` row counts a step records."""
+
+GDN_LAYER = "model.layers.0.linear_attn"
+ATTN_LAYER = "model.layers.3.self_attn.attn"
+GDN_SHAPES = ((3, 8192), (32, 128, 128))
+"""Qwen3-Next-like GDN state shapes (conv window, recurrent state); the scheduler reads only the specs' kind."""
+
+
+# -- importing ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Vllm:
+    """The vLLM names the driver uses, imported once (:func:`load`)."""
+
+    version: str
+    commit: str | None
+    VllmConfig: Any
+    CacheConfig: Any
+    DeviceConfig: Any
+    SchedulerConfig: Any
+    SpeculativeConfig: Any
+    SamplingParams: Any
+    EngineCoreRequest: Any
+    Request: Any
+    Scheduler: Any
+    KVCacheConfig: Any
+    KVCacheGroupSpec: Any
+    FullAttentionSpec: Any
+    MambaSpec: Any
+    MambaAttentionBackendEnum: Any
+    ModelRunnerOutput: Any
+    DraftTokenIds: Any
+    CommonAttentionMetadata: Any
+    GDNAttentionMetadataBuilder: Any
+    kv_cache_utils: Any
+    mamba_utils: Any
+    get_hash_fn_by_name: Any
+    sort_batch_req_ids: Any
+
+
+def _commit(version_module: Any) -> str | None:
+    """vLLM's ``__commit_id__`` (``g<hash>``, as its version tool writes it) as the bare hash, or None."""
+    commit = getattr(version_module, "__commit_id__", None)
+    if not commit:
+        return None
+    commit = str(commit)
+    if commit.startswith("g") and all(c in "0123456789abcdef" for c in commit[1:]):
+        commit = commit[1:]
+    return commit
+
+
+@functools.cache
+def load() -> Vllm:
+    """Import vLLM 0.33.0's scheduler, KV-cache manager and worker helpers (once per process), after the
+    adapter's :func:`~workbench.engines.vllm_0_33_0.load` (version check, stand-ins). vLLM's logger is set to
+    errors only (its import and its scheduler log at info and warning level)."""
+    logging.getLogger("vllm").setLevel(logging.ERROR)
+    vllm_0_33_0.load()
+    # scheduler.py imports the name StructuredOutputManager from the adapter's stand-in package
+    package = sys.modules["vllm.v1.structured_output"]
+    if not hasattr(package, "StructuredOutputManager"):
+        package.StructuredOutputManager = _PassThroughOutputs  # type: ignore[attr-defined]
+    imp = vllm_0_33_0._import
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        version = imp("vllm._version")
+        config = imp("vllm.config")
+        sampling = imp("vllm.sampling_params")
+        hashing = imp("vllm.utils.hashing")
+        backend = imp("vllm.v1.attention.backend")
+        registry = imp("vllm.v1.attention.backends.registry")
+        gdn = imp("vllm.v1.attention.backends.gdn_attn")
+        kv_utils = imp("vllm.v1.core.kv_cache_utils")
+        scheduler = imp("vllm.v1.core.sched.scheduler")
+        engine = imp("vllm.v1.engine")
+        kv = imp("vllm.v1.kv_cache_interface")
+        outputs = imp("vllm.v1.outputs")
+        request = imp("vllm.v1.request")
+        mamba_utils = imp("vllm.v1.worker.mamba_utils")
+        runner = imp("vllm.v1.worker.gpu.model_runner")
+    IMPORT_WARNINGS.extend(f"{w.category.__name__}: {w.message}" for w in caught)
+    vllm_0_33_0._unpin_memory()  # modules imported now bound PIN_MEMORY too
+    logging.getLogger("vllm").setLevel(logging.ERROR)  # vLLM's logging config ran on import
+    return Vllm(
+        version=str(version.__version__),
+        commit=_commit(version),
+        VllmConfig=config.VllmConfig,
+        CacheConfig=config.CacheConfig,
+        DeviceConfig=config.DeviceConfig,
+        SchedulerConfig=config.SchedulerConfig,
+        SpeculativeConfig=config.SpeculativeConfig,
+        SamplingParams=sampling.SamplingParams,
+        EngineCoreRequest=engine.EngineCoreRequest,
+        Request=request.Request,
+        Scheduler=scheduler.Scheduler,
+        KVCacheConfig=kv.KVCacheConfig,
+        KVCacheGroupSpec=kv.KVCacheGroupSpec,
+        FullAttentionSpec=kv.FullAttentionSpec,
+        MambaSpec=kv.MambaSpec,
+        MambaAttentionBackendEnum=registry.MambaAttentionBackendEnum,
+        ModelRunnerOutput=outputs.ModelRunnerOutput,
+        DraftTokenIds=outputs.DraftTokenIds,
+        CommonAttentionMetadata=backend.CommonAttentionMetadata,
+        GDNAttentionMetadataBuilder=gdn.GDNAttentionMetadataBuilder,
+        kv_cache_utils=kv_utils,
+        mamba_utils=mamba_utils,
+        get_hash_fn_by_name=hashing.get_hash_fn_by_name,
+        sort_batch_req_ids=runner.sort_batch_req_ids,
+    )
+
+
+# -- the deployment -----------------------------------------------------------------------------------
+class _ModelConfig(types.SimpleNamespace):
+    """:data:`DRIVER_STANDINS` ``ModelConfig``: what the scheduler, the KV-cache manager, Request and the GDN
+    builder read of a hybrid GDN model."""
+
+    def get_multimodal_config(self) -> None:
+        return None
+
+    def get_mamba_chunk_size(self) -> int:
+        return 64
+
+
+def _model_config(max_model_len: int) -> _ModelConfig:
+    import torch
+
+    ns = types.SimpleNamespace
+    return _ModelConfig(
+        max_model_len=max_model_len,
+        uses_mrope=False,
+        is_encoder_decoder=False,
+        runner_type="generate",
+        is_diffusion=False,
+        supports_multimodal_inputs=False,
+        return_sampling_mask=False,
+        multimodal_config=None,
+        is_hybrid=True,
+        dtype=torch.bfloat16,
+        hf_text_config=ns(linear_key_head_dim=128, linear_value_head_dim=128),
+        hf_config=ns(model_type="qwen3_next", num_nextn_predict_layers=1),
+    )
+
+
+def _speculative_config(v: Vllm, num_speculative_tokens: int) -> Any:
+    """:data:`DRIVER_STANDINS` ``SpeculativeConfig``: an MTP drafter's settings, with the real class's methods
+    and properties (its validators and dunders excepted) bound to it."""
+    ns = types.SimpleNamespace
+    own: dict[str, Any] = {
+        "method": "mtp",
+        "num_speculative_tokens": num_speculative_tokens,
+        "num_speculative_tokens_per_batch_size": None,
+        "disable_eagle_block_drop": False,
+        "disable_lookahead_block_hashes": False,
+        "parallel_drafting": False,
+        "use_heterogeneous_vocab": False,
+        "draft_model_config": ns(
+            hf_config=ns(model_type="qwen3_next_mtp", num_nextn_predict_layers=1),
+            architectures=["Qwen3NextMTP"],
+            model="stand-in",
+        ),
+    }
+    borrowed = {
+        name: member
+        for name, member in vars(v.SpeculativeConfig).items()
+        if not name.startswith("_")
+        and name not in own
+        and (isinstance(member, property) or type(member) is types.FunctionType)
+    }
+    cls = type("MTPSpeculativeConfig", (), borrowed)
+    obj = cls()
+    for name, value in own.items():
+        setattr(obj, name, value)
+    return obj
+
+
+class _PassThroughOutputs:
+    """:data:`DRIVER_STANDINS` ``StructuredOutputManager``."""
+
+    def grammar_bitmask(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def accept_tokens(self, request: Any, tokens: Any) -> bool:
+        return True
+
+    def validate_tokens(self, request: Any, tokens: Any) -> Any:
+        return tokens
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The vLLM deployment a run drives: speculation (``num_speculative_tokens``), block size, pool, batch
+    limits."""
+
+    num_spec: int
+    block_size: int
+    num_blocks: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+
+
+def _configs(v: Vllm, d: Deployment) -> tuple[Any, Any]:
+    """``VllmConfig`` (sync scheduling, align mode, prefix caching) and the ``KVCacheConfig`` of one
+    full-attention and one GDN group, sized and resolved as ``EngineCore`` does."""
+    import torch
+
+    vc = v.VllmConfig(
+        device_config=v.DeviceConfig("cpu"),
+        cache_config=v.CacheConfig(
+            block_size=d.block_size, enable_prefix_caching=True, mamba_cache_mode="align", mamba_block_size=d.block_size
+        ),
+        scheduler_config=v.SchedulerConfig(
+            max_model_len=d.max_model_len,
+            is_encoder_decoder=False,
+            max_num_batched_tokens=d.max_num_batched_tokens,
+            max_num_seqs=d.max_num_seqs,
+            async_scheduling=False,
+        ),
+    )
+    vc.model_config = _model_config(d.max_model_len)  # model_config=None passed the checks above
+    vc.speculative_config = _speculative_config(v, d.num_spec) if d.num_spec else None
+    attn = v.FullAttentionSpec(block_size=d.block_size, num_kv_heads=2, head_size=256, dtype=torch.bfloat16)
+    gdn = v.MambaSpec(
+        block_size=d.block_size,
+        shapes=GDN_SHAPES,
+        dtypes=(torch.bfloat16, torch.float32),
+        mamba_type=v.MambaAttentionBackendEnum.GDN_ATTN,
+        mamba_cache_mode="align",
+        num_speculative_blocks=d.num_spec,
+    )
+    kvc = v.KVCacheConfig(
+        num_blocks=d.num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[v.KVCacheGroupSpec([ATTN_LAYER], attn), v.KVCacheGroupSpec([GDN_LAYER], gdn)],
+    )
+    return vc, kvc
+
+
+# -- observing the block pool -------------------------------------------------------------------------
+@dataclass
+class _PoolEvents:
+    """What the block pool did to the GDN group's prefix cache: publishes ``(request id, block, tokens)`` and
+    evictions (blocks), in order."""
+
+    group: int
+    get_group_id: Any
+    publishes: list[tuple[str, int, int]] = field(default_factory=list)
+    evictions: list[int] = field(default_factory=list)
+    request: str | None = None
+
+    def take(self) -> tuple[list[tuple[str, int, int]], list[int]]:
+        out = (self.publishes, self.evictions)
+        self.publishes, self.evictions = [], []
+        return out
+
+
+def _observe(pool: Any, events: _PoolEvents) -> None:
+    """Wrap ``pool``'s methods (:data:`DRIVER_STANDINS` ``BlockPool``) to record into ``events``."""
+    cache_full, cache_partial = pool.cache_full_blocks, pool.cache_partial_block
+    insert, remove = pool._insert_block_hash, pool._remove_cached_block_hashes
+
+    def with_request(original: Any) -> Any:
+        def wrapped(request: Any, *args: Any, **kwargs: Any) -> Any:
+            events.request = request.request_id
+            try:
+                return original(request, *args, **kwargs)
+            finally:
+                events.request = None
+
+        return wrapped
+
+    def insert_block_hash(key: Any, block: Any, num_tokens: int | None) -> None:
+        new = block.block_hash != key and not pool.cached_block_hash_to_block.contain(key, block.block_id)
+        insert(key, block, num_tokens)
+        if new and events.get_group_id(key) == events.group:
+            if events.request is None or num_tokens is None:
+                raise EngineError(
+                    f"vllm published block {block.block_id} of the GDN group outside a request's caching "
+                    f"(request {events.request}, {num_tokens} tokens): not modelled by this driver"
+                )
+            events.publishes.append((events.request, int(block.block_id), int(num_tokens)))
+
+    def remove_cached_block_hashes(block: Any) -> Any:
+        removed = remove(block)
+        if any(events.get_group_id(k) == events.group for k in removed):
+            events.evictions.append(int(block.block_id))
+        return removed
+
+    pool.cache_full_blocks = with_request(cache_full)
+    pool.cache_partial_block = with_request(cache_partial)
+    pool._insert_block_hash = insert_block_hash
+    pool._remove_cached_block_hashes = remove_cached_block_hashes
+
+
+@contextlib.contextmanager
+def _recording_precopies(mamba_utils: Any, into: list[tuple[str, int, int, int]]) -> Iterator[None]:
+    """While open, ``preprocess_mamba``'s calls of ``collect_mamba_copy_meta`` append ``(request id, source
+    column, destination column, accepted-token bias)`` to ``into`` and copy nothing."""
+
+    def collect(copy_bufs: Any, kv_cache_config: Any, funcs: Any, group_ids: Any, src: int, dst: int,
+                bias: int, req_state: Any, forward_context: Any) -> None:  # fmt: skip
+        into.append((req_state.req_id, int(src), int(dst), int(bias)))
+
+    original = mamba_utils.collect_mamba_copy_meta
+    mamba_utils.collect_mamba_copy_meta = collect
+    try:
+        yield
+    finally:
+        mamba_utils.collect_mamba_copy_meta = original
+
+
+PostCopy = tuple[int, int]
+"""A post-copy: (the window column of its source, the destination's block column)."""
+
+
+def post_copy(
+    state_col: int, scheduled: int, computed: int, drafts: int, kept: int, block_size: int
+) -> tuple[PostCopy | None, int]:
+    """The align-mode post-copy after a row's forward, as ``postprocess_mamba_fused_kernel`` decides it:
+    ``((bias, destination column) or None, accepted count for the next step)``.
+
+    The row ran from ``computed`` tokens with ``scheduled`` tokens (``drafts`` of them drafts) and kept
+    ``kept``; its state after its first real token is in window column 0 (block ``state_col``). When the
+    tokens kept reach a block boundary ``aligned`` at or past that token, the state of column ``aligned -
+    running`` (``running = computed + scheduled - drafts``) goes to block ``aligned // block_size - 1``; into
+    the row's own block the count restarts at 1.
+
+    >>> post_copy(15, 3, 239, 2, 1, 16)  # 240 tokens: block 14's boundary, from column 0
+    ((0, 14), 1)
+    >>> post_copy(15, 3, 240, 2, 2, 16)  # 242 tokens: no boundary reached
+    (None, 2)
+    >>> post_copy(14, 3, 237, 2, 3, 16)  # 240 tokens, all kept: into its own block, from column 2
+    ((2, 14), 1)
+    """
+    running = computed + scheduled - drafts
+    aligned = (running + kept - 1) // block_size * block_size
+    if aligned < running:
+        return None, kept
+    dest = aligned // block_size - 1
+    bias = aligned - running
+    if dest == state_col:
+        return (None if bias == 0 else (bias, dest)), 1
+    return (bias, dest), kept
+
+
+# -- the worker's view --------------------------------------------------------------------------------
+class _RequestState:
+    """The runner's per-request state, reduced to what ``preprocess_mamba`` reads (``req_id``,
+    ``num_computed_tokens``, ``block_ids``), and the prompt length."""
+
+    def __init__(self, req_id: str, prompt_len: int, block_ids: Any, num_computed_tokens: int) -> None:
+        self.req_id = req_id
+        self.prompt_len = prompt_len
+        self.block_ids = [list(b) for b in block_ids]
+        self.num_computed_tokens = num_computed_tokens
+
+
+@dataclass
+class _Row:
+    """One scheduled request in the runner's order, as the trace needs it."""
+
+    req: str
+    kind: str
+    computed: int
+    scheduled: int
+    drafts: list[int]
+    tokens: list[int]
+    window: list[int]
+    state_col: int
+    prefilling: bool
+    block_row: list[int]
+    num_accepted: int  # what the builder reads (after the pre-copy's reset)
+    kept: int = 0  # tokens the forward kept (0: a prompt chunk that does not end the prompt)
+
+
+@dataclass
+class _Step:
+    """What one engine step did, in engine terms (request ids, block ids)."""
+
+    number: int
+    rows: list[_Row]
+    admitted: list[str]
+    readmitted: set[str]
+    preempted: list[str]
+    hits: list[tuple[str, int, int]]  # (request, tokens, block)
+    precopies: list[tuple[str, int, int]]  # (request, source block, destination block)
+    postcopies: list[tuple[str, int, int]]
+    publishes: list[tuple[str, int, int]]  # (request, block, tokens): at schedule time, then at update
+    evictions: list[int]
+    finished: list[str]
+    metadata: dict[str, Any]
+
+
+# -- the trace ----------------------------------------------------------------------------------------
+class _TraceWriter:
+    """Turns each :class:`_Step` into the file's step object (module docstring: the mapping), keeping what the
+    trace says across steps: ids, rows, windows, live checkpoints, and the blocks each window left."""
+
+    def __init__(self, trace: SchedulerTrace, spec: int) -> None:
+        self.trace, self.spec, self.stats = trace, spec, trace.stats  # spec: num_speculative_tokens
+        self.ids, self.rows = TraceIds(), RowAllocator()
+        self.windows: dict[str, list[int]] = {}
+        self.live: dict[int, tuple[int, int]] = {}  # block -> (trace id, tokens) of a live checkpoint
+        self.left: dict[int, tuple[str, dict[str, Any]]] = {}  # block a window left -> (request, its move)
+
+    def _close(self, req: str) -> int:
+        tid = self.ids[req]
+        self.rows.remove(req)
+        self.windows.pop(req, None)
+        for block in [b for b, (owner, _) in self.left.items() if owner == req]:
+            del self.left[block]
+        return tid
+
+    def _take(self, blocks: list[int]) -> None:
+        """``blocks`` are a window's now: no longer blocks some window left."""
+        for b in blocks:
+            self.left.pop(b, None)
+            if b in self.live:
+                raise EngineError(f"block {b} joins a window while the trace holds a live checkpoint in it")
+
+    def add(self, s: _Step) -> None:
+        self.preempt(s)
+        meta: dict[str, list[Any]] = {k: [] for k in ("evict", "hits", "copies_before", "moves")}
+        for b in s.evictions:
+            if self.live.pop(b, None) is None:
+                self.stats["evictions_not_live"] += 1
+                continue
+            meta["evict"].append(b)
+        admit = self._admit(s)
+        for req, tokens, block in s.hits:
+            meta["hits"].append({"request": self.ids[req], "tokens": tokens, "slot": block})
+        meta["copies_before"] = [[src, dst] for _, src, dst in s.precopies if src != dst]
+        self.stats["precopies_self"] += sum(src == dst for _, src, dst in s.precopies)
+        fresh = set(s.admitted)
+        for r in s.rows:
+            if r.req not in fresh and r.window != self.windows[r.req]:
+                meta["moves"].append(self._move(r))
+        after: dict[str, list[Any]] = {"copies_after": [[src, dst] for _, src, dst in s.postcopies]}
+        after["checkpoints"] = [self._publish(req, block, tokens) for req, block, tokens in s.publishes]
+        rows = [self._row(r) for r in s.rows]
+        finish = [self._close(req) for req in s.finished]
+        metadata = {k: v for k, v in {**meta, **after}.items() if v}
+        metadata.update(s.metadata)
+        self.trace.steps.append({
+            "step": s.number,
+            "mode": step_mode([r.kind for r in s.rows]),
+            "rows": rows,
+            "admit": admit,
+            "finish": finish,
+            "metadata": metadata or None,
+        })  # fmt: skip
+
+    def preempt(self, s: _Step) -> None:
+        """vLLM preempted requests at this step's schedule: they finish after the last step written."""
+        if not s.preempted:
+            return
+        if not self.trace.steps:
+            raise EngineError(f"step {s.number}: vllm preempted {s.preempted} before any step ran")
+        last = self.trace.steps[-1]
+        for req in s.preempted:
+            if req in self.ids and req in self.rows.rows:
+                last["finish"].append(self._close(req))
+                self.stats["preempted"] += 1
+
+    def _admit(self, s: _Step) -> list[int]:
+        admit = []
+        rows = {r.req: r for r in s.rows}
+        for req in s.admitted:
+            tid = self.ids.readmit(req) if req in s.readmitted else self.ids.admit(req)
+            self.rows.add(req)
+            self._take(rows[req].window)
+            self.windows[req] = list(rows[req].window)
+            admit.append(tid)
+        return admit
+
+    def _move(self, r: _Row) -> dict[str, Any]:
+        old, new = self.windows[r.req], r.window
+        self._take([b for b in new if b not in old])
+        move: dict[str, Any] = {"request": self.ids[r.req]}
+        if self.spec:
+            move["slots"], move["keep"] = list(new), []
+        else:
+            move["slot"] = new[0]
+        for b in old:
+            if b not in new and b not in self.live:
+                self.left[b] = (r.req, move)
+        self.windows[r.req] = list(new)
+        return move
+
+    def _publish(self, req: str, block: int, tokens: int) -> dict[str, Any]:
+        tid = self.ids[req]
+        left = self.left.pop(block, None)
+        if left is not None and self.spec:  # the window left it; the trace keeps it until now
+            owner, move = left
+            if owner != req:
+                raise EngineError(f"request {req} publishes block {block}, which request {owner}'s window left")
+            move["keep"].append(block)
+        self.live[block] = (tid, tokens)
+        return {"request": tid, "tokens": tokens, "slot": block}
+
+    def _row(self, r: _Row) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "id": self.ids[r.req],
+            "slot": r.window[0],
+            "req_pool_index": self.rows[r.req],
+            "seq_len": r.computed + r.scheduled,
+            "new_tokens": r.scheduled,
+            "cached_tokens": r.computed,
+            "accepted": r.kept if r.kind == "verify" else None,
+            "tokens": r.tokens,
+            "kind": r.kind,
+        }
+        if self.spec:
+            row["slots"] = list(r.window)
+        return row
+
+
+# -- the driver ---------------------------------------------------------------------------------------
+class _Driver:
+    """One run: vLLM's scheduler, the worker's view of it, the fake model, and the trace writer."""
+
+    def __init__(
+        self, v: Vllm, d: Deployment, seed: int, workload: WorkloadSettings | None, accept_rate: float
+    ) -> None:
+        self.v, self.d = v, d
+        self.vc, self.kvc = _configs(v, d)
+        kv_utils = v.kv_cache_utils
+        sched_bs, hash_bs = kv_utils.resolve_kv_cache_block_sizes(self.kvc, self.vc)
+        self.kvc.hash_block_size = hash_bs
+        self.kvc.cache_hit_alignment_tokens = kv_utils.resolve_cache_hit_alignment_tokens(
+            self.kvc, self.vc, sched_bs, hash_bs
+        )
+        self.vc.cache_config.num_gpu_blocks = d.num_blocks
+        hash_fn = v.get_hash_fn_by_name(self.vc.cache_config.prefix_caching_hash_algo)
+        kv_utils.init_none_hash(hash_fn)
+        self.hasher = kv_utils.get_request_block_hasher(hash_bs, hash_fn, self.vc.num_hash_lookahead_tokens)
+        self.sched = v.Scheduler(
+            vllm_config=self.vc,
+            kv_cache_config=self.kvc,
+            structured_output_manager=_PassThroughOutputs(),
+            block_size=sched_bs,
+            hash_block_size=hash_bs,
+            log_stats=False,
+        )
+        self.group = 1  # the GDN group of the KV-cache config
+        self.events = _PoolEvents(self.group, kv_utils.get_group_id)
+        _observe(self.sched.kv_cache_manager.block_pool, self.events)
+        import torch
+
+        spec = self.kvc.kv_cache_groups[self.group].kv_cache_spec
+        self.builder = v.GDNAttentionMetadataBuilder(spec, [GDN_LAYER], self.vc, torch.device("cpu"))
+        self.copy_bufs = types.SimpleNamespace(mamba_group_ids=[self.group], mamba_spec=spec, offset=0)
+        self.workload = Workload(seed, workload)
+        self.acceptance = Acceptance(seed, accept_rate)
+        # the worker's state
+        self.states: dict[str, _RequestState] = {}
+        self.state_idx: dict[str, int] = {}  # the runner's mamba_state_idx
+        self.num_accepted: dict[str, int] = {}
+        self.requests: dict[str, Any] = {}  # vLLM Request objects, by id, while live
+        self.seen: set[str] = set()
+        self.next_request = 0
+
+    # -- arrivals and the worker's bookkeeping ---------------------------------------------------------
+    def arrive(self, step: int) -> None:
+        v = self.v
+        for a in self.workload.arrivals(step):
+            rid = f"r{self.next_request}"
+            self.next_request += 1
+            core = v.EngineCoreRequest(
+                request_id=rid,
+                prompt_token_ids=list(a.prompt)[: self.d.max_model_len // 2],
+                mm_features=None,
+                sampling_params=v.SamplingParams(max_tokens=a.max_tokens, ignore_eos=True),
+                pooling_params=None,
+                arrival_time=float(step),
+                lora_request=None,
+                cache_salt=None,
+                data_parallel_rank=None,
+            )
+            req = v.Request.from_engine_core_request(core, self.hasher)
+            self.requests[rid] = req
+            self.sched.add_request(req)
+
+    def update_states(self, so: Any) -> tuple[list[str], set[str], list[str]]:
+        """The runner's ``_update_states``: drop finished and preempted requests, add new (and readmitted)
+        ones, append new blocks. Returns (admitted, readmitted, preempted)."""
+        preempted = sorted(so.preempted_req_ids or ())
+        for rid in sorted(set(so.finished_req_ids) | set(preempted)):
+            self.states.pop(rid, None)
+            self.num_accepted.pop(rid, None)
+        admitted, readmitted = [], set()
+        for nr in so.scheduled_new_reqs:
+            if nr.req_id in self.seen:
+                readmitted.add(nr.req_id)
+            self.seen.add(nr.req_id)
+            prompt = len(nr.prompt_token_ids or ())
+            self.states[nr.req_id] = _RequestState(nr.req_id, prompt, nr.block_ids, nr.num_computed_tokens)
+            self.num_accepted[nr.req_id] = 1
+            admitted.append(nr.req_id)
+        cached = so.scheduled_cached_reqs
+        for i, rid in enumerate(cached.req_ids):
+            st = self.states[rid]
+            st.num_computed_tokens = cached.num_computed_tokens[i]
+            new = cached.new_block_ids[i]
+            if rid in cached.resumed_req_ids:
+                raise EngineError(f"vllm resumed {rid} as a cached request (Model Runner V1 only): not modelled")
+            if new is not None:
+                for blocks, more in zip(st.block_ids, new, strict=True):
+                    blocks.extend(more)
+        return admitted, readmitted, preempted
+
+    def precopy(self, so: Any, order: list[str]) -> list[tuple[str, int, int]]:
+        """The real ``preprocess_mamba`` (host path): the pre-copies as (request, temporal source block,
+        destination block); the accepted counts it resets."""
+        import numpy as np
+
+        batch = types.SimpleNamespace(
+            req_ids=order, num_accepted_tokens_cpu=np.array([self.num_accepted[r] for r in order], dtype=np.int32)
+        )
+        calls: list[tuple[str, int, int, int]] = []
+        with _recording_precopies(self.v.mamba_utils, calls):
+            self.v.mamba_utils.preprocess_mamba(
+                so, self.kvc, self.vc.cache_config, self.state_idx, batch, self.states, {}, {}, self.copy_bufs,
+                align_ctx=None,
+            )  # fmt: skip
+        for i, r in enumerate(order):
+            self.num_accepted[r] = int(batch.num_accepted_tokens_cpu[i])
+        out = []
+        for rid, src, dst, bias in calls:
+            blocks = self.states[rid].block_ids[self.group]
+            out.append((rid, blocks[src + bias], blocks[dst]))
+        return out
+
+    # -- one step --------------------------------------------------------------------------------------
+    def rows(self, so: Any, order: list[str]) -> list[_Row]:
+        spec_tokens = so.scheduled_spec_decode_tokens
+        out = []
+        for rid in order:
+            st = self.states[rid]
+            scheduled = so.num_scheduled_tokens[rid]
+            drafts = list(spec_tokens.get(rid, ()))
+            prefilling = st.num_computed_tokens < st.prompt_len
+            if drafts:
+                if len(drafts) != self.d.num_spec:
+                    raise EngineError(
+                        f"vllm scheduled {len(drafts)} of {self.d.num_spec} drafts for {rid}: a verify row of "
+                        "fewer than D tokens has no place in a trace"
+                    )
+                kind = "verify"
+            else:
+                kind = "extend" if prefilling or scheduled > 1 else "decode"
+            col = self.state_idx[rid]
+            blocks = st.block_ids[self.group]
+            window = blocks[col : col + 1 + self.d.num_spec]
+            all_ids = self.requests[rid].all_token_ids
+            c = st.num_computed_tokens
+            tokens = [int(all_ids[c]), *drafts] if drafts else [int(t) for t in all_ids[c : c + scheduled]]
+            out.append(
+                _Row(rid, kind, c, scheduled, drafts, tokens, list(window), col, prefilling, list(blocks),
+                     self.num_accepted[rid])
+            )  # fmt: skip
+        self._check_windows(out)
+        return out
+
+    def _check_windows(self, rows: list[_Row]) -> None:
+        """Each window is ``1 + spec`` distinct real blocks, and the scheduler's row holds the same there."""
+        mgr = self.sched.kv_cache_manager.coordinator.single_type_managers[self.group]
+        for r in rows:
+            held = [b.block_id for b in mgr.req_to_blocks[r.req]][r.state_col : r.state_col + 1 + self.d.num_spec]
+            if len(r.window) != 1 + self.d.num_spec or 0 in r.window or len(set(r.window)) != len(r.window):
+                raise EngineError(f"request {r.req}: window {r.window} at column {r.state_col} is not whole")
+            if held != r.window:
+                raise EngineError(f"request {r.req}: the worker's window {r.window}, the scheduler's {held}")
+
+    def metadata(self, rows: list[_Row]) -> dict[str, Any]:
+        """``GDNAttentionMetadataBuilder.build`` on the step's CAM (unpadded, as a CPU run builds it), under
+        vLLM's names."""
+        import torch
+
+        n = len(rows)
+        lens = torch.tensor([r.scheduled for r in rows], dtype=torch.int32)
+        qsl = torch.zeros(n + 1, dtype=torch.int32)
+        torch.cumsum(lens, 0, out=qsl[1:])
+        seq = torch.tensor([r.computed + r.scheduled for r in rows], dtype=torch.int32)
+        width = max(len(r.block_row) for r in rows) + 1 + self.d.num_spec
+        table = torch.zeros((n, width), dtype=torch.int32)
+        for i, r in enumerate(rows):
+            table[i, : len(r.block_row)] = torch.tensor(r.block_row, dtype=torch.int32)
+        tokens = int(qsl[-1])
+        cam = self.v.CommonAttentionMetadata(
+            query_start_loc=qsl,
+            query_start_loc_cpu=qsl.clone(),
+            seq_lens=seq,
+            num_reqs=n,
+            num_actual_tokens=tokens,
+            max_query_len=int(lens.max()),
+            max_seq_len=int(seq.max()),
+            block_table_tensor=table,
+            slot_mapping=torch.full((tokens,), -1, dtype=torch.int64),
+            causal=True,
+            is_prefilling=torch.tensor([r.prefilling for r in rows], dtype=torch.bool),
+            seq_lens_cpu_upper_bound=seq.clone(),
+        )
+        decode_like = [len(r.drafts) if (not r.prefilling and r.scheduled <= 1 + self.d.num_spec) else -1 for r in rows]
+        md = self.builder.build(
+            0,
+            cam,
+            num_accepted_tokens=torch.tensor([r.num_accepted for r in rows], dtype=torch.int32),
+            num_decode_draft_tokens_cpu=torch.tensor(decode_like, dtype=torch.int32),
+        )
+        out: dict[str, Any] = {"query_start_loc": qsl.tolist()}
+        for name in TENSOR_KEYS:
+            value = getattr(md, name)
+            out[name] = None if value is None else value.tolist()
+        for name in COUNT_KEYS:
+            out[name] = int(getattr(md, name))
+        if md.has_initial_state is not None:
+            out["has_initial_state"] = md.has_initial_state.tolist()
+        return out
+
+    def forward(self, so: Any, rows: list[_Row]) -> tuple[Any, list[tuple[str, int, int]]]:
+        """The fake model's output (:data:`DRIVER_STANDINS`) and the post-copies after it."""
+        sampled: list[list[int]] = []
+        post: list[tuple[str, int, int]] = []
+        for r in rows:
+            req = self.requests[r.req]
+            if r.computed + r.scheduled < req.num_tokens:  # a prompt chunk short of the prompt's end
+                sampled.append([])
+            else:
+                kept = self.acceptance.kept(len(r.drafts))
+                sampled.append([*r.drafts[: kept - 1], self.acceptance.token()])
+            r.kept = len(sampled[-1])
+            copy, self.num_accepted[r.req] = post_copy(
+                r.state_col, r.scheduled, r.computed, len(r.drafts), max(r.kept, 1), self.d.block_size
+            )
+            if copy is not None:
+                bias, dest = copy
+                blocks = self.states[r.req].block_ids[self.group]
+                post.append((r.req, r.window[bias], blocks[dest]))
+        order = [r.req for r in rows]
+        out = self.v.ModelRunnerOutput(
+            req_ids=order, req_id_to_index={r: i for i, r in enumerate(order)}, sampled_token_ids=sampled
+        )
+        return out, post
+
+    def step(self, number: int) -> _Step | None:
+        """One engine step; None when vLLM scheduled nothing."""
+        v = self.v
+        so = self.sched.schedule()
+        sched_pubs, evictions = self.events.take()
+        if so.total_num_scheduled_tokens == 0:
+            if sched_pubs or evictions:
+                raise EngineError(f"step {number}: vllm scheduled nothing but changed its prefix cache")
+            if not so.preempted_req_ids:
+                return None
+        admitted, readmitted, preempted = self.update_states(so)
+        if so.total_num_scheduled_tokens == 0:  # a request preempted itself: nothing ran
+            return _Step(number, [], [], set(), preempted, [], [], [], [], [], [], {})
+        order = list(
+            v.sort_batch_req_ids(so.num_scheduled_tokens, so.scheduled_spec_decode_tokens, 1 + self.d.num_spec)
+        )
+        precopies = self.precopy(so, order)
+        rows = self.rows(so, order)
+        hits = []
+        for rid in admitted:
+            st = self.states[rid]
+            if st.num_computed_tokens:
+                block = st.block_ids[self.group][(st.num_computed_tokens - 1) // self.d.block_size]
+                hits.append((rid, st.num_computed_tokens, block))
+        meta = self.metadata(rows)
+        output, postcopies = self.forward(so, rows)
+        engine_out = self.sched.update_from_output(so, output)
+        update_pubs, more_evictions = self.events.take()
+        if more_evictions:
+            raise EngineError(f"step {number}: vllm evicted blocks {more_evictions} after the forward")
+        finished = []
+        for outs in engine_out.values():
+            for o in outs.outputs:
+                if o.finish_reason is not None:
+                    finished.append(o.request_id)
+        for rid in finished:
+            req = self.requests.pop(rid)
+            self.workload.finished(list(req.all_token_ids))
+        drafted = [r.req for r in rows if r.kept and r.req not in finished]
+        if self.d.num_spec and drafted:
+            ids = [[self.acceptance.token() for _ in range(self.d.num_spec)] for _ in drafted]
+            self.sched.update_draft_token_ids(v.DraftTokenIds(req_ids=drafted, draft_token_ids=ids))
+        return _Step(
+            number, rows, admitted, readmitted, preempted, hits, precopies, postcopies, sched_pubs + update_pubs,
+            evictions, finished, meta,
+        )  # fmt: skip
+
+
+def _header(v: Vllm, d: Deployment, seed: int, layer: str) -> dict[str, Any]:
+    prof = get_profile("vllm")
+    buckets = {"decode": prof.buckets(d.max_num_seqs, d.num_spec > 0)}
+    if d.num_spec:
+        buckets["target_verify"] = prof.buckets(d.max_num_seqs, True)
+    engine: dict[str, Any] = {"name": "vllm", "version": v.version}
+    if v.commit:
+        engine["commit"] = v.commit
+    return {
+        "format": "linattn-trace",
+        "version": 1,
+        "profile": "vllm",
+        "layer": layer,
+        "num_slots": d.num_blocks,
+        "buckets": buckets,
+        "draft_tokens": d.num_spec + 1 if d.num_spec else 2,
+        "seed": seed,
+        "engine": engine,
+        "accepted": "tokens",
+    }
+
+
+def run_vllm_scheduler(
+    *,
+    steps: int,
+    seed: int = 0,
+    spec: int = 2,
+    prefix_cache: str = "align",
+    block_size: int = 16,
+    num_blocks: int = 1200,
+    layer: str = GDN,
+    max_num_seqs: int = 16,
+    max_num_batched_tokens: int = 256,
+    max_model_len: int = 4096,
+    accept_rate: float = 0.6,
+    workload: WorkloadSettings | None = None,
+) -> SchedulerTrace:
+    """Drive vLLM 0.33.0's scheduler for ``steps`` engine steps and return the trace it produced.
+
+    ``spec``: D, the tokens each verify row feeds (as ``workbench trace run --spec`` and the simulator count
+    them: an MTP drafter of ``num_speculative_tokens = D - 1``; 0: no speculation); ``prefix_cache``: vLLM's
+    ``mamba_cache_mode`` (``"align"``, the mode with prefix caching); ``block_size``: the scheduler's and the
+    GDN group's block size; ``num_blocks``: the block pool's blocks, shared by both groups (the trace's
+    ``num_slots``); ``layer``: ``"gdn"`` (the GDN builder); the batch limits are ``SchedulerConfig``'s;
+    ``accept_rate``: each draft's chance to be accepted; ``workload``: the requests
+    (:class:`~workbench.engines.scheduler_base.WorkloadSettings`). Steps where vLLM schedules nothing are not
+    written (the step numbers skip them). ``stats`` counts what the run did.
+
+    Raises :class:`EngineError` when vLLM 0.33.0 is not importable or an option is not one the driver has,
+    and when vLLM does something a trace cannot say (named); vLLM's own errors propagate.
+    """
+    if prefix_cache != "align":
+        raise EngineError(f"prefix_cache = {prefix_cache!r}: the vllm driver runs mamba_cache_mode='align' only")
+    if layer != GDN:
+        raise EngineError(f"layer = {layer!r}: the vllm driver runs the GDN builder only")
+    for name, value, low in (
+        ("steps", steps, 1), ("spec", spec, 0), ("block_size", block_size, 1), ("num_blocks", num_blocks, 2),
+        ("max_num_seqs", max_num_seqs, 1), ("max_num_batched_tokens", max_num_batched_tokens, 1),
+    ):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise EngineError(f"{name} = {value!r}: must be an int >= {low}")
+    if spec == 1:
+        raise EngineError("spec = 1: a vLLM verify row feeds its token and at least one draft (D >= 2; 0: none)")
+    if block_size < spec:
+        raise EngineError(f"block_size = {block_size}: align mode needs a block of at least D = {spec} tokens")
+    t0 = time.perf_counter()
+    v = load()
+    d = Deployment(max(spec - 1, 0), block_size, num_blocks, max_num_seqs, max_num_batched_tokens, max_model_len)
+    trace = SchedulerTrace(_header(v, d, seed, layer))
+    trace.notes.extend(f"{what}: {why}" for what, why in (*vllm_0_33_0.STANDINS, *DRIVER_STANDINS))
+    t1 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        driver = _Driver(v, d, seed, workload, accept_rate)
+        writer = _TraceWriter(trace, d.num_spec)
+        for number in range(steps):
+            driver.arrive(number)
+            s = driver.step(number)
+            if s is None or not s.rows:
+                trace.stats["empty_steps"] += 1
+                if s is not None:
+                    writer.preempt(s)
+                continue
+            _count(trace.stats, s)
+            writer.add(s)
+    RUN_WARNINGS.extend(f"{w.category.__name__}: {w.message}" for w in caught)
+    trace.stats["import_ms"] = round(1000 * (t1 - t0))
+    trace.stats["run_ms"] = round(1000 * (time.perf_counter() - t1))
+    return trace
+
+
+def _count(stats: Counter[str], s: _Step) -> None:
+    """What a step did, added to ``stats``."""
+    kinds = Counter(r.kind for r in s.rows)
+    stats["steps"] += 1
+    stats[f"steps_{step_mode(list(kinds))}"] += 1
+    if kinds["verify"] and (kinds["extend"] or kinds["decode"]):
+        stats["steps_verify_with_others"] += 1
+    for kind, n in kinds.items():
+        stats[f"rows_{kind}"] += n
+    stats["admitted"] += len(s.admitted)
+    stats["hits"] += len(s.hits)
+    stats["precopies"] += len(s.precopies)
+    stats["postcopies"] += len(s.postcopies)
+    stats["published"] += len(s.publishes)
+    windows = {b: r.req for r in s.rows for b in r.window[:1]}
+    stats["published_running"] += sum(windows.get(block) == req for req, block, _ in s.publishes)
+    stats["evicted"] += len(s.evictions)
+    stats["finished"] += len(s.finished)
+
+
+__all__ = ["DRIVER_STANDINS", "Deployment", "Vllm", "load", "post_copy", "run_vllm_scheduler"]
