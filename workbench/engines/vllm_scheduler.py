@@ -394,8 +394,9 @@ class _PoolEvents:
         return out
 
 
-def _observe(pool: Any, events: _PoolEvents) -> None:
-    """Wrap ``pool``'s methods (:data:`DRIVER_STANDINS` ``BlockPool``) to record into ``events``."""
+def _observe(pool: Any, events: _PoolEvents) -> list[Any]:
+    """Wrap ``pool``'s methods on the instance (:data:`DRIVER_STANDINS` ``BlockPool``) to record into
+    ``events``; returns the functions that put each back."""
     cache_full, cache_partial = pool.cache_full_blocks, pool.cache_partial_block
     insert, remove = pool._insert_block_hash, pool._remove_cached_block_hashes
 
@@ -426,10 +427,12 @@ def _observe(pool: Any, events: _PoolEvents) -> None:
             events.evictions.append(int(block.block_id))
         return removed
 
-    pool.cache_full_blocks = with_request(cache_full)
-    pool.cache_partial_block = with_request(cache_partial)
-    pool._insert_block_hash = insert_block_hash
-    pool._remove_cached_block_hashes = remove_cached_block_hashes
+    return [
+        _patch(pool, "cache_full_blocks", with_request(cache_full)),
+        _patch(pool, "cache_partial_block", with_request(cache_partial)),
+        _patch(pool, "_insert_block_hash", insert_block_hash),
+        _patch(pool, "_remove_cached_block_hashes", remove_cached_block_hashes),
+    ]
 
 
 @contextlib.contextmanager
@@ -529,6 +532,7 @@ class _Step:
     evictions: list[int]
     finished: list[str]
     metadata: dict[str, Any]
+    aborted: list[str] = field(default_factory=list)  # finished outside update_from_output (an abort)
 
 
 # -- the trace ----------------------------------------------------------------------------------------
@@ -591,7 +595,14 @@ class _TraceWriter:
         })  # fmt: skip
 
     def preempt(self, s: _Step) -> None:
-        """vLLM preempted requests at this step's schedule: they finish after the last step written."""
+        """vLLM preempted requests at this step's schedule (or aborted them since the last step): they finish
+        after the last step written."""
+        if s.aborted and self.trace.steps:
+            last = self.trace.steps[-1]
+            for req in s.aborted:
+                if req in self.ids and req in self.rows.rows:
+                    last["finish"].append(self._close(req))
+                    self.stats["aborted"] += 1
         if not s.preempted:
             return
         if not self.trace.steps:
@@ -655,71 +666,185 @@ class _TraceWriter:
         return row
 
 
-# -- the driver ---------------------------------------------------------------------------------------
-class _Driver:
-    """One run: vLLM's scheduler, the worker's view of it, the fake model, and the trace writer."""
+# -- the recorder: one scheduler, observed --------------------------------------------------------------
+def _patch(obj: Any, name: str, new: Any) -> Any:
+    """Set ``obj.name = new`` on the instance; returns the function that puts back what was there."""
+    own = name in vars(obj)
+    old = vars(obj).get(name)
+    setattr(obj, name, new)
+
+    def restore() -> None:
+        if own:
+            setattr(obj, name, old)
+        else:
+            delattr(obj, name)
+
+    return restore
+
+
+def _mamba_group(v: Any, kvc: Any) -> int:
+    """The first KV-cache group of GDN mamba layers: the group whose blocks are the trace's slots."""
+    for i, g in enumerate(kvc.kv_cache_groups):
+        if isinstance(g.kv_cache_spec, v.MambaSpec):
+            return i
+    raise EngineError("vllm's KV-cache config has no mamba group: a trace records a GDN layer's state slots")
+
+
+def _finished(engine_out: Any) -> list[str]:
+    """The request ids ``update_from_output``'s outputs finish, in order."""
+    return [o.request_id for outs in engine_out.values() for o in outs.outputs if o.finish_reason is not None]
+
+
+class Recorder:
+    """Attached to one vLLM ``Scheduler`` instance, writes down what it does as a trace (the module docstring:
+    the mapping). The driver records with it, and so does ``workbench.engines.dump`` in a live process.
+
+    :meth:`attach` wraps, on the instance, ``schedule`` and ``update_from_output`` and the block pool's
+    ``cache_full_blocks`` / ``cache_partial_block`` / ``_insert_block_hash`` / ``_remove_cached_block_hashes``
+    (:func:`_observe`); :meth:`detach` puts them back. Per engine step, after ``schedule`` it takes the
+    worker's view (the runner's request states, ``preprocess_mamba``'s pre-copies, the rows in Model Runner
+    V2's order, the hits, the GDN builder's metadata); after ``update_from_output`` the post-copies (from the
+    tokens each row kept: ``len(sampled_token_ids[row])``, read before ``update_from_output`` runs), the
+    publishes and the finished requests; then the
+    step goes to ``trace.steps`` and :meth:`written` is called. A step a later preemption finishes in is the
+    last one in ``trace.steps``: every step before it is final.
+
+    ``v``: the vLLM names it uses (:class:`Vllm`, or any object with ``version``, ``commit``,
+    ``MambaSpec``, ``CommonAttentionMetadata``, ``GDNAttentionMetadataBuilder``, ``kv_cache_utils``,
+    ``mamba_utils``, ``sort_batch_req_ids``). ``spec``: D as :func:`run_vllm_scheduler` counts it, checked
+    against the scheduler's speculative config (None: taken from it). ``group``: the KV-cache group whose
+    blocks are the slots (None: the first mamba group). Steps are numbered by ``schedule`` calls from 0.
+    Errors: :meth:`failed` (here: raised).
+    """
 
     def __init__(
-        self, v: Vllm, d: Deployment, seed: int, workload: WorkloadSettings | None, accept_rate: float
+        self, v: Any, sched: Any, *, spec: int | None = None, seed: int | None = None, group: int | None = None
     ) -> None:
-        self.v, self.d = v, d
-        self.vc, self.kvc = _configs(v, d)
-        kv_utils = v.kv_cache_utils
-        sched_bs, hash_bs = kv_utils.resolve_kv_cache_block_sizes(self.kvc, self.vc)
-        self.kvc.hash_block_size = hash_bs
-        self.kvc.cache_hit_alignment_tokens = kv_utils.resolve_cache_hit_alignment_tokens(
-            self.kvc, self.vc, sched_bs, hash_bs
-        )
-        self.vc.cache_config.num_gpu_blocks = d.num_blocks
-        hash_fn = v.get_hash_fn_by_name(self.vc.cache_config.prefix_caching_hash_algo)
-        kv_utils.init_none_hash(hash_fn)
-        self.hasher = kv_utils.get_request_block_hasher(hash_bs, hash_fn, self.vc.num_hash_lookahead_tokens)
-        self.sched = v.Scheduler(
-            vllm_config=self.vc,
-            kv_cache_config=self.kvc,
-            structured_output_manager=_PassThroughOutputs(),
-            block_size=sched_bs,
-            hash_block_size=hash_bs,
-            log_stats=False,
-        )
-        self.group = 1  # the GDN group of the KV-cache config
-        self.events = _PoolEvents(self.group, kv_utils.get_group_id)
-        _observe(self.sched.kv_cache_manager.block_pool, self.events)
         import torch
 
-        spec = self.kvc.kv_cache_groups[self.group].kv_cache_spec
-        self.builder = v.GDNAttentionMetadataBuilder(spec, [GDN_LAYER], self.vc, torch.device("cpu"))
-        self.copy_bufs = types.SimpleNamespace(mamba_group_ids=[self.group], mamba_spec=spec, offset=0)
-        self.workload = Workload(seed, workload)
-        self.acceptance = Acceptance(seed, accept_rate)
+        self.v, self.sched = v, sched
+        self.vc, self.kvc = sched.vllm_config, sched.kv_cache_config
+        if self.vc.cache_config.mamba_cache_mode != "align":
+            raise EngineError(
+                f"mamba_cache_mode = {self.vc.cache_config.mamba_cache_mode!r}: the recorder follows 'align' only"
+            )
+        sc = self.vc.speculative_config
+        num_spec = int(sc.num_speculative_tokens) if sc is not None else 0
+        if spec is not None and spec != (num_spec + 1 if num_spec else 0):
+            raise EngineError(f"spec = {spec}: the scheduler runs {num_spec} speculative tokens (D = {num_spec + 1})")
+        self.group = _mamba_group(v, self.kvc) if group is None else group
+        gspec = self.kvc.kv_cache_groups[self.group].kv_cache_spec
+        layer_name = self.kvc.kv_cache_groups[self.group].layer_names[0]
+        sched_cfg = self.vc.scheduler_config
+        self.d = Deployment(
+            num_spec, int(gspec.block_size), int(self.kvc.num_blocks), int(sched_cfg.max_num_seqs),
+            int(sched_cfg.max_num_batched_tokens), int(self.vc.model_config.max_model_len),
+        )  # fmt: skip
+        self.trace = SchedulerTrace(_header(v, self.d, seed, GDN))
+        self.stats = self.trace.stats
+        self.events = _PoolEvents(self.group, v.kv_cache_utils.get_group_id)
+        self.builder = v.GDNAttentionMetadataBuilder(gspec, [layer_name], self.vc, torch.device("cpu"))
+        self.copy_bufs = types.SimpleNamespace(mamba_group_ids=[self.group], mamba_spec=gspec, offset=0)
+        self.writer = _TraceWriter(self.trace, num_spec)
         # the worker's state
         self.states: dict[str, _RequestState] = {}
         self.state_idx: dict[str, int] = {}  # the runner's mamba_state_idx
         self.num_accepted: dict[str, int] = {}
-        self.requests: dict[str, Any] = {}  # vLLM Request objects, by id, while live
         self.seen: set[str] = set()
-        self.next_request = 0
+        self.number = 0  # schedule calls so far
+        self.pending: tuple[Any, _Step] | None = None  # the step scheduled, before its update_from_output
+        self.active = False
+        self._restore: list[Any] = []
 
-    # -- arrivals and the worker's bookkeeping ---------------------------------------------------------
-    def arrive(self, step: int) -> None:
-        v = self.v
-        for a in self.workload.arrivals(step):
-            rid = f"r{self.next_request}"
-            self.next_request += 1
-            core = v.EngineCoreRequest(
-                request_id=rid,
-                prompt_token_ids=list(a.prompt)[: self.d.max_model_len // 2],
-                mm_features=None,
-                sampling_params=v.SamplingParams(max_tokens=a.max_tokens, ignore_eos=True),
-                pooling_params=None,
-                arrival_time=float(step),
-                lora_request=None,
-                cache_salt=None,
-                data_parallel_rank=None,
+    # -- hooks -----------------------------------------------------------------------------------------
+    def attach(self) -> None:
+        """Wrap the scheduler's and the block pool's methods on their instances (once)."""
+        if self._restore:
+            raise EngineError("this recorder is attached already")
+        sched = self.sched
+        schedule, update = sched.schedule, sched.update_from_output
+
+        def scheduled(*args: Any, **kwargs: Any) -> Any:
+            so = schedule(*args, **kwargs)
+            if self.active:
+                try:
+                    self.scheduled(so)
+                except Exception as e:  # noqa: BLE001 -- failed() decides
+                    self.failed(e)
+            return so
+
+        def updated(so: Any, output: Any, *args: Any, **kwargs: Any) -> Any:
+            kept: dict[str, int] | None = None
+            if self.active:
+                try:  # what each row kept, read before vLLM trims a finishing request's tokens in place
+                    kept = {r: len(output.sampled_token_ids[i]) for r, i in output.req_id_to_index.items()}
+                except Exception as e:  # noqa: BLE001 -- failed() decides
+                    self.failed(e)
+            engine_out = update(so, output, *args, **kwargs)
+            if self.active and kept is not None:
+                try:
+                    self.updated(so, kept, engine_out)
+                except Exception as e:  # noqa: BLE001 -- failed() decides
+                    self.failed(e)
+            return engine_out
+
+        self._restore = [
+            _patch(sched, "schedule", scheduled),
+            _patch(sched, "update_from_output", updated),
+            *_observe(sched.kv_cache_manager.block_pool, self.events),
+        ]
+        self.active = True
+
+    def detach(self) -> None:
+        """Put back what :meth:`attach` wrapped (in reverse order); the recorder stops."""
+        self.active = False
+        for restore in reversed(self._restore):
+            restore()
+        self._restore = []
+
+    def failed(self, error: Exception) -> None:
+        """An error while recording a step: raised (the driver's rule; the dumper overrides)."""
+        raise error
+
+    def written(self) -> None:
+        """Called after each step reaches ``trace.steps`` (and after a preemption changed the last one)."""
+
+    # -- after schedule --------------------------------------------------------------------------------
+    def scheduled(self, so: Any) -> None:
+        number = self.number
+        self.number += 1
+        if self.pending is not None:
+            raise EngineError(
+                f"step {number}: vllm scheduled again before step {self.pending[1].number}'s output came back "
+                "(async scheduling or a batch queue): not modelled by the recorder"
             )
-            req = v.Request.from_engine_core_request(core, self.hasher)
-            self.requests[rid] = req
-            self.sched.add_request(req)
+        sched_pubs, evictions = self.events.take()
+        aborted = [r for r in sorted(so.finished_req_ids) if r in self.writer.rows.rows]
+        if so.total_num_scheduled_tokens == 0:
+            if sched_pubs or evictions:
+                raise EngineError(f"step {number}: vllm scheduled nothing but changed its prefix cache")
+            if not so.preempted_req_ids and not aborted:
+                self.stats["empty_steps"] += 1
+                return
+        admitted, readmitted, preempted = self.update_states(so)
+        s = _Step(number, [], admitted, readmitted, preempted, [], [], [], sched_pubs, evictions, [], {}, aborted)
+        if so.total_num_scheduled_tokens == 0:  # a request preempted itself: nothing ran
+            self.stats["empty_steps"] += 1
+            self.writer.preempt(s)
+            self.written()
+            return
+        order = list(
+            self.v.sort_batch_req_ids(so.num_scheduled_tokens, so.scheduled_spec_decode_tokens, 1 + self.d.num_spec)
+        )
+        s.precopies = self.precopy(so, order)
+        s.rows = self.rows(so, order)
+        for rid in admitted:
+            st = self.states[rid]
+            if st.num_computed_tokens:
+                block = st.block_ids[self.group][(st.num_computed_tokens - 1) // self.d.block_size]
+                s.hits.append((rid, st.num_computed_tokens, block))
+        s.metadata = self.metadata(s.rows)
+        self.pending = (so, s)
 
     def update_states(self, so: Any) -> tuple[list[str], set[str], list[str]]:
         """The runner's ``_update_states``: drop finished and preempted requests, add new (and readmitted)
@@ -771,7 +896,6 @@ class _Driver:
             out.append((rid, blocks[src + bias], blocks[dst]))
         return out
 
-    # -- one step --------------------------------------------------------------------------------------
     def rows(self, so: Any, order: list[str]) -> list[_Row]:
         spec_tokens = so.scheduled_spec_decode_tokens
         out = []
@@ -792,7 +916,7 @@ class _Driver:
             col = self.state_idx[rid]
             blocks = st.block_ids[self.group]
             window = blocks[col : col + 1 + self.d.num_spec]
-            all_ids = self.requests[rid].all_token_ids
+            all_ids = self.sched.requests[rid].all_token_ids
             c = st.num_computed_tokens
             tokens = [int(all_ids[c]), *drafts] if drafts else [int(t) for t in all_ids[c : c + scheduled]]
             out.append(
@@ -858,80 +982,146 @@ class _Driver:
             out["has_initial_state"] = md.has_initial_state.tolist()
         return out
 
-    def forward(self, so: Any, rows: list[_Row]) -> tuple[Any, list[tuple[str, int, int]]]:
-        """The fake model's output (:data:`DRIVER_STANDINS`) and the post-copies after it."""
-        sampled: list[list[int]] = []
-        post: list[tuple[str, int, int]] = []
-        for r in rows:
-            req = self.requests[r.req]
-            if r.computed + r.scheduled < req.num_tokens:  # a prompt chunk short of the prompt's end
-                sampled.append([])
-            else:
-                kept = self.acceptance.kept(len(r.drafts))
-                sampled.append([*r.drafts[: kept - 1], self.acceptance.token()])
-            r.kept = len(sampled[-1])
+    # -- after update_from_output ----------------------------------------------------------------------
+    def updated(self, so: Any, kept: dict[str, int], engine_out: Any) -> None:
+        """The step's second half: ``kept`` is the tokens each row's output held (``sampled_token_ids``,
+        before ``update_from_output``), ``engine_out`` what ``update_from_output`` returned."""
+        pending, self.pending = self.pending, None
+        update_pubs, more_evictions = self.events.take()
+        if pending is None or pending[0] is not so:
+            if pending is not None or update_pubs or more_evictions:
+                raise EngineError("vllm's update_from_output came back for a step the recorder did not schedule")
+            return  # an empty step
+        s = pending[1]
+        if more_evictions:
+            raise EngineError(f"step {s.number}: vllm evicted blocks {more_evictions} after the forward")
+        for r in s.rows:
+            r.kept = kept[r.req]
             copy, self.num_accepted[r.req] = post_copy(
                 r.state_col, r.scheduled, r.computed, len(r.drafts), max(r.kept, 1), self.d.block_size
             )
             if copy is not None:
                 bias, dest = copy
                 blocks = self.states[r.req].block_ids[self.group]
-                post.append((r.req, r.window[bias], blocks[dest]))
-        order = [r.req for r in rows]
-        out = self.v.ModelRunnerOutput(
+                s.postcopies.append((r.req, r.window[bias], blocks[dest]))
+        s.publishes = s.publishes + update_pubs
+        s.finished = _finished(engine_out)
+        _count(self.stats, s)
+        self.writer.add(s)
+        self.written()
+
+
+# -- the driver ---------------------------------------------------------------------------------------
+class _Driver:
+    """One run: vLLM's scheduler, the fake model and the workload; with ``record``, a :class:`Recorder`
+    attached to the scheduler (``self.trace``). Without it, nothing is written down (a recorder installed by
+    ``workbench.engines.dump`` may be)."""
+
+    def __init__(
+        self,
+        v: Vllm,
+        d: Deployment,
+        seed: int,
+        workload: WorkloadSettings | None,
+        accept_rate: float,
+        *,
+        record: bool = True,
+    ) -> None:
+        self.v, self.d = v, d
+        self.vc, self.kvc = _configs(v, d)
+        kv_utils = v.kv_cache_utils
+        sched_bs, hash_bs = kv_utils.resolve_kv_cache_block_sizes(self.kvc, self.vc)
+        self.kvc.hash_block_size = hash_bs
+        self.kvc.cache_hit_alignment_tokens = kv_utils.resolve_cache_hit_alignment_tokens(
+            self.kvc, self.vc, sched_bs, hash_bs
+        )
+        self.vc.cache_config.num_gpu_blocks = d.num_blocks
+        hash_fn = v.get_hash_fn_by_name(self.vc.cache_config.prefix_caching_hash_algo)
+        kv_utils.init_none_hash(hash_fn)
+        self.hasher = kv_utils.get_request_block_hasher(hash_bs, hash_fn, self.vc.num_hash_lookahead_tokens)
+        self.sched = v.Scheduler(
+            vllm_config=self.vc,
+            kv_cache_config=self.kvc,
+            structured_output_manager=_PassThroughOutputs(),
+            block_size=sched_bs,
+            hash_block_size=hash_bs,
+            log_stats=False,
+        )
+        self.recorder: Recorder | None = None
+        if record:
+            self.recorder = Recorder(v, self.sched, seed=seed)
+            self.recorder.attach()
+        self.workload = Workload(seed, workload)
+        self.acceptance = Acceptance(seed, accept_rate)
+        self.requests: dict[str, Any] = {}  # vLLM Request objects, by id, while live
+        self.next_request = 0
+
+    @property
+    def trace(self) -> SchedulerTrace:
+        if self.recorder is None:
+            raise EngineError("this driver runs without its recorder")
+        return self.recorder.trace
+
+    def arrive(self, step: int) -> None:
+        v = self.v
+        for a in self.workload.arrivals(step):
+            rid = f"r{self.next_request}"
+            self.next_request += 1
+            core = v.EngineCoreRequest(
+                request_id=rid,
+                prompt_token_ids=list(a.prompt)[: self.d.max_model_len // 2],
+                mm_features=None,
+                sampling_params=v.SamplingParams(max_tokens=a.max_tokens, ignore_eos=True),
+                pooling_params=None,
+                arrival_time=float(step),
+                lora_request=None,
+                cache_salt=None,
+                data_parallel_rank=None,
+            )
+            req = v.Request.from_engine_core_request(core, self.hasher)
+            self.requests[rid] = req
+            self.sched.add_request(req)
+
+    def forward(self, so: Any, order: list[str]) -> Any:
+        """The fake model's output (:data:`DRIVER_STANDINS`), from the scheduler's output alone: a row that
+        completes its prompt or verifies keeps its accepted drafts and one bonus token."""
+        computed = {nr.req_id: nr.num_computed_tokens for nr in so.scheduled_new_reqs}
+        cached = so.scheduled_cached_reqs
+        computed.update(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
+        sampled: list[list[int]] = []
+        for rid in order:
+            drafts = list(so.scheduled_spec_decode_tokens.get(rid, ()))
+            if computed[rid] + so.num_scheduled_tokens[rid] < self.requests[rid].num_tokens:  # a prompt chunk
+                sampled.append([])
+            else:
+                kept = self.acceptance.kept(len(drafts))
+                sampled.append([*drafts[: kept - 1], self.acceptance.token()])
+        return self.v.ModelRunnerOutput(
             req_ids=order, req_id_to_index={r: i for i, r in enumerate(order)}, sampled_token_ids=sampled
         )
-        return out, post
 
-    def step(self, number: int) -> _Step | None:
-        """One engine step; None when vLLM scheduled nothing."""
+    def step(self) -> None:
+        """One engine step: schedule, the fake forward, ``update_from_output``, the drafts."""
         v = self.v
         so = self.sched.schedule()
-        sched_pubs, evictions = self.events.take()
         if so.total_num_scheduled_tokens == 0:
-            if sched_pubs or evictions:
-                raise EngineError(f"step {number}: vllm scheduled nothing but changed its prefix cache")
-            if not so.preempted_req_ids:
-                return None
-        admitted, readmitted, preempted = self.update_states(so)
-        if so.total_num_scheduled_tokens == 0:  # a request preempted itself: nothing ran
-            return _Step(number, [], [], set(), preempted, [], [], [], [], [], [], {})
+            return
         order = list(
             v.sort_batch_req_ids(so.num_scheduled_tokens, so.scheduled_spec_decode_tokens, 1 + self.d.num_spec)
         )
-        precopies = self.precopy(so, order)
-        rows = self.rows(so, order)
-        hits = []
-        for rid in admitted:
-            st = self.states[rid]
-            if st.num_computed_tokens:
-                block = st.block_ids[self.group][(st.num_computed_tokens - 1) // self.d.block_size]
-                hits.append((rid, st.num_computed_tokens, block))
-        meta = self.metadata(rows)
-        output, postcopies = self.forward(so, rows)
+        output = self.forward(so, order)
         engine_out = self.sched.update_from_output(so, output)
-        update_pubs, more_evictions = self.events.take()
-        if more_evictions:
-            raise EngineError(f"step {number}: vllm evicted blocks {more_evictions} after the forward")
-        finished = []
-        for outs in engine_out.values():
-            for o in outs.outputs:
-                if o.finish_reason is not None:
-                    finished.append(o.request_id)
+        finished = _finished(engine_out)
         for rid in finished:
             req = self.requests.pop(rid)
             self.workload.finished(list(req.all_token_ids))
-        drafted = [r.req for r in rows if r.kept and r.req not in finished]
+        drafted = [r for r, got in zip(order, output.sampled_token_ids, strict=True) if got and r not in finished]
         if self.d.num_spec and drafted:
             ids = [[self.acceptance.token() for _ in range(self.d.num_spec)] for _ in drafted]
             self.sched.update_draft_token_ids(v.DraftTokenIds(req_ids=drafted, draft_token_ids=ids))
-        return _Step(
-            number, rows, admitted, readmitted, preempted, hits, precopies, postcopies, sched_pubs + update_pubs,
-            evictions, finished, meta,
-        )  # fmt: skip
 
 
-def _header(v: Vllm, d: Deployment, seed: int, layer: str) -> dict[str, Any]:
+def _header(v: Any, d: Deployment, seed: int | None, layer: str) -> dict[str, Any]:
     prof = get_profile("vllm")
     buckets = {"decode": prof.buckets(d.max_num_seqs, d.num_spec > 0)}
     if d.num_spec:
@@ -999,27 +1189,24 @@ def run_vllm_scheduler(
     t0 = time.perf_counter()
     v = load()
     d = Deployment(max(spec - 1, 0), block_size, num_blocks, max_num_seqs, max_num_batched_tokens, max_model_len)
-    trace = SchedulerTrace(_header(v, d, seed, layer))
-    trace.notes.extend(f"{what}: {why}" for what, why in (*vllm_0_33_0.STANDINS, *DRIVER_STANDINS))
     t1 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         driver = _Driver(v, d, seed, workload, accept_rate)
-        writer = _TraceWriter(trace, d.num_spec)
-        for number in range(steps):
-            driver.arrive(number)
-            s = driver.step(number)
-            if s is None or not s.rows:
-                trace.stats["empty_steps"] += 1
-                if s is not None:
-                    writer.preempt(s)
-                continue
-            _count(trace.stats, s)
-            writer.add(s)
+        drive(driver, steps)
+    trace = driver.trace
+    trace.notes.extend(f"{what}: {why}" for what, why in (*vllm_0_33_0.STANDINS, *DRIVER_STANDINS))
     RUN_WARNINGS.extend(f"{w.category.__name__}: {w.message}" for w in caught)
     trace.stats["import_ms"] = round(1000 * (t1 - t0))
     trace.stats["run_ms"] = round(1000 * (time.perf_counter() - t1))
     return trace
+
+
+def drive(driver: _Driver, steps: int) -> None:
+    """The driver's loop: ``steps`` engine steps, each after that step's arrivals."""
+    for number in range(steps):
+        driver.arrive(number)
+        driver.step()
 
 
 def _count(stats: Counter[str], s: _Step) -> None:

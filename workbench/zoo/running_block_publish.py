@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.layer_names import GDN
 from workbench.traces.model import Trace, TraceHeader, TraceRow, TraceStep
 from workbench.traces.replay import TraceDivergence, TraceReplayer
 from workbench.zoo import _harness as h
@@ -38,7 +39,7 @@ OWN = {0: (14, 9), 1: (50, 3, 3), 2: (6,)}
 DECODES = {0: (120, 121), 1: (130, 131), 2: (140,)}
 """The tokens each request decodes, in order."""
 BLOCK_SLOT, MOVED_TO = 1, 2
-HEADER = TraceHeader("vllm", "gdn", 6, {"decode": [1, 2, 4]}, 2, None)
+HEADER = TraceHeader("vllm", GDN, 6, {"decode": [1, 2, 4]}, 2, None)
 
 
 def _row(rid: int, slot: int, cached: int, tokens: tuple[int, ...], kind: str | None = None) -> TraceRow:
