@@ -45,6 +45,19 @@ def test_the_parts_add_up_from_the_header_and_the_steps() -> None:
     assert b.total == sum(b.parts.values()) and b.describe().startswith(limits.gib(b.total))
 
 
+def test_the_verify_rows_of_a_mixed_step_count_in_the_verify_buffers() -> None:
+    """A mixed step with 3 verify rows (vLLM's spec rows beside a prefill chunk) holds their D states each, in
+    float32 and float64, as a verify step of 3 rows does."""
+    layer = make_layer("gdn")
+    header = TraceHeader("vllm", "gdn", 20, {"decode": [1, 2], "target_verify": [1, 2]}, 2)
+    verify = [TraceRow(i, i + 1, 2 * i + 1, 7, 2, 5, accepted=1, kind="verify") for i in range(3)]
+    extend = TraceRow(3, 4, 7, 9, 9, 0, kind="extend")
+    mixed = Trace(header, [TraceStep(0, "mixed", (*verify, extend))])
+    plain = Trace(header, [TraceStep(0, "target_verify", tuple(verify))])
+    assert replay_budget(mixed, layer).parts["verify buffers"] == (2 + 3 * 3) * 2 * slot_bytes(layer)
+    assert replay_budget(mixed, layer).parts["verify buffers"] == replay_budget(plain, layer).parts["verify buffers"]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [

@@ -85,7 +85,8 @@ def replay_budget(trace: Trace, layer: Any) -> ReplayBudget:
     rows = sum(sum(sizes) for sizes in h.buckets.values())
     largest_verify = max(h.buckets.get("target_verify", [0]))
     step_tokens = max((sum(r.new_tokens for r in s.rows) for s in trace.steps), default=0)
-    verify_rows = max((len(s.rows) for s in trace.steps if s.mode == "target_verify"), default=0)
+    # verify rows of a verify step or of a mixed step that holds them (each verify row keeps D states)
+    verify_rows = max((s.kinds.count("verify") for s in trace.steps), default=0)
     parts = {
         "state pool, shadow and copies": copies * h.num_slots * per_slot,
         "captured graphs": captured * per_token,
