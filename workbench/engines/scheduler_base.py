@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.profiles import get_profile
+
 
 @dataclass(frozen=True)
 class WorkloadSettings:
@@ -239,3 +241,43 @@ __all__ = [
     "WorkloadSettings",
     "step_mode",
 ]
+
+
+def trace_header(
+    profile: str,
+    *,
+    version: str,
+    commit: str | None,
+    max_running: int,
+    draft_tokens: int,
+    num_slots: int,
+    seed: int | None,
+    layer: str,
+    accepted: str,
+    zero_on_alloc: bool = False,
+) -> dict[str, Any]:
+    """The header line a driver writes (``docs/traces.md``): the profile's default buckets up to
+    ``max_running`` (verify buckets too with speculation), D = ``draft_tokens`` (0: none; the header then
+    keeps its default 2), the engine's release, ``accepted``'s unit, ``zero_on_alloc`` only when true."""
+    prof = get_profile(profile)
+    buckets = {"decode": prof.buckets(max_running, draft_tokens > 0)}
+    if draft_tokens:
+        buckets["target_verify"] = prof.buckets(max_running, True)
+    engine: dict[str, Any] = {"name": prof.engine, "version": version}
+    if commit:
+        engine["commit"] = commit
+    header: dict[str, Any] = {
+        "format": "linattn-trace",
+        "version": 1,
+        "profile": profile,
+        "layer": layer,
+        "num_slots": num_slots,
+        "buckets": buckets,
+        "draft_tokens": draft_tokens or 2,
+        "seed": seed,
+        "engine": engine,
+        "accepted": accepted,
+    }
+    if zero_on_alloc:
+        header["zero_on_alloc"] = True
+    return header

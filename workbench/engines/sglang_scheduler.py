@@ -84,10 +84,10 @@ from workbench.engines.scheduler_base import (
     Workload,
     WorkloadSettings,
     step_mode,
+    trace_header,
 )
 from workbench.engines.versions import EngineError
 from workbench.layer_names import GDN
-from workbench.profiles import get_profile
 
 PREFIX_CACHES = ("extra_buffer", "no_buffer")
 """sglang's ``--mamba-radix-cache-strategy`` values the driver runs (``extra_buffer_lazy`` is not modelled by
@@ -1041,26 +1041,10 @@ class _TraceWriter:
 
 
 def _header(sg: Sglang, d: Deployment, seed: int, layer: str) -> dict[str, Any]:
-    prof = get_profile("sglang")
-    buckets = {"decode": prof.buckets(d.max_running, d.draft_tokens > 0)}
-    if d.draft_tokens:
-        buckets["target_verify"] = prof.buckets(d.max_running, True)
-    engine: dict[str, Any] = {"name": "sglang", "version": sg.version}
-    if sg.commit:
-        engine["commit"] = sg.commit
-    return {
-        "format": "linattn-trace",
-        "version": 1,
-        "profile": "sglang",
-        "layer": layer,
-        "num_slots": d.mamba_slots + 1,
-        "buckets": buckets,
-        "draft_tokens": d.draft_tokens or 2,
-        "seed": seed,
-        "engine": engine,
-        "accepted": "drafts",
-        "zero_on_alloc": True,
-    }
+    return trace_header(
+        "sglang", version=sg.version, commit=sg.commit, max_running=d.max_running, draft_tokens=d.draft_tokens,
+        num_slots=d.mamba_slots + 1, seed=seed, layer=layer, accepted="drafts", zero_on_alloc=True,
+    )  # fmt: skip
 
 
 def _validate(**values: Any) -> None:

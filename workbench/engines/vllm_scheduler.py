@@ -78,10 +78,10 @@ from workbench.engines.scheduler_base import (
     Workload,
     WorkloadSettings,
     step_mode,
+    trace_header,
 )
 from workbench.engines.versions import EngineError
 from workbench.layer_names import GDN
-from workbench.profiles import get_profile
 
 DRIVER_STANDINS: tuple[tuple[str, str], ...] = (
     (
@@ -1122,25 +1122,11 @@ class _Driver:
 
 
 def _header(v: Any, d: Deployment, seed: int | None, layer: str) -> dict[str, Any]:
-    prof = get_profile("vllm")
-    buckets = {"decode": prof.buckets(d.max_num_seqs, d.num_spec > 0)}
-    if d.num_spec:
-        buckets["target_verify"] = prof.buckets(d.max_num_seqs, True)
-    engine: dict[str, Any] = {"name": "vllm", "version": v.version}
-    if v.commit:
-        engine["commit"] = v.commit
-    return {
-        "format": "linattn-trace",
-        "version": 1,
-        "profile": "vllm",
-        "layer": layer,
-        "num_slots": d.num_blocks,
-        "buckets": buckets,
-        "draft_tokens": d.num_spec + 1 if d.num_spec else 2,
-        "seed": seed,
-        "engine": engine,
-        "accepted": "tokens",
-    }
+    return trace_header(
+        "vllm", version=v.version, commit=v.commit, max_running=d.max_num_seqs,
+        draft_tokens=d.num_spec + 1 if d.num_spec else 0, num_slots=d.num_blocks, seed=seed, layer=layer,
+        accepted="tokens",
+    )  # fmt: skip
 
 
 def run_vllm_scheduler(
