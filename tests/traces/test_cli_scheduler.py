@@ -39,3 +39,23 @@ def test_an_unknown_scheduler_is_refused_by_the_parser(capsys):
         cli.main(["trace", "run", "--scheduler", "fla"])
     assert exc.value.code == 2
     assert "--scheduler" in capsys.readouterr().err
+
+
+def test_engine_code_that_exits_is_an_error_not_a_clean_run(capsys, monkeypatch):
+    """A driver whose engine calls ``sys.exit(0)`` mid-run: exit 2 naming the scheduler, not exit 0."""
+    import sys
+    import types
+
+    from workbench.traces import cli as trace_cli
+
+    fake = types.ModuleType("fake_exiting_scheduler")
+
+    def run(**_: object) -> None:
+        sys.exit(0)
+
+    fake.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_exiting_scheduler", fake)
+    monkeypatch.setitem(trace_cli.SCHEDULERS, "vllm", ("fake_exiting_scheduler", "run", "vllm"))
+    assert cli.main(["trace", "run", "--scheduler", "vllm", "--steps", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--scheduler vllm" in err and "SystemExit(0)" in err

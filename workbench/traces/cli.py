@@ -183,4 +183,7 @@ def _real_scheduler(args: argparse.Namespace) -> Any:
             raise EngineError("--mixed: vLLM's scheduler mixes prefill, decode and verify rows by itself")
     else:
         options["mixed"] = args.mixed
-    return getattr(importlib.import_module(module), function)(**options)
+    try:
+        return getattr(importlib.import_module(module), function)(**options)
+    except SystemExit as e:  # engine code that exits must not end the run as if it had finished (exit 0)
+        raise EngineError(f"--scheduler {args.scheduler}: the engine's code exited (SystemExit({e.code!r}))") from None
