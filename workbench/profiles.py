@@ -76,6 +76,9 @@ class Profile:
             reorder), else after them (sglang's MIXED batch).
         prefix_caches: the mamba prefix-cache strategies the engine has that the simulator models (sglang's
             radix cache: "no_buffer", "extra_buffer"; vLLM's ``mamba_cache_mode``: "align").
+        zero_on_alloc: the engine clears a state slot it hands to a request before the request's first forward
+            (sglang's ``mamba_needs_clear``; vLLM 0.33.0 does not zero mamba blocks); the simulator writes it into
+            a trace's header and the replay follows it.
     """
 
     name: str
@@ -91,6 +94,7 @@ class Profile:
     engine: str = ""
     decodes_first: bool = False
     prefix_caches: tuple[str, ...] = ()
+    zero_on_alloc: bool = False
 
     @property
     def sentinel(self) -> int:
@@ -141,6 +145,7 @@ PROFILES: dict[str, Profile] = {
         engine="sglang",
         decodes_first=False,
         prefix_caches=("no_buffer", "extra_buffer"),
+        zero_on_alloc=True,
     ),
     "sglang-ascend": Profile(
         name="sglang-ascend",
@@ -160,6 +165,7 @@ PROFILES: dict[str, Profile] = {
         engine="sglang",
         decodes_first=False,
         prefix_caches=("no_buffer", "extra_buffer"),
+        zero_on_alloc=True,
     ),
     "vllm": Profile(
         name="vllm",

@@ -728,9 +728,10 @@ def valid_traces(draw) -> Trace:
         live -= set(finish)
         metadata = None
         step = TraceStep(number, mode, tuple(rows), admit, finish)
-        if draw(st.booleans()) and step.splits:
-            metadata = {"bucket": None, "query_start_loc": [0, *itertools.accumulate(r.new_tokens for r in rows)]}
-            metadata.update(split_keys(step, d, num_slots, draw))
+        if step.splits:  # its metadata, if any, is vLLM's split keys (a state_indices there is refused)
+            if draw(st.booleans()):
+                metadata = {"bucket": None, "query_start_loc": [0, *itertools.accumulate(r.new_tokens for r in rows)]}
+                metadata.update(split_keys(step, d, num_slots, draw))
         elif draw(st.booleans()):
             bucket = draw(st.none() | st.integers(max(len(rows), 1), 16))
             size = len(rows) if bucket is None else draw(st.sampled_from([len(rows), bucket]))

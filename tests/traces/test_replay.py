@@ -139,7 +139,9 @@ def test_a_reused_slot_read_as_initial_state_is_caught_where_the_new_request_run
     assert first_reuse is not None, "the simulation reused no slot"
     clean = replay_trace(trace)
     assert clean.ok, str(clean)
-    result = replay_trace(trace, metadata_backend=ReadsReusedSlots)
+    # sglang clears a slot it hands out (the header's zero_on_alloc): the stale read finds zeros, benign there
+    assert trace.header.zero_on_alloc and replay_trace(trace, metadata_backend=ReadsReusedSlots).ok
+    result = replay_trace(trace, metadata_backend=ReadsReusedSlots, zero_on_alloc=False)  # an engine that does not
     first = result.first
     assert first is not None and first.kind in ("state", "output"), str(result)
     # the pool starts seeded (never zeros), so the bug shows at the first extend of all, before any reuse

@@ -209,3 +209,23 @@ def test_sglang_keeps_its_mixed_steps_free_of_verify_rows(profile: str):
     mixed = [s for s in trace.steps if s.mode == "mixed"]
     assert mixed and not any("verify" in kinds(s) for s in mixed)
     assert any("decode" in kinds(s) for s in mixed)
+
+
+@pytest.mark.parametrize("profile", ["sglang", "sglang-ascend", "vllm"])
+def test_the_header_says_whether_the_engine_zeroes_a_slot_it_hands_out(profile: str, tmp_path: Path) -> None:
+    """sglang clears a fresh running slot (``mamba_needs_clear``), vLLM 0.33.0 does not: the simulated header says
+    so, the file keeps it, and the replay of a prefix-cache trace (hits copied onto cleared slots) stays clean."""
+    from workbench.profiles import PROFILES
+    from workbench.traces.format import read_trace, write_trace
+    from workbench.traces.replay import replay_trace
+
+    cache = PROFILES[profile].prefix_caches[0]
+    trace = simulate(profile, steps=40, seed=3, prefix_cache=cache, max_running=4)
+    assert trace.header.zero_on_alloc is (profile != "vllm")
+    path = tmp_path / "t.jsonl"
+    write_trace(trace, path)
+    assert ('"zero_on_alloc":true' in path.read_text().splitlines()[0]) is (profile != "vllm")
+    back = read_trace(path)
+    assert back.header.zero_on_alloc is trace.header.zero_on_alloc
+    result = replay_trace(back)
+    assert result.ok and any(s.metadata and s.metadata.get("hits") for s in back.steps), str(result)

@@ -59,6 +59,11 @@ The modelling choices, each as the engines make it or as the workbench can repla
   step where it first runs, when the budget has room for it, fewer than ``max_running`` requests are live
   and the pool has a free row. Arrivals beyond ``max_waiting`` queued requests are turned away (the
   client backs off), so a long run keeps a bounded queue.
+* **Zeroing and rows.** A sglang trace's header says ``zero_on_alloc`` (``Profile.zero_on_alloc``: sglang
+  clears a slot it hands to a request, ``mamba_needs_clear``; vLLM 0.33.0 zeroes no mamba block) and the
+  replay follows it. A request keeps its request-pool row for its life, as both real schedulers' traces
+  record it (sglang's ``req_pool_idx``; vLLM's drivers give each request a stable row of their own, since
+  ``condense()`` moves V1's batch indices), so the simulator moves no row either.
 * **Idle and DP dummies.** A step with nothing to run is ``idle`` (the step count is the trace's clock).
   With ``dp_dummies``, this engine is one data-parallel rank: with probability ``dp_dummy_rate`` a step
   carries none of its rows while its requests hold their slots (the other ranks run; this one runs a dummy
@@ -147,8 +152,9 @@ def simulate(*args: Any, **kw: Any) -> Trace:
     plan = config.plan
     pool = StatePool(plan.num_slots, plan.profile, slots_per_request=plan.slots_per_request)
     header = TraceHeader(
-        plan.profile.name, config.layer, pool.num_slots, plan.buckets, draft_tokens=plan.draft_tokens, seed=config.seed
-    )
+        plan.profile.name, config.layer, pool.num_slots, plan.buckets, draft_tokens=plan.draft_tokens,
+        seed=config.seed, zero_on_alloc=plan.profile.zero_on_alloc,
+    )  # fmt: skip
     rng = random.Random(config.seed)  # every draw, in one order: the prefixes first, then step by step
     sched = _Scheduler(pool, rng, _new_cache(plan, pool, rng), config)
     out: list[TraceStep] = []
