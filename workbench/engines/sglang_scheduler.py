@@ -53,6 +53,14 @@ How sglang's state maps to the trace:
   and ``mamba_track_seqlens`` (sglang keeps none for a decode: each tracked row's ``seq_len``, -1 elsewhere).
 - ``zero_on_alloc``: sglang clears a fresh running slot before its first forward (``mamba_needs_clear``).
 
+The trace is written by :class:`Recorder`, attached to the ``Scheduler`` instance through hooks (its
+``get_next_batch_to_run``, ``run_batch``, ``process_batch_result``, the model worker's ``verify``, the target's
+linear-attention backend's ``init_forward_metadata``, the tree cache's and the pool's methods); the driver
+supplies the requests, the fake forward and the toy model, so the same recorder serves a live scheduler
+(:mod:`workbench.engines.sglang_dump`). Each step's ``metadata`` also carries the GDN backend's
+``state_indices`` (``mamba_cache_indices``) and ``query_start_loc`` as it built them for the target forward,
+which ``workbench trace check`` compares with the profile's.
+
 The fake model keeps a toy recurrence in the real ``MambaPool`` tensor (the tokens a state is of, and a hash
 of them), so every copy, clear, donation and eviction sglang makes moves it: each state read (a row's
 start, a copy-on-write source) and each published checkpoint is checked against the tokens the engine
@@ -68,6 +76,7 @@ import json
 import logging
 import tempfile
 import time
+import types
 import warnings
 from array import array
 from collections import Counter
@@ -113,9 +122,23 @@ DRIVER_STANDINS: tuple[tuple[str, str], ...] = (
     ),
     (
         "Scheduler.run_batch / process_batch_result",
-        "their synchronous (non-overlap) paths re-done around the fake forward: forward_ct, _forward_isolation "
-        "around a speculative forward, new_seq_lens applied; the result dispatched to the real "
+        "their synchronous (non-overlap) paths re-done around the fake forward, set on the instance (the "
+        "recorder wraps them there, as it wraps the real methods in a live scheduler): forward_ct, "
+        "_forward_isolation around a speculative forward, new_seq_lens applied; the result dispatched to the real "
         "process_batch_result_prefill / _decode, then flush_pending_backups (no metrics, no streaming)",
+    ),
+    (
+        "the target forward's metadata",
+        "the real ForwardBatch.init_new of the real ScheduleBatch and the real GDNAttnBackend.init_forward_metadata "
+        "over the run's HybridReqToTokenPool (built as the adapter builds it, its config getters rebound: "
+        "sglang_0_5_23.REBINDINGS); the model runner is an attribute bag (CPU, not a draft worker, no LoRA, no "
+        "n-gram embedding) holding the real pools and a real KVIndexTranslator",
+    ),
+    (
+        "the verify input (EagleVerifyInput)",
+        "an object with draft_token (int64 [bs * D]: the pending token, then the drawn drafts), "
+        "draft_token_num D and topk 1, handed to the model worker's verify as the draft model would; "
+        "batch.input_ids is set to it as eagle_prepare_for_verify does",
     ),
     (
         "ModelConfig",
@@ -456,17 +479,32 @@ class _Event:
     forward: bool = False  # during the fake forward (copy-on-write), not the cache's own work
 
 
+def _patch(obj: Any, name: str, new: Any) -> Callable[[], None]:
+    """Set ``obj.name = new`` on the instance; returns the function that puts back what was there."""
+    own = name in vars(obj)
+    old = vars(obj).get(name)
+    setattr(obj, name, new)
+
+    def restore() -> None:
+        if own:
+            setattr(obj, name, old)
+        else:
+            delattr(obj, name)
+
+    return restore
+
+
 class _CacheEvents:
     """Wraps the tree cache's and the pool's methods on their instances (:data:`DRIVER_STANDINS`) and lists, in
-    order, what they did to mamba slots."""
+    order, what they did to mamba slots; :meth:`restore` puts the methods back."""
 
-    def __init__(self, parts: _Parts, ids: TraceIds, on_publish: Callable[[_Event], None]) -> None:
+    def __init__(self, tree_cache: Any, req_pool: Any, ids: TraceIds, on_publish: Callable[[_Event], None]) -> None:
         self.events: list[_Event] = []
         self.forward = False
         self.ids = ids  # sglang's request ids -> the trace's, as they are when the event happens
         self.on_publish = on_publish  # called as the tree takes the slot (the state is the one published)
         self._caching: list[Any] = []  # the requests being cached (checkpoint_into_tree), innermost last
-        cache, pool = parts.tree_cache, parts.req_pool
+        cache, pool = tree_cache, req_pool
         checkpoint, insert = cache.checkpoint_into_tree, cache.insert
         copy_from, free = pool.mamba_pool.copy_from, pool.mamba_allocator.free
 
@@ -503,10 +541,18 @@ class _CacheEvents:
                 self.events.append(_Event("free", int(slot), forward=self.forward))
             return free(index)
 
-        cache.checkpoint_into_tree = checkpoint_into_tree
-        cache.insert = insert_
-        pool.mamba_pool.copy_from = copy_from_
-        pool.mamba_allocator.free = free_
+        self._restore = [
+            _patch(cache, "checkpoint_into_tree", checkpoint_into_tree),
+            _patch(cache, "insert", insert_),
+            _patch(pool.mamba_pool, "copy_from", copy_from_),
+            _patch(pool.mamba_allocator, "free", free_),
+        ]
+
+    def restore(self) -> None:
+        """Put the wrapped methods back (in reverse order)."""
+        for restore in reversed(self._restore):
+            restore()
+        self._restore = []
 
     def _publish(self, params: Any, slot: int) -> None:
         if not self._caching:
@@ -572,13 +618,13 @@ class _Row:
     """One request of a batch, in sglang's order."""
 
     req: Any
-    tid: int  # the trace's id of the request
+    tid: int  # the trace's id of the request (-1 until the recorder knows it)
     kind: str
     pool_row: int
     slot: int
     cached: int
     new: int
-    tokens: list[int]
+    tokens: list[int]  # a verify row's: empty until its draft tokens are seen
     accepted: int | None = None  # a verify's num_correct_drafts
 
 
@@ -595,38 +641,533 @@ class _Step:
     track_copies: list[tuple[int, int]]  # (running slot, track slot): the forward's copies after it
     finished: list[int] = field(default_factory=list)
     retracted: list[int] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)  # the backend's: state_indices, query_start_loc
 
 
 def _ids(req: Any) -> list[int]:
     return [*req.origin_input_ids, *req.output_ids]
 
 
+def batch_rows(batch: Any, req_pool: Any, draft_tokens: int) -> list[_Row]:
+    """A ``ScheduleBatch``'s rows in sglang's order: kind, request-pool row, slot, cached and new tokens, the
+    tokens (a verify row's are left empty: its drafts exist only inside the forward). Each slot is checked
+    against what the pool maps the row to (``get_mamba_indices``, what the backend reads)."""
+    mode, spec = batch.forward_mode, not batch.spec_algorithm.is_none()
+    tails = {id(r) for r in (batch.decoding_reqs or [])} if mode.is_mixed() else set()
+    pool_rows, seq_lens = batch.req_pool_indices.tolist(), batch.seq_lens.tolist()
+    mapped = req_pool.get_mamba_indices(batch.req_pool_indices).tolist()
+    out = []
+    for i, req in enumerate(batch.reqs):
+        ids = _ids(req)
+        if mode.is_extend():
+            kind = "decode" if id(req) in tails else "extend"
+            cached, new = int(batch.prefix_lens[i]), int(batch.extend_lens[i])
+        elif spec:
+            kind, cached, new = "verify", int(seq_lens[i]), draft_tokens
+        else:
+            kind, cached, new = "decode", int(seq_lens[i]) - 1, 1
+        tokens = [] if kind == "verify" else ids[cached : cached + new]
+        if len(tokens) != new if kind != "verify" else len(ids) <= cached:
+            raise EngineError(f"request {req.rid}: {new} tokens from {cached}, but it has {len(ids)}")
+        slot, row = int(req.kv.mamba_pool_idx), int(pool_rows[i])
+        if slot != int(mapped[i]):
+            raise EngineError(
+                f"request {req.rid}: slot {slot} on pool row {row}, but the pool maps the row to {mapped[i]}"
+            )
+        out.append(_Row(req, -1, kind, row, slot, cached, new, tokens))
+    return out
+
+
+def cow_pairs(batch: Any) -> list[tuple[int, int]]:
+    """The batch's copy-on-write pairs (``mamba_cow_src_indices`` -> ``mamba_cow_dst_indices``)."""
+    if batch.mamba_cow_src_indices is None:
+        return []
+    return list(zip(batch.mamba_cow_src_indices.tolist(), batch.mamba_cow_dst_indices.tolist(), strict=True))
+
+
+def track_fields(batch: Any, rows: list[_Row], chunk: int) -> tuple[dict[str, Any], list[tuple[int, int]]]:
+    """An extend, mixed or (non-speculative) decode batch's track fields, as the forward reads them, and the
+    copies after the forward they make (final states into track slots); a verify's are rebuilt inside its
+    forward (empty here). ``chunk``: ``mamba_cache_chunk_size``."""
+    verify = batch.forward_mode.is_decode() and not batch.spec_algorithm.is_none()
+    if verify or batch.mamba_track_mask is None or batch.mamba_track_indices is None:
+        return {}, []
+    mask = [bool(x) for x in batch.mamba_track_mask.tolist()]
+    indices = [int(x) for x in batch.mamba_track_indices.tolist()]
+    if batch.forward_mode.is_extend():
+        seqlens = [int(x) for x in batch.mamba_track_seqlens.tolist()]
+        final = [(r.slot, indices[i]) for i, r in enumerate(rows) if mask[i] and (seqlens[i] - r.cached) % chunk == 0]
+        fields: dict[str, Any] = {
+            "mamba_track_mask": mask,
+            "mamba_track_indices": indices,
+            "mamba_track_seqlens": seqlens,
+            "mamba_chunk_size": chunk,
+            "track_ssm_final_src": [a for a, _ in final],
+            "track_ssm_final_dst": [b for _, b in final],
+        }
+        return fields, list(final)
+    seqlens = [r.cached + r.new if m else -1 for r, m in zip(rows, mask, strict=True)]
+    copies = [(r.slot, indices[i]) for i, r in enumerate(rows) if mask[i]]
+    return {"mamba_track_mask": mask, "mamba_track_indices": indices, "mamba_track_seqlens": seqlens}, copies
+
+
+def linear_backend(sched: Any) -> Any:
+    """The target model's linear-attention backend of a ``Scheduler`` (``tp_worker.model_runner.attn_backend``'s
+    ``linear_attn_backend``, the hybrid backend's GDN part), or None."""
+    runner = getattr(getattr(sched, "tp_worker", None), "model_runner", None)
+    return getattr(getattr(runner, "attn_backend", None), "linear_attn_backend", None)
+
+
+# -- the recorder -------------------------------------------------------------------------------------
+class Recorder:
+    """Attached to one sglang ``Scheduler`` instance, writes down what it does as a trace (the module docstring:
+    the mapping). The CPU driver records with it, and so does ``workbench.engines.sglang_dump`` in a live
+    scheduler process.
+
+    :meth:`attach` wraps, on their instances: the scheduler's ``get_next_batch_to_run`` (the round's number,
+    retractions), ``run_batch`` (before the forward: rows, admissions, hits, copy-on-write, track fields) and
+    ``process_batch_result`` (accepted drafts ``num_correct_drafts_per_req_cpu``, finished requests); the model
+    worker's ``verify(batch, ...)`` under EAGLE (the verify input's ``draft_token``, ``[bs * D]``, before it
+    runs; the track indices ``prepare_mamba_track_for_verify`` rebuilt and the commit's tracked step after it);
+    the target model's linear-attention backend's ``init_forward_metadata(forward_batch)`` and
+    ``init_forward_metadata_out_graph(forward_batch, in_capture)`` (its ``forward_metadata``:
+    ``mamba_cache_indices`` as ``state_indices``, ``query_start_loc``; a graph replay's ``bucket``); and the tree
+    cache's and the pool's methods (:class:`_CacheEvents`). :meth:`detach` puts them back.
+
+    A step goes to ``trace.steps`` at the next ``run_batch`` (the cache's work until then is its), or at
+    :meth:`finish`; then :meth:`written` is called, and every step in ``trace.steps`` is final.
+
+    ``sg``: the sglang names it uses (``version``, ``commit``, ``runtime_context``,
+    ``verify_commit_step_indices``: :class:`Sglang` or ``sglang_dump.sglang_names()``). ``backend``: the
+    linear-attention backend to read (None: :func:`linear_backend`; no metadata is recorded without one).
+    ``on_publish``: called with each published checkpoint as the tree takes it. Errors: :meth:`failed` (here:
+    raised). Raises :class:`EngineError` for a deployment it cannot follow (named).
+    """
+
+    def __init__(
+        self,
+        sg: Any,
+        sched: Any,
+        *,
+        seed: int | None = None,
+        backend: Any = None,
+        on_publish: Callable[[_Event], None] | None = None,
+    ) -> None:
+        rc = sg.runtime_context
+        self.sg, self.sched = sg, sched
+        _check_followable(rc, sched)
+        spec = rc.get_spec()
+        self.draft_tokens = 0 if sched.spec_algorithm.is_none() else int(spec.speculative_num_draft_tokens)
+        self.pool, self.tree_cache = sched.req_to_token_pool, sched.tree_cache
+        self.chunk = int(rc.mamba_cache_chunk_size())
+        self.backend = backend if backend is not None else linear_backend(sched)
+        self.trace = SchedulerTrace(
+            _header(sg, sched.max_running_requests, self.draft_tokens, self.pool.mamba_pool.size + 1, seed, GDN)
+        )
+        self.stats = self.trace.stats
+        self.writer = _TraceWriter(self.trace)
+        self.ids = TraceIds()
+        self.on_publish = on_publish
+        self.live: dict[str, Any] = {}  # requests that hold a row and a slot
+        self.pool_rows: dict[str, int] = {}  # each live request's request-pool row (stable while it lives)
+        self.round = -1  # get_next_batch_to_run calls so far, less one: the step's number
+        self.current: _Step | None = None  # between run_batch and the end of process_batch_result
+        self.pending: _Step | None = None  # processed, waiting for the next run_batch (the cache's work)
+        self.events: _CacheEvents | None = None
+        self.active = False
+        self._restore: list[Callable[[], None]] = []
+
+    # -- hooks -----------------------------------------------------------------------------------------
+    def _guarded(self, hook: Callable[..., None], *args: Any) -> None:
+        if self.active:
+            try:
+                hook(*args)
+            except Exception as e:  # noqa: BLE001 -- failed() decides
+                self.failed(e)
+
+    def attach(self) -> None:
+        """Wrap the methods (class docstring) on their instances (once)."""
+        if self._restore:
+            raise EngineError("this recorder is attached already")
+        sched = self.sched
+        next_batch, run_batch, process = sched.get_next_batch_to_run, sched.run_batch, sched.process_batch_result
+
+        def get_next_batch_to_run(*args: Any, **kwargs: Any) -> Any:
+            plan = next_batch(*args, **kwargs)
+            self._guarded(self.scheduled, plan)
+            return plan
+
+        def run_batch_(batch: Any, *args: Any, **kwargs: Any) -> Any:
+            self._guarded(self.before_forward, batch)
+            forward = self.active and self.events is not None
+            if forward:
+                assert self.events is not None
+                self.events.forward = True
+            try:
+                result = run_batch(batch, *args, **kwargs)
+            finally:
+                if forward and self.events is not None:
+                    self.events.forward = False
+            self._guarded(self.after_forward, batch)
+            return result
+
+        def process_batch_result_(batch: Any, result: Any, *args: Any, **kwargs: Any) -> Any:
+            out = process(batch, result, *args, **kwargs)
+            self._guarded(self.processed, batch, result)
+            return out
+
+        self.events = _CacheEvents(self.tree_cache, self.pool, self.ids, self._published)
+        self._restore = [
+            self.events.restore,
+            _patch(sched, "get_next_batch_to_run", get_next_batch_to_run),
+            _patch(sched, "run_batch", run_batch_),
+            _patch(sched, "process_batch_result", process_batch_result_),
+            *self._attach_worker(),
+            *self._attach_backend(),
+        ]
+        self.active = True
+
+    def _attach_worker(self) -> list[Callable[[], None]]:
+        if not self.draft_tokens:
+            return []
+        worker = self.sched.model_worker
+        verify = worker.verify
+
+        def verify_(batch: Any, *args: Any, **kwargs: Any) -> Any:
+            self._guarded(self.drafts, batch)
+            result = verify(batch, *args, **kwargs)
+            self._guarded(self.verified, batch, result)
+            return result
+
+        return [_patch(worker, "verify", verify_)]
+
+    def _attach_backend(self) -> list[Callable[[], None]]:
+        backend = self.backend
+        if backend is None:
+            return []
+        eager, graph = backend.init_forward_metadata, backend.init_forward_metadata_out_graph
+
+        def init_forward_metadata(forward_batch: Any, *args: Any, **kwargs: Any) -> Any:
+            out = eager(forward_batch, *args, **kwargs)
+            self._guarded(self.forward_metadata, None)
+            return out
+
+        def init_forward_metadata_out_graph(forward_batch: Any, in_capture: bool = False, **kwargs: Any) -> Any:
+            out = graph(forward_batch, in_capture=in_capture, **kwargs)
+            if not in_capture:
+                self._guarded(self.forward_metadata, int(forward_batch.batch_size))
+            return out
+
+        return [
+            _patch(backend, "init_forward_metadata", init_forward_metadata),
+            _patch(backend, "init_forward_metadata_out_graph", init_forward_metadata_out_graph),
+        ]
+
+    def detach(self) -> None:
+        """Put back what :meth:`attach` wrapped (in reverse order); the recorder stops."""
+        self.active = False
+        for restore in reversed(self._restore):
+            restore()
+        self._restore = []
+
+    def failed(self, error: Exception) -> None:
+        """An error while recording a step: raised (the driver's rule; the dumper overrides)."""
+        raise error
+
+    def written(self) -> None:
+        """Called after steps reached ``trace.steps`` (all of them final)."""
+
+    def _published(self, e: _Event) -> None:
+        if self.on_publish is not None:
+            self.on_publish(e)
+
+    # -- the hooks' work -----------------------------------------------------------------------------
+    def scheduled(self, plan: Any) -> None:
+        """After ``get_next_batch_to_run``: the round's number; the live requests it retracted (they finish at
+        the last step written, and start over under a new id when readmitted)."""
+        self.round += 1
+        out = [rid for rid in sorted(self.live) if getattr(self.live[rid], "is_retracted", False)]
+        for rid in out:
+            del self.live[rid]
+            self.pool_rows.pop(rid, None)
+        tids = [self.ids[rid] for rid in out]
+        if self.pending is not None and tids:
+            self.pending.retracted.extend(tids)
+        elif tids:
+            self.writer.retract(tids)
+        batch = plan.batch_to_run
+        if batch is None or batch.is_empty():
+            self.stats["empty_steps"] += 1
+
+    def before_forward(self, batch: Any) -> None:
+        """``run_batch`` is called: the step before goes to the trace; this one's rows, admissions, hits,
+        copy-on-write and track fields."""
+        if self.current is not None:
+            raise EngineError(f"sglang ran a batch before step {self.current.number}'s result was processed")
+        self._flush()
+        rows = batch_rows(batch, self.pool, self.draft_tokens)
+        for r in rows:
+            row = self.pool_rows.get(r.req.rid, r.pool_row)
+            if row != r.pool_row:
+                raise EngineError(f"request {r.req.rid}: pool row {r.pool_row}, but the request had row {row}")
+            if r.req.rid in self.live:
+                r.tid = self.ids[r.req.rid]
+        admitted, hits, cow = self._admissions(rows, batch)
+        track, track_copies = track_fields(batch, rows, self.chunk)
+        if track:
+            self.stats["extend_track_rows" if batch.forward_mode.is_extend() else "decode_track_rows"] += sum(
+                track["mamba_track_mask"]
+            )
+        if self.draft_tokens and batch.forward_mode.is_decode():
+            self.stats["verify_stale_track_fields"] += int(batch.mamba_track_mask is not None)
+        self.current = _Step(self.round, rows, admitted, hits, cow, track, track_copies)
+
+    def _admissions(
+        self, rows: list[_Row], batch: Any
+    ) -> tuple[list[int], list[tuple[int, int, int]], list[tuple[int, int]]]:
+        """The requests admitted at this step (given their trace ids: a request sglang readmits after a
+        retraction starts over under a new one), their hits (request, tokens, copy-on-write source) and the
+        copy-on-write pairs of the batch."""
+        cow = cow_pairs(batch)
+        source = {dst: src for src, dst in cow}
+        admitted, hits = [], []
+        for r in rows:
+            rid = r.req.rid
+            if rid in self.live:
+                continue
+            if r.kind != "extend":
+                raise EngineError(f"request {rid} first runs as a {r.kind} row")
+            r.tid = self.ids.readmit(rid) if rid in self.ids else self.ids.admit(rid)
+            admitted.append(r.tid)
+            self.live[rid] = r.req
+            self.pool_rows[rid] = r.pool_row
+            if r.cached:
+                if r.slot not in source:
+                    raise EngineError(f"request {rid} starts from {r.cached} cached tokens with no copy-on-write")
+                hits.append((r.tid, r.cached, source[r.slot]))
+        return admitted, hits, cow
+
+    def drafts(self, batch: Any) -> None:
+        """The verify's input (``batch.spec_info.draft_token``: per row the pending token, then its drafts)."""
+        step = self._step("a verify")
+        d = self.draft_tokens
+        flat = [int(t) for t in batch.spec_info.draft_token.view(-1).tolist()]
+        if len(flat) != d * len(step.rows):
+            raise EngineError(
+                f"step {step.number}: the verify input holds {len(flat)} draft tokens for {len(step.rows)} rows of "
+                f"D = {d} (a tree, topk > 1, is not followed)"
+            )
+        for b, r in enumerate(step.rows):
+            tokens = flat[b * d : (b + 1) * d]
+            want = _ids(r.req)[r.cached]
+            if r.kind != "verify" or tokens[0] != want:
+                raise EngineError(
+                    f"step {step.number}: request {r.req.rid}'s verify row starts with token {tokens[0]}, its pending "
+                    f"token is {want} ({r.kind} row)"
+                )
+            r.tokens = tokens
+
+    def verified(self, batch: Any, result: Any) -> None:
+        """After the verify: the track indices it used and the step each row tracks at commit."""
+        import torch
+
+        step = self._step("a verify")
+        if batch.mamba_track_indices is None:
+            return
+        host = types.SimpleNamespace(
+            seq_lens=batch.seq_lens.cpu(),
+            mamba_track_indices=batch.mamba_track_indices.cpu(),
+            tree_cache=batch.tree_cache,
+        )
+        _, to_track = self.sg.verify_commit_step_indices(
+            batch=host,
+            accept_index=result.accept_index.cpu(),
+            accept_lens=result.accept_lens.cpu().to(torch.int32),
+            draft_token_num=self.draft_tokens,
+        )
+        if to_track is None:
+            return
+        steps = [int(x) for x in to_track.tolist()]
+        step.track = {
+            "mamba_track_indices": [int(x) for x in host.mamba_track_indices.tolist()],
+            "mamba_steps_to_track": steps,
+        }
+        self.stats["verify_track_rows"] += sum(s >= 0 for s in steps)
+
+    def forward_metadata(self, bucket: int | None) -> None:
+        """The target backend built its metadata for the step's forward (``bucket``: a graph replay's size)."""
+        step = self.current
+        if step is None:
+            return  # a forward outside a step (a warm-up, a capture)
+        if step.metadata:
+            self.stats["metadata_extra_calls"] += 1
+            return
+        m = self.backend.forward_metadata
+        if bucket is not None:
+            step.metadata["bucket"] = bucket
+        step.metadata["state_indices"] = [int(x) for x in m.mamba_cache_indices.tolist()]
+        step.metadata["query_start_loc"] = [int(x) for x in m.query_start_loc.tolist()]
+
+    def after_forward(self, batch: Any) -> None:
+        step = self._step("a forward")
+        for r in step.rows:
+            if r.kind == "verify" and not r.tokens:
+                raise EngineError(
+                    f"step {step.number}: request {r.req.rid}'s draft tokens never reached the recorder (the model "
+                    "worker's verify was not called)"
+                )
+
+    def processed(self, batch: Any, result: Any) -> None:
+        """After ``process_batch_result``: acceptance read back from sglang, finished requests."""
+        step = self._step("a result")
+        self.current = None
+        drafts = result.num_correct_drafts_per_req_cpu
+        for i, r in enumerate(step.rows):
+            if r.kind == "verify":
+                if drafts is None:
+                    raise EngineError(f"step {step.number}: sglang's result of a verify has no accepted drafts")
+                r.accepted = int(drafts[i])
+            if r.req.finished() and r.req.rid in self.live:
+                del self.live[r.req.rid]
+                self.pool_rows.pop(r.req.rid, None)
+                step.finished.append(r.tid)
+        self.pending = step
+
+    def _step(self, what: str) -> _Step:
+        if self.current is None:
+            raise EngineError(f"sglang reached {what} outside a run_batch the recorder saw")
+        return self.current
+
+    def _flush(self) -> None:
+        """The pending step, with the cache's work since its forward, to ``trace.steps``."""
+        step, self.pending = self.pending, None
+        if step is None:
+            return
+        assert self.events is not None
+        self.writer.add(step, self.events.take())
+        if step.retracted:
+            self.writer.retract(step.retracted)
+        self.written()
+
+    def finish(self) -> None:
+        """The last step to the trace (no later scheduling round will add to it)."""
+        self._flush()
+        self.stats["evict_after_last_step"] += len(self.writer.carry)  # no step left to write them at
+        self.writer.carry = []
+
+
+def _check_followable(rc: Any, sched: Any) -> None:
+    """The deployment is one the recorder follows, or an :class:`EngineError` naming the setting and value."""
+    overlap = bool(getattr(sched, "enable_overlap", False)) or not rc.get_schedule().disable_overlap_schedule
+    if overlap:
+        raise EngineError(
+            "disable_overlap_schedule = False: the sglang recorder needs --disable-overlap-schedule (a step's "
+            "result must be processed before the next step runs)"
+        )
+    mamba = rc.get_exec().mamba
+    if mamba.enable_mamba_extra_buffer_lazy:
+        raise EngineError("mamba_radix_cache_strategy = 'extra_buffer_lazy': the trace format does not model it")
+    if not sched.spec_algorithm.is_none():
+        spec = rc.get_spec()
+        if not sched.spec_algorithm.is_eagle() or (spec.speculative_eagle_topk or 1) != 1:
+            raise EngineError(
+                f"speculative_algorithm = {spec.speculative_algorithm!r}, speculative_eagle_topk = "
+                f"{spec.speculative_eagle_topk!r}: the recorder follows EAGLE chains (topk 1) only"
+            )
+    if not hasattr(sched.req_to_token_pool, "mamba_pool"):
+        raise EngineError(
+            f"req_to_token_pool = {type(sched.req_to_token_pool).__name__}: not a hybrid pool (no mamba state)"
+        )
+
+
 # -- the driver ---------------------------------------------------------------------------------------
+class _VerifyInput:
+    """What the draft model hands the verify (EAGLE, a chain: topk 1): ``draft_token`` int64 ``[bs * D]``, per
+    row the pending token then its ``D - 1`` drafts; the fields the forward batch and the GDN backend read."""
+
+    def __init__(self, draft_token: Any, draft_tokens: int) -> None:
+        self.draft_token = draft_token
+        self.draft_token_num = draft_tokens
+        self.topk = 1
+        self.ragged_verify_layout = None
+        self.retrieve_next_token = None
+        self.retrieve_next_sibling = None
+        self.positions = None
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"the verify input (workbench stand-in) has no attribute {name!r}")
+
+
+def _forward_runner(parts: _Parts) -> Any:
+    """The model runner as ``ForwardBatch.init_new`` and the GDN backend read it (:data:`DRIVER_STANDINS`): the
+    real pools, the real ``KVIndexTranslator``; no draft worker, LoRA, n-gram embedding or multimodal rope."""
+    eng = sglang_0_5_23.load()
+    kvt = sglang_0_5_23._import("sglang.srt.mem_cache.kv_index_translator")
+    triton = eng.kernel_backend.TRITON
+    pool = parts.req_pool
+    return sglang_0_5_23.Bag(
+        "model_runner",
+        server_args=sglang_0_5_23.Bag("model_runner.server_args", enable_mis=False),
+        device="cpu",
+        is_draft_worker=False,
+        req_to_token_pool=pool,
+        token_to_kv_pool=None,
+        linear_attn_backends=eng.linear_attn_backends(decode=triton, prefill=triton, verify=triton),
+        model_config=parts.model_config,
+        prefill_attention_backend_str="triton",
+        ngram_embedding_manager=types.SimpleNamespace(enabled=False),
+        lora_manager=None,
+        kv_index_translator=kvt.KVIndexTranslator(
+            req_to_token=pool.req_to_token, token_to_kv_pool_allocator=parts.allocator, token_to_kv_pool=None,
+            page_size=1, device="cpu", is_draft_worker=False,
+        ),
+    )  # fmt: skip
+
+
 class _Driver:
-    """One run: sglang's scheduler over the run's engine objects, the fake model, the requests."""
+    """One run: sglang's scheduler over the run's engine objects, the fake model, the requests. With ``record``
+    (the default) its :class:`Recorder` is attached and writes ``self.trace``; without, the scheduler runs bare
+    (a dumper may attach to ``self.sched``)."""
 
     def __init__(
         self,
         sg: Sglang,
         d: Deployment,
         parts: _Parts,
-        trace: SchedulerTrace,
         seed: int,
         settings: WorkloadSettings,
         accept_rate: float,
+        *,
+        record: bool = True,
     ) -> None:
         self.sg, self.d, self.parts = sg, d, parts
-        self.sched = sglang_standins.scheduler_shell(sg, parts)
-        self.ids = TraceIds()
-        self.toy = _ToyModel(parts, trace.findings, trace.stats)
-        self.events = _CacheEvents(parts, self.ids, self._published)
-        self.stats = trace.stats
+        self.fbi = sglang_0_5_23._import("sglang.srt.model_executor.forward_batch_info")
+        self.runner = _forward_runner(parts)
+        self.backend = sglang_0_5_23.load().gdn(self.runner)
+        worker = types.SimpleNamespace(
+            forward_batch_generation=self.forward, verify=self.verify, on_verify_complete_cpu=lambda *a, **k: None
+        )
+        self.sched = sglang_standins.scheduler_shell(
+            sg, parts, model_worker=worker, attn_backend=types.SimpleNamespace(linear_attn_backend=self.backend)
+        )
+        self.sched.run_batch = self.run_batch
+        self.sched.process_batch_result = self.process_batch_result
+        self.recorder: Recorder | None = None
+        self.trace = SchedulerTrace(_header(sg, d.max_running, d.draft_tokens, d.mamba_slots + 1, seed, GDN))
+        if record:
+            self.recorder = Recorder(sg, self.sched, seed=seed, on_publish=self._published)
+            self.recorder.attach()
+            self.trace = self.recorder.trace
+        self.toy = _ToyModel(parts, self.trace.findings, self.trace.stats)
         self.workload = Workload(seed, settings)
         self.acceptance = Acceptance(seed, accept_rate)
         self.requests: dict[str, Any] = {}
-        self.live: set[str] = set()  # requests that hold a row and a slot
-        self.pool_rows: dict[str, int] = {}  # each live request's request-pool row (stable while it lives)
         self.next_request = 0
+        self._rows: list[_Row] = []  # the batch in the forward, as the fake model sees it
+
+    def _tid(self, req: Any) -> int | None:
+        ids = self.recorder.ids if self.recorder is not None else None
+        return ids[req.rid] if ids is not None and req.rid in ids else None
 
     def _published(self, e: _Event) -> None:
         self.toy.check("a published checkpoint", e.slot, e.ids, e.request)
@@ -646,135 +1187,102 @@ class _Driver:
             self.sched._add_request_to_queue(req)
             self.requests[rid] = req
 
-    def retracted(self) -> list[int]:
-        """Live requests the scheduling round just retracted (they start over under a new id when readmitted)."""
-        out = [rid for rid in sorted(self.live) if getattr(self.requests[rid], "is_retracted", False)]
-        self.live.difference_update(out)
-        for rid in out:
-            self.pool_rows.pop(rid, None)
-        return [self.ids[rid] for rid in out]
+    # -- one engine step: the scheduler's non-overlap loop ------------------------------------------------
+    def step(self, number: int) -> None:
+        """``get_next_batch_to_run``, then ``run_batch`` and ``process_batch_result`` of a batch (each looked up
+        on the scheduler: a recorder's wrappers run); the running batch kept as the scheduler's loop keeps it."""
+        s = self.sched
+        self.toy.step = number
+        plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
+        s.running_batch = plan.running_batch
+        batch = plan.batch_to_run
+        if batch is None or batch.is_empty():
+            return
+        result = s.run_batch(batch)
+        s.process_batch_result(batch, result)
+        for req in batch.reqs:  # finished conversations go back to the workload (follow-ups)
+            if req.finished() and req.rid in self.requests:
+                self.workload.finished(_ids(req))
+                del self.requests[req.rid]
+        s.last_batch = batch
 
-    # -- a batch, before its forward ------------------------------------------------------------------
-    def rows(self, batch: Any) -> list[_Row]:
-        """The batch's rows in sglang's order: kind, request-pool row, slot, tokens (a verify's drafts drawn
-        here); each slot is also what the pool maps the row to (``get_mamba_indices``, what the backend reads)."""
-        mode, spec = batch.forward_mode, not batch.spec_algorithm.is_none()
-        tails = {id(r) for r in (batch.decoding_reqs or [])} if mode.is_mixed() else set()
-        pool_rows, seq_lens = batch.req_pool_indices.tolist(), batch.seq_lens.tolist()
-        mapped = self.parts.req_pool.get_mamba_indices(batch.req_pool_indices).tolist()
-        out = []
-        for i, req in enumerate(batch.reqs):
-            ids = _ids(req)
-            if mode.is_extend():
-                kind = "decode" if id(req) in tails else "extend"
-                cached, new = int(batch.prefix_lens[i]), int(batch.extend_lens[i])
-            elif spec:
-                kind, cached, new = "verify", int(seq_lens[i]), self.d.draft_tokens
-            else:
-                kind, cached, new = "decode", int(seq_lens[i]) - 1, 1
-            if kind == "verify":
-                tokens = [ids[cached], *(self.acceptance.token(self.d.vocab) for _ in range(new - 1))]
-            else:
-                tokens = ids[cached : cached + new]
-            if len(tokens) != new:
-                raise EngineError(f"request {req.rid}: {new} tokens from {cached}, but it has {len(ids)}")
-            slot, row = int(req.kv.mamba_pool_idx), int(pool_rows[i])
-            if slot != int(mapped[i]) or self.pool_rows.setdefault(req.rid, row) != row:
-                raise EngineError(
-                    f"request {req.rid}: slot {slot} on pool row {row}, but the pool maps the row to {mapped[i]} and "
-                    f"the request had row {self.pool_rows[req.rid]}"
-                )
-            tid = self.ids[req.rid] if req.rid in self.live else -1  # an admission's: admissions() gives it
-            out.append(_Row(req, tid, kind, row, slot, cached, new, tokens))
-        return out
+    def run_batch(self, batch: Any) -> Any:
+        """``Scheduler.run_batch``'s synchronous path around the fake forward (:data:`DRIVER_STANDINS`)."""
+        s = self.sched
+        s.forward_ct += 1
+        batch.forward_iter = s.forward_ct
+        if batch.extend_num_tokens:
+            s.processed_tokens_counter += batch.extend_num_tokens
+        if batch.spec_algorithm.is_none():
+            result = s.model_worker.forward_batch_generation(batch)
+        else:
+            with s._forward_isolation(batch, overlap=False):
+                result = s.model_worker.forward_batch_generation(batch)
+            batch.spec_info = result.next_draft_input
+            new = result.new_seq_lens
+            if new is not None and new is not batch.seq_lens:
+                batch.seq_lens = new
+                if batch.seq_lens_cpu is not None:
+                    batch.seq_lens_cpu = new.to("cpu")
+                    batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
+        batch.input_ids = None
+        result.extend_input_len_per_req = None
+        result.extend_logprob_start_len_per_req = None
+        return result
 
-    def admissions(
-        self, rows: list[_Row], batch: Any
-    ) -> tuple[list[int], list[tuple[int, int, int]], list[tuple[int, int]]]:
-        """The requests admitted at this step (given their trace ids: a request sglang readmits after a
-        retraction starts over under a new one), their hits (request, tokens, copy-on-write source) and the
-        copy-on-write pairs of the batch."""
-        cow: list[tuple[int, int]] = []
-        if batch.mamba_cow_src_indices is not None:
-            cow = list(zip(batch.mamba_cow_src_indices.tolist(), batch.mamba_cow_dst_indices.tolist(), strict=True))
-        source = {dst: src for src, dst in cow}
-        admitted, hits = [], []
-        for r in rows:
-            if r.req.rid in self.live:
-                continue
-            if r.kind != "extend":
-                raise EngineError(f"request {r.req.rid} first runs as a {r.kind} row")
-            rid = r.req.rid
-            r.tid = self.ids.readmit(rid) if rid in self.ids else self.ids.admit(rid)
-            admitted.append(r.tid)
-            self.live.add(rid)
-            if r.cached:
-                if r.slot not in source:
-                    raise EngineError(f"request {rid} starts from {r.cached} cached tokens with no copy-on-write")
-                hits.append((r.tid, r.cached, source[r.slot]))
-        return admitted, hits, cow
-
-    def track_fields(self, batch: Any, rows: list[_Row]) -> tuple[dict[str, Any], list[tuple[int, int]]]:
-        """An extend, mixed or (non-speculative) decode batch's track fields, as the forward reads them, and
-        the copies after the forward they make (final states into track slots)."""
-        verify = batch.forward_mode.is_decode() and not batch.spec_algorithm.is_none()
-        if verify or batch.mamba_track_mask is None or batch.mamba_track_indices is None:
-            return {}, []  # a verify's are rebuilt inside its forward
-        mask = [bool(x) for x in batch.mamba_track_mask.tolist()]
-        indices = [int(x) for x in batch.mamba_track_indices.tolist()]
-        copies: list[tuple[int, int]] = []
-        if batch.forward_mode.is_extend():
-            seqlens = [int(x) for x in batch.mamba_track_seqlens.tolist()]
-            final = [
-                (r.slot, indices[i])
-                for i, r in enumerate(rows)
-                if mask[i] and (seqlens[i] - r.cached) % self.parts.chunk == 0
-            ]
-            copies = list(final)
-            fields: dict[str, Any] = {
-                "mamba_track_mask": mask,
-                "mamba_track_indices": indices,
-                "mamba_track_seqlens": seqlens,
-                "mamba_chunk_size": self.parts.chunk,
-                "track_ssm_final_src": [a for a, _ in final],
-                "track_ssm_final_dst": [b for _, b in final],
-            }
-            self.stats["extend_track_rows"] += sum(mask)
-            return fields, copies
-        seqlens = [r.cached + r.new if m else -1 for r, m in zip(rows, mask, strict=True)]
-        copies = [(r.slot, indices[i]) for i, r in enumerate(rows) if mask[i]]
-        self.stats["decode_track_rows"] += sum(mask)
-        return {"mamba_track_mask": mask, "mamba_track_indices": indices, "mamba_track_seqlens": seqlens}, copies
+    def process_batch_result(self, batch: Any, result: Any) -> None:
+        """``Scheduler.process_batch_result``'s dispatch to the real processor (no metrics, no streaming)."""
+        s = self.sched
+        if batch.forward_mode.is_decode():
+            s.batch_result_processor.process_batch_result_decode(batch, result)
+        else:
+            s.batch_result_processor.process_batch_result_prefill(batch, result)
+        s.tree_cache.flush_pending_backups()
 
     # -- the forward ----------------------------------------------------------------------------------
-    def forward(self, batch: Any, step: _Step) -> Any:
-        """The fake forward (:data:`DRIVER_STANDINS`): copy-on-write and clears, the toy recurrence, and the
-        result sglang's result processing reads."""
+    def _target_forward(self, batch: Any) -> None:
+        """The target model's forward as far as metadata goes: sglang's ``ForwardBatch.init_new`` of the batch
+        and the GDN backend's ``init_forward_metadata`` (looked up on the backend: a recorder's wrapper runs)."""
+        fb = self.fbi.ForwardBatch.init_new(batch, self.runner, return_hidden_states_before_norm=False)
+        self.backend.init_forward_metadata(fb)
+
+    def forward(self, batch: Any) -> Any:
+        """The fake ``forward_batch_generation`` (:data:`DRIVER_STANDINS`): copy-on-write and clears, the toy
+        recurrence, the target's metadata, and the result sglang's result processing reads; under EAGLE a decode
+        batch draws its drafts and goes to ``model_worker.verify``."""
         import torch
 
-        self.events.forward = True
-        try:
-            if batch.forward_mode.is_extend():
-                self._cow_and_clear(batch, step)
-                self._extend(batch, step)
-            elif not batch.spec_algorithm.is_none():
-                return self._verify(batch, step)
-            else:
-                self._decode(batch, step)
-        finally:
-            self.events.forward = False
-        ids = torch.tensor([self.acceptance.token(self.d.vocab) for _ in step.rows], dtype=torch.int64)
+        rows = batch_rows(batch, self.parts.req_pool, self.d.draft_tokens)
+        for r in rows:
+            tid = self._tid(r.req)
+            r.tid = -1 if tid is None else tid
+        self._rows = rows
+        if batch.forward_mode.is_decode() and not batch.spec_algorithm.is_none():
+            for r in rows:
+                r.tokens = [_ids(r.req)[r.cached], *(self.acceptance.token(self.d.vocab) for _ in range(r.new - 1))]
+            flat = torch.tensor([t for r in rows for t in r.tokens], dtype=torch.int64)
+            batch.spec_info = _VerifyInput(flat, self.d.draft_tokens)
+            return self.sched.model_worker.verify(batch)
+        track = track_fields(batch, rows, self.parts.chunk)[0]
+        if batch.forward_mode.is_extend():
+            self._cow_and_clear(batch, rows)
+            self._target_forward(batch)
+            self._extend(rows, track)
+        else:
+            self._target_forward(batch)
+            self._decode(rows, track)
+        ids = torch.tensor([self.acceptance.token(self.d.vocab) for _ in rows], dtype=torch.int64)
         result = self.sg.GenerationBatchResult(next_token_ids=ids, can_run_cuda_graph=False)
         if not batch.spec_algorithm.is_none():
             result.new_seq_lens = batch.seq_lens  # an extend round hands back batch.seq_lens itself
             result.next_draft_input = None
         return result
 
-    def _cow_and_clear(self, batch: Any, step: _Step) -> None:
+    def _cow_and_clear(self, batch: Any, rows: list[_Row]) -> None:
         """What the model runner does before an extend forward, on the real pool."""
         pool = self.parts.req_pool
-        owner = {r.slot: r for r in step.rows}
-        for src, dst in step.cow:
+        owner = {r.slot: r for r in rows}
+        for src, dst in cow_pairs(batch):
             r = owner[dst]
             self.toy.check("the copy-on-write source", src, _ids(r.req)[: r.cached], r.tid)
         if batch.mamba_clear_indices is not None and len(batch.mamba_clear_indices) > 0:
@@ -785,12 +1293,11 @@ class _Driver:
                 pool.translate_mamba_indices(batch.mamba_cow_dst_indices),
             )
 
-    def _extend(self, batch: Any, step: _Step) -> None:
+    def _extend(self, rows: list[_Row], track: dict[str, Any]) -> None:
         """Each row advances over its tokens; a tracked row writes its track slot as the kernels do (the
         final state when ``seqlen - cached`` is a multiple of the chunk, else the chunk state before it)."""
-        track = step.track
         chunk = self.parts.chunk
-        for i, r in enumerate(step.rows):
+        for i, r in enumerate(rows):
             h = self.toy.check("the state before an extend row", r.slot, _ids(r.req)[: r.cached], r.tid)
             if track and track["mamba_track_mask"][i]:
                 length = track["mamba_track_seqlens"][i] - r.cached
@@ -798,24 +1305,26 @@ class _Driver:
                 self.toy.put(track["mamba_track_indices"][i], r.cached + at, toy_hash(r.tokens[:at], h))
             self.toy.put(r.slot, r.cached + r.new, toy_hash(r.tokens, h))
 
-    def _decode(self, batch: Any, step: _Step) -> None:
-        for i, r in enumerate(step.rows):
+    def _decode(self, rows: list[_Row], track: dict[str, Any]) -> None:
+        for i, r in enumerate(rows):
             h = self.toy.check("the state before a decode", r.slot, _ids(r.req)[: r.cached], r.tid)
             h = toy_hash(r.tokens, h)
             self.toy.put(r.slot, r.cached + 1, h)
-            if step.track and step.track["mamba_track_mask"][i]:
-                self.toy.put(step.track["mamba_track_indices"][i], r.cached + 1, h)
+            if track and track["mamba_track_mask"][i]:
+                self.toy.put(track["mamba_track_indices"][i], r.cached + 1, h)
 
-    def _verify(self, batch: Any, step: _Step) -> Any:
-        """A verify of a chain (topk 1): the accepted tokens drawn, the engine's own track decision, the commit
-        of the toy state, and the result (flattened ``[bs * D]`` ids, ``accept_lens``)."""
+    def verify(self, batch: Any) -> Any:
+        """The fake ``verify`` of a chain (topk 1; :data:`DRIVER_STANDINS`): sglang's own track rebuild, the
+        target's metadata, the accepted tokens drawn, the engine's own commit decision, the commit of the toy
+        state, and the result (flattened ``[bs * D]`` ids, ``accept_lens``, ``accept_index``)."""
         import torch
 
         sg, d = self.sg, self.d.draft_tokens
-        rows = step.rows
-        stale = batch.mamba_track_mask is not None
+        rows = self._rows
         sg.prepare_mamba_track_for_verify(batch)
         batch.forward_mode = sg.ForwardMode.TARGET_VERIFY
+        batch.input_ids = batch.spec_info.draft_token  # as eagle_prepare_for_verify feeds the verify
+        self._target_forward(batch)
         kept = [self.acceptance.kept(d - 1) for _ in rows]
         accept_lens = torch.tensor(kept, dtype=torch.int32)
         accept_index = torch.full((len(rows), d), -1, dtype=torch.int64)
@@ -824,14 +1333,15 @@ class _Driver:
         _, to_track = sg.verify_commit_step_indices(
             batch=batch, accept_index=accept_index, accept_lens=accept_lens, draft_token_num=d
         )
-        self.stats["verify_stale_track_fields"] += int(stale)
+        track: dict[str, Any] = {}
         if batch.mamba_track_indices is not None and to_track is not None:
-            indices, steps = batch.mamba_track_indices.tolist(), to_track.tolist()
-            step.track = {"mamba_track_indices": [int(x) for x in indices], "mamba_steps_to_track": steps}
-            self.stats["verify_track_rows"] += sum(s >= 0 for s in steps)
+            track = {
+                "mamba_track_indices": batch.mamba_track_indices.tolist(),
+                "mamba_steps_to_track": to_track.tolist(),
+            }
         ids = torch.full((len(rows) * d,), -1, dtype=torch.int64)
         for b, (r, a) in enumerate(zip(rows, kept, strict=True)):
-            self._commit(r, a, step.track, b)
+            self._commit(r, a, track, b)
             out = [*r.tokens[1:a], self.acceptance.token(self.d.vocab)]
             ids[b * d : b * d + a] = torch.tensor(out, dtype=torch.int64)
         result = sg.GenerationBatchResult(
@@ -855,64 +1365,15 @@ class _Driver:
             s = track["mamba_steps_to_track"][b]
             self.toy.put(track["mamba_track_indices"][b], r.cached + s + 1, states[s])
 
-    # -- one engine step ----------------------------------------------------------------------------
-    def schedule(self) -> Any:
-        """``get_next_batch_to_run``; the running batch kept as the scheduler's loop keeps it."""
-        s = self.sched
-        plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
-        s.running_batch = plan.running_batch
-        return plan.batch_to_run
 
-    def run(self, number: int, batch: Any) -> _Step:
-        """The batch through the fake forward and sglang's result processing."""
-        self.toy.step = number
-        rows = self.rows(batch)
-        admitted, hits, cow = self.admissions(rows, batch)
-        track, track_copies = self.track_fields(batch, rows)
-        step = _Step(number, rows, admitted, hits, cow, track, track_copies)
-        s = self.sched
-        s.forward_ct += 1
-        batch.forward_iter = s.forward_ct
-        if batch.extend_num_tokens:
-            s.processed_tokens_counter += batch.extend_num_tokens
-        if batch.spec_algorithm.is_none():
-            result = self.forward(batch, step)
-        else:
-            with s._forward_isolation(batch, overlap=False):
-                result = self.forward(batch, step)
-            batch.spec_info = result.next_draft_input
-            new = result.new_seq_lens
-            if new is not None and new is not batch.seq_lens:
-                batch.seq_lens = new
-                if batch.seq_lens_cpu is not None:
-                    batch.seq_lens_cpu = new.to("cpu")
-                    batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
-        batch.input_ids = None
-        result.extend_input_len_per_req = None
-        result.extend_logprob_start_len_per_req = None
-        if batch.forward_mode.is_decode():
-            s.batch_result_processor.process_batch_result_decode(batch, result)
-        else:
-            s.batch_result_processor.process_batch_result_prefill(batch, result)
-        s.tree_cache.flush_pending_backups()
-        self._after(batch, step, result)
-        s.last_batch = batch
-        return step
-
-    def _after(self, batch: Any, step: _Step, result: Any) -> None:
-        """Acceptance read back from sglang, finished requests (their conversation to the workload)."""
-        drafts = result.num_correct_drafts_per_req_cpu
-        for i, r in enumerate(step.rows):
-            if r.kind == "verify":
-                if drafts is None:
-                    raise EngineError(f"step {step.number}: sglang's result of a verify has no accepted drafts")
-                r.accepted = int(drafts[i])
-            if r.req.finished() and r.req.rid in self.live:
-                self.live.discard(r.req.rid)
-                self.pool_rows.pop(r.req.rid, None)
-                step.finished.append(r.tid)
-                self.workload.finished(_ids(r.req))
-                del self.requests[r.req.rid]
+def drive(driver: _Driver, steps: int) -> None:
+    """The driver's loop: ``steps`` engine steps, each after that step's arrivals; with its recorder, the last
+    step goes to the trace."""
+    for number in range(steps):
+        driver.arrive(number)
+        driver.step(number)
+    if driver.recorder is not None:
+        driver.recorder.finish()
 
 
 # -- the trace ----------------------------------------------------------------------------------------
@@ -939,6 +1400,7 @@ class _TraceWriter:
         rows = [self._row(r) for r in s.rows]
         metadata = {k: v for k, v in meta.items() if v}
         metadata.update(s.track)
+        metadata.update(s.metadata)  # the backend's: state_indices, query_start_loc (a replay's bucket first)
         self.trace.steps.append({
             "step": s.number,
             "mode": step_mode([r.kind for r in s.rows]),
@@ -1040,10 +1502,12 @@ class _TraceWriter:
             stats[key] += len(metadata.get(key, ()))
 
 
-def _header(sg: Sglang, d: Deployment, seed: int, layer: str) -> dict[str, Any]:
+def _header(
+    sg: Any, max_running: int, draft_tokens: int, num_slots: int, seed: int | None, layer: str
+) -> dict[str, Any]:
     return trace_header(
-        "sglang", version=sg.version, commit=sg.commit, max_running=d.max_running, draft_tokens=d.draft_tokens,
-        num_slots=d.mamba_slots + 1, seed=seed, layer=layer, accepted="drafts", zero_on_alloc=True,
+        "sglang", version=sg.version, commit=sg.commit, max_running=max_running, draft_tokens=draft_tokens,
+        num_slots=num_slots, seed=seed, layer=layer, accepted="drafts", zero_on_alloc=True,
     )  # fmt: skip
 
 
@@ -1112,8 +1576,7 @@ def run_sglang_scheduler(
         prefix_cache, spec, mixed, max_running, mamba_slots, kv_tokens, chunked_prefill, track_interval,
         context_len, settings.vocab,
     )  # fmt: skip
-    trace = SchedulerTrace(_header(sg, d, seed, layer))
-    trace.notes.extend(
+    notes = [
         f"{what}: {why}"
         for what, why in (
             *sglang_0_5_23.STANDIN_PACKAGES,
@@ -1123,54 +1586,35 @@ def run_sglang_scheduler(
             *sglang_standins.SCHEDULER_SHELL,
             *DRIVER_STANDINS,
         )
-    )
+    ]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with _engine(sg, d) as parts:
             t1 = time.perf_counter()
-            _loop(_Driver(sg, d, parts, trace, seed, settings, accept_rate), _TraceWriter(trace), steps)
+            driver = _Driver(sg, d, parts, seed, settings, accept_rate)
+            drive(driver, steps)
+            assert driver.recorder is not None
+            driver.recorder.detach()
+    trace = driver.trace
+    trace.notes.extend(notes)
     RUN_WARNINGS.extend(f"{w.category.__name__}: {w.message}" for w in caught)
     trace.stats["import_ms"] = round(1000 * (t1 - t0))
     trace.stats["run_ms"] = round(1000 * (time.perf_counter() - t1))
     return trace
 
 
-def _loop(driver: _Driver, writer: _TraceWriter, steps: int) -> None:
-    """The engine steps. A step's line waits for the next scheduling round: the cache work between two
-    forwards is the earlier step's."""
-    pending: _Step | None = None
-    for number in range(steps):
-        driver.arrive(number)
-        batch = driver.schedule()
-        retracted = driver.retracted()
-        if pending is not None and retracted:
-            pending.retracted.extend(retracted)
-        elif retracted:
-            writer.retract(retracted)
-        if batch is None or batch.is_empty():
-            driver.stats["empty_steps"] += 1
-            continue
-        if pending is not None:
-            _flush(driver, writer, pending)
-        pending = driver.run(number, batch)
-    if pending is not None:
-        _flush(driver, writer, pending)
-    driver.stats["evict_after_last_step"] += len(writer.carry)  # no step left to write them at
-
-
-def _flush(driver: _Driver, writer: _TraceWriter, step: _Step) -> None:
-    writer.add(step, driver.events.take())
-    if step.retracted:
-        writer.retract(step.retracted)
-
-
 __all__ = [
     "DRIVER_STANDINS",
     "PREFIX_CACHES",
     "Deployment",
+    "Recorder",
     "Sglang",
+    "batch_rows",
+    "drive",
+    "linear_backend",
     "load",
     "model_config_json",
     "run_sglang_scheduler",
     "toy_hash",
+    "track_fields",
 ]

@@ -91,6 +91,12 @@ SCHEDULER_SHELL: tuple[tuple[str, str], ...] = (
         "model_worker.on_verify_complete_cpu",
         "does nothing: it feeds an adaptive draft-length controller this deployment does not have",
     ),
+    (
+        "tp_worker.model_runner.attn_backend",
+        "a namespace holding only the real GDNAttnBackend as linear_attn_backend (the hybrid backend's linear "
+        "part, which the recorder reads): no full-attention backend, no KV is read; it has no "
+        "extend_attention_block_m, so the prefill adder takes sglang's fallback as with any non-Triton backend",
+    ),
 )
 """What the scheduler object holds that a CPU run stands in for."""
 
@@ -167,10 +173,12 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-def scheduler_shell(sg: Any, parts: Any) -> Any:
+def scheduler_shell(sg: Any, parts: Any, *, model_worker: Any = None, attn_backend: Any = None) -> Any:
     """sglang's ``Scheduler`` without its ``__init__`` (:data:`SCHEDULER_SHELL`), over the driver's engine
     objects ``parts`` (``server_args``, ``model_config``, ``req_pool``, ``allocator``, ``tree_cache``,
-    ``spec_algorithm``). ``sg`` holds the sglang names (``sglang_scheduler.Sglang``)."""
+    ``spec_algorithm``). ``sg`` holds the sglang names (``sglang_scheduler.Sglang``). ``model_worker``: the
+    driver's (``forward_batch_generation``, ``verify``, ``on_verify_complete_cpu``; None: one that only has
+    the last); ``attn_backend``: the target model runner's attention backend (None: one with no attribute)."""
     rc = sg.runtime_context
     sched, mem, lora = rc.get_schedule(), rc.get_memory(), rc.get_lora()
     sa = parts.server_args
@@ -250,12 +258,14 @@ def scheduler_shell(sg: Any, parts: Any) -> Any:
     s.grammar_manager = types.SimpleNamespace(has_waiting_grammars=lambda: False)
     s.load_inquirer = types.SimpleNamespace(_get_num_pending_tokens=lambda chunk_deduct=0: 0)
     s.tp_worker = types.SimpleNamespace(
-        model_runner=types.SimpleNamespace(attn_backend=object(), prefill_aware_swa=False)
+        model_runner=types.SimpleNamespace(
+            attn_backend=object() if attn_backend is None else attn_backend, prefill_aware_swa=False
+        )
     )
     s.future_map = types.SimpleNamespace(stash_bonus_tokens=_nothing)
     s.init_beam_coordinator()
     s.output_streamer = _NoOp()
-    s.model_worker = types.SimpleNamespace(on_verify_complete_cpu=_nothing)
+    s.model_worker = types.SimpleNamespace(on_verify_complete_cpu=_nothing) if model_worker is None else model_worker
     s.batch_result_processor = sg.SchedulerBatchResultProcessor(
         is_generation=True,
         disaggregation_mode=s.disaggregation_mode,
