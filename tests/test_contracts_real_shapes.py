@@ -268,7 +268,7 @@ def test_a_class_built_inside_a_function_is_checked_with_the_function_imports(sg
         """})  # fmt: skip
     report = check(sglang_like / "hardware_backend" / "npu" / "attention" / "kda.py")
     (found,) = report.breaks
-    assert found.cls == "_AscendKDA" and found.method == "_replay_metadata"
+    assert found.cls == "AscendKDAHybrid.__new__.<locals>._AscendKDA" and found.method == "_replay_metadata"
     assert "unexpected keyword argument 'num_padding'" in found.message
 
 

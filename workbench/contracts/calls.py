@@ -206,6 +206,7 @@ def function_calls(
         if source is not None and source.kind in ("attr", "param") and not source.item:
             aliases[target.id] = Receiver(source.kind, source.attr, source.annotation, item=True)
     caller = f"{cls}.{function.name}" if cls else function.name
+    dicts = _literal_dicts(function) if any(k.arg is None for c, _ in calls for k in c.keywords) else {}
     out = []
     for node, narrow in calls:
         assert isinstance(node.func, ast.Attribute)
@@ -218,6 +219,7 @@ def function_calls(
         if receiver is None:
             continue
         text = _call_text(node)
+        keywords, starstar = _keywords(node, dicts)
         site = CallSite(
             file=path,
             line=node.lineno,
@@ -226,14 +228,64 @@ def function_calls(
             name=node.func.attr,
             via=receiver.kind,
             positional=sum(not isinstance(a, ast.Starred) for a in node.args),
-            keywords=tuple(k.arg for k in node.keywords if k.arg is not None),
+            keywords=keywords,
             star=any(isinstance(a, ast.Starred) for a in node.args),
-            starstar=any(k.arg is None for k in node.keywords),
+            starstar=starstar,
             text=text,
             arg_names=tuple(a.id if isinstance(a, ast.Name) else None for a in node.args),
         )
         out.append((site, receiver))
     return out
+
+
+def _dict_keys(node: ast.expr) -> tuple[str, ...] | None:
+    """The keys of ``{"k": v, ...}`` or ``dict(k=v, ...)`` when every key is a plain string; else None."""
+    if isinstance(node, ast.Dict):
+        keys = node.keys
+        if all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in keys):
+            return tuple(k.value for k in keys)  # type: ignore[union-attr]
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+        names = [k.arg for k in node.keywords]
+        return tuple(n for n in names if n is not None) if None not in names else None
+    return None
+
+
+def _literal_dicts(function: Function) -> dict[str, tuple[str, ...]]:
+    """Local names bound once to a dict literal and never changed afterwards (no item assigned, no method
+    called on them, not rebound): their keys, which ``**name`` passes as keywords."""
+    bound: dict[str, tuple[str, ...] | None] = {}
+    changed: set[str] = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    keys = _dict_keys(node.value) if len(node.targets) == 1 else None
+                    bound[target.id] = keys if target.id not in bound else None
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.withitem, ast.NamedExpr)):
+            rebound: ast.AST | None = getattr(node, "target", None) or getattr(node, "optional_vars", None)
+            changed.update(n.id for n in (ast.walk(rebound) if rebound is not None else ()) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.value, ast.Name):
+            mutated = isinstance(node, ast.Attribute) or isinstance(node.ctx, (ast.Store, ast.Del))
+            changed.update([node.value.id] if mutated else [])  # extra["k"] = v, extra.update(...), extra.pop(...)
+    return {name: keys for name, keys in bound.items() if keys is not None and name not in changed}
+
+
+def _keywords(node: ast.Call, dicts: dict[str, tuple[str, ...]]) -> tuple[tuple[str, ...], bool]:
+    """A call's keywords, those a ``**`` of a dict literal (or of a name bound to one) passes included, and
+    whether any ``**`` is left whose keys are unknown."""
+    keywords: list[str] = []
+    unknown = False
+    for keyword in node.keywords:
+        if keyword.arg is not None:
+            keywords.append(keyword.arg)
+            continue
+        value = keyword.value
+        keys = dicts.get(value.id) if isinstance(value, ast.Name) else _dict_keys(value)
+        if keys is None:
+            unknown = True
+        else:
+            keywords += keys
+    return tuple(dict.fromkeys(keywords)), unknown
 
 
 def _receiver(
@@ -271,13 +323,29 @@ def attribute_types(node: ast.ClassDef) -> dict[str, ast.expr]:
             for inner in _statements(statement.body):
                 if isinstance(inner, ast.AnnAssign) and (attr := _self_attr(inner.target, self_name)):
                     found.setdefault(attr, inner.annotation)
-                elif isinstance(inner, ast.Assign) and annotated and isinstance(inner.value, ast.Name):
-                    annotation = annotated.get(inner.value.id)
+                elif isinstance(inner, ast.Assign) and annotated:
+                    annotation = _assigned_annotation(inner.value, annotated)
                     for target in inner.targets:
                         if annotation is not None and (attr := _self_attr(target, self_name)):
                             found.setdefault(attr, annotation)
     node._wb_attrs = found  # type: ignore[attr-defined]
     return found
+
+
+def _assigned_annotation(value: ast.expr, annotated: dict[str, ast.expr]) -> ast.expr | None:
+    """The annotation an assigned value carries: an annotated parameter's (``self.b = backend``), or, for a
+    list or tuple of annotated parameters (``self.backends = [full_backend, linear_backend]``), a list of
+    their union."""
+    if isinstance(value, ast.Name):
+        return annotated.get(value.id)
+    if isinstance(value, (ast.List, ast.Tuple)) and value.elts:
+        found = [annotated.get(e.id) if isinstance(e, ast.Name) else None for e in value.elts]
+        parts = [part for part in found if part is not None]
+        if len(parts) < len(found):
+            return None
+        union = ast.Subscript(value=ast.Name("Union", ast.Load()), slice=ast.Tuple(parts, ast.Load()), ctx=ast.Load())
+        return ast.Subscript(value=ast.Name("List", ast.Load()), slice=union, ctx=ast.Load())
+    return None
 
 
 def _self_attr(target: ast.expr, self_name: str) -> str:

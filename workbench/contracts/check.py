@@ -263,6 +263,12 @@ class _Trees:
         return found
 
 
+def shown(ref: Ref) -> str:
+    """A class's name in a finding: a class built inside a function by its qualified name
+    (``make_backend.<locals>.Backend``), which tells it from a module-level twin and says where it is built."""
+    return ref.qualname if "<locals>" in ref.qualname else ref.name
+
+
 def _reaches(trees: _Trees, sub: Ref, caller: Ref, method: str) -> bool:
     """Whether ``caller``'s ``method`` still runs on ``sub``: not overridden, or every override calls up."""
     key = (sub, caller, method)
@@ -492,6 +498,8 @@ def _own_protocols(trees: _Trees, sites: list[tuple[CallSite, Ref]]) -> dict[tup
             owner = trees.resolve(cls, site.name)
             if owner is None or (id(owner.node), site.name) in evidence:
                 continue
+            if site.via in ("attr", "param") and _other_branch(trees, cls, owner, base_owner, site):
+                continue  # another protocol's call: no evidence on this one
             reference = base_owner if owner != base_owner else trees.resolve(owner, site.name, owner)
             facts = compare(owner, reference, site.name) if reference is not None else None
             if facts is None:
@@ -539,11 +547,13 @@ def _breaks(
             found = source_method(owner, site.name)
             if not isinstance(found, Method) or _ignored(trees, owner, found):
                 continue
-            for finding in call_site_findings(owner.name, site, found, base_method, receiver_class.label):
+            if caller is None and _other_branch(trees, sub, owner, base_owner, site):
+                continue  # an annotation wider than the object: a class in between already rejects the call
+            for finding in call_site_findings(shown(owner), site, found, base_method, receiver_class.label):
                 key = (id(owner.node), site.name, site.file, site.line, finding.kind, finding.message)
                 if key not in grouped:
                     grouped[key] = (finding, [])
-                grouped[key][1].append(sub.name)
+                grouped[key][1].append(shown(sub))
     breaks, redesigned = [], []
     for key, (finding, subs) in grouped.items():
         evidence = protocols.get((key[0], key[1]))
@@ -557,6 +567,28 @@ def _breaks(
         else:
             breaks.append(_with(finding, BREAK, subs))
     return breaks, redesigned
+
+
+def _other_branch(trees: _Trees, sub: Ref, owner: Ref, base_owner: Ref | None, site: CallSite) -> bool:
+    """Whether a composed call (``self.quant_method.apply(self, x, bias)`` on an attribute annotated with the
+    root of several protocols) reaches ``sub`` only through a class between the override and the annotated
+    class whose own definition, not a generic ``(*args, **kwargs)`` one, rejects the call already: that branch
+    redesigned the method (a MoE method's ``apply`` under a linear layer's ``QuantizeMethodBase``), so the
+    caller never holds such an object. Only a class of the contracts counts: a checked class that rejects the
+    call is a break itself, and its subclasses' overrides are reported too."""
+    order = trees.mro(sub)
+    try:
+        start = order.index(owner) + 1
+        end = order.index(base_owner) if base_owner is not None else len(order)
+    except ValueError:
+        return False
+    for ref in order[start:end]:
+        if ref.node is None or ref.path in trees.target_files or site.name not in members(ref.node):
+            continue  # a checked class in between that rejects the call is a break of its own, not a branch
+        method = source_method(ref, site.name)
+        if isinstance(method, Method) and not _generic(method) and not _takes(site, method):
+            return True
+    return False
 
 
 def _takes(site: CallSite, method: Method) -> bool:
@@ -592,9 +624,11 @@ def _drift(trees: _Trees, within: set[Ref] | None, methods: Sequence[str] | None
                 continue
             if _ignored(trees, ref, override):
                 continue
-            findings = signature_findings(ref.name, name, base_method, override, parent.label)
+            findings = signature_findings(shown(ref), name, base_method, override, parent.label)
             if findings:
-                heirs = [ref.name] + [s.name for s in trees.subclasses.get(ref, ()) if trees.resolve(s, name) == ref]
+                heirs = [shown(ref)] + [
+                    shown(s) for s in trees.subclasses.get(ref, ()) if trees.resolve(s, name) == ref
+                ]
                 out += [_with(f, DRIFT, heirs) for f in findings]
     return out
 
@@ -885,7 +919,7 @@ def _contracts(
             b.node.lineno if b.node else None,
             _public(trees, b, methods),
             calls_by_base.get(b, 0),
-            tuple(dict.fromkeys(s.name for s in trees.subclasses.get(b, ()))),
+            tuple(dict.fromkeys(shown(s) for s in trees.subclasses.get(b, ()))),
         )
         for b in bases
     ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
 import importlib.util
 import inspect
 import os
@@ -33,7 +34,9 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 _METHOD_CALL = re.compile(rb"\.\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 _INDENTED_CLASS = re.compile(rb"^[ \t]+class\s", re.M)
-Names = dict[str, tuple[Any, ...]]  # local name -> ("class", node) | ("from", mod, attr, level) | ("import", mod)
+Names = dict[str, tuple[Any, ...]]
+"""local name -> ("class", node) | ("from", mod, attr, level) | ("import", mod) | ("expr", node): a factory's
+parameter, bound to what the module's call of it passes (resolved at the module's top level)."""
 
 MAX_FILE_BYTES = 5_000_000
 """A larger file is skipped (noted), never read: real engine sources stay far below (sglang's largest module is
@@ -193,9 +196,12 @@ def _class_nodes(
     out: list[tuple[ast.ClassDef, str, Names | None]],
     imports: list[str],
     deep: bool = True,
+    factories: dict[str, ast.Call] | None = None,
 ) -> None:
     """Classes in a body: nested ones, and (``deep``) those built inside functions, with the function's own
-    imports (added to ``imports``: they tell the file's root too)."""
+    imports (added to ``imports``: they tell the file's root too). ``factories``: the first call the module
+    makes of each of its top-level functions (``Backend = make_backend(MambaBase)``): a class the function
+    builds on a parameter (``class Backend(base):``) derives from what that call passes."""
     for statement in _statements(body):
         if isinstance(statement, ast.ClassDef):
             qualname = prefix + statement.name
@@ -205,8 +211,84 @@ def _class_nodes(
             inner = [s for s in _statements(statement.body) if isinstance(s, (ast.ClassDef, *_FUNCTIONS))]
             if inner:  # most functions build no class: skip their bindings
                 local: Names = dict(scope or {})
+                call = (factories or {}).get(statement.name) if not prefix else None
+                if call is not None:
+                    local.update(_parameter_bindings(statement.args, call))
                 _bindings(statement.body, local, imports, None)
                 _class_nodes(statement.body, f"{prefix}{statement.name}.<locals>.", local, out, imports)
+
+
+def _parameter_bindings(args: ast.arguments, call: ast.Call) -> Names:
+    """The parameters a module-level call of a factory fills with a name (``make_backend(MambaBase)``): each
+    bound to that expression, resolved at the module's top level."""
+    positional = [*args.posonlyargs, *args.args]
+    found: Names = {}
+    for arg, value in zip(positional, call.args, strict=False):
+        if isinstance(value, ast.Starred):
+            break
+        if isinstance(value, (ast.Name, ast.Attribute)):
+            found[arg.arg] = ("expr", value)
+    named = {a.arg for a in [*positional, *args.kwonlyargs]}
+    for keyword in call.keywords:
+        if keyword.arg in named and isinstance(keyword.value, (ast.Name, ast.Attribute)):
+            found[keyword.arg] = ("expr", keyword.value)
+    return found
+
+
+def _factory_calls(body: list[ast.stmt]) -> dict[str, ast.Call]:
+    """The first top-level call of each name (``X = make(Base)``, ``make(Base)``): the factories' arguments."""
+    found: dict[str, ast.Call] = {}
+    for statement in _statements(body):
+        value = statement.value if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.Expr)) else None
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+            found.setdefault(value.func.id, value)
+    return found
+
+
+def _type_classes(body: list[ast.stmt], names: Names, out: list[tuple[ast.ClassDef, str, Names | None]]) -> None:
+    """Classes built by ``Name = type("Name", (Base, ...), {"hook": function, ...})`` at the top level: each
+    read as a ``class`` statement whose methods are the module's functions (or lambdas) the dict names, so an
+    override keeps the location of its ``def``."""
+    functions = {s.name: s for s in _statements(body) if isinstance(s, _FUNCTIONS)}
+    for statement in _statements(body):
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
+            continue
+        target, call = statement.targets[0], statement.value
+        if not (isinstance(target, ast.Name) and isinstance(call, ast.Call) and not call.keywords):
+            continue
+        if not (isinstance(call.func, ast.Name) and call.func.id == "type" and len(call.args) == 3):
+            continue
+        bases, namespace = call.args[1], call.args[2]
+        if not (isinstance(bases, ast.Tuple) and isinstance(namespace, ast.Dict)):
+            continue
+        methods: list[ast.stmt] = []
+        for key, value in zip(namespace.keys, namespace.values, strict=True):
+            if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+                continue
+            methods.append(_type_member(key.value, value, functions))
+        node = ast.ClassDef(
+            name=target.id, bases=list(bases.elts), keywords=[], body=methods or [ast.Pass()], decorator_list=[]
+        )
+        ast.copy_location(node, call)
+        node.end_lineno, node.end_col_offset = call.end_lineno, call.end_col_offset
+        out.append((node, target.id, None))
+        names[target.id] = ("class", node)
+
+
+def _type_member(name: str, value: ast.expr, functions: dict[str, Function]) -> ast.stmt:
+    """One entry of ``type()``'s namespace as the statement a ``class`` body would hold."""
+    if isinstance(value, ast.Name) and value.id in functions:
+        function = functions[value.id]
+        if function.name == name:
+            return function
+        renamed = copy.copy(function)  # the same node under the key's name (its caches stay its own)
+        renamed.name = name
+        return renamed
+    if isinstance(value, ast.Lambda):
+        body: list[ast.stmt] = [ast.copy_location(ast.Return(value=value.body), value)]
+        made = ast.FunctionDef(name=name, args=value.args, body=body, decorator_list=[], returns=None)
+        return ast.copy_location(made, value)
+    return ast.copy_location(ast.Assign(targets=[ast.Name(name, ast.Store())], value=value), value)
 
 
 def decorator_name(node: ast.expr) -> str:
@@ -578,7 +660,11 @@ class SourceIndex:
         module = SourceModule(path, self.dotted(path), names, tree, self.root_of(path), stars=stars, imports=imports)
         module.source = source
         # a class inside a function is indented: without one, no function body needs a look
-        _class_nodes(tree.body, "", None, module.class_nodes, imports, deep=bool(_INDENTED_CLASS.search(source)))
+        deep = bool(_INDENTED_CLASS.search(source))
+        factories = _factory_calls(tree.body) if deep else None
+        _class_nodes(tree.body, "", None, module.class_nodes, imports, deep=deep, factories=factories)
+        if b"type(" in source:
+            _type_classes(tree.body, names, module.class_nodes)
         return module
 
     # -- finding modules -------------------------------------------------------------------------------
@@ -642,6 +728,9 @@ class SourceIndex:
                 if found is not None:
                     return found
             return None
+        if entry[0] == "expr":  # a factory's parameter: what the module's call passes, at the top level
+            found = self.resolve(module, entry[1]) if depth < 20 else None
+            return found if found is not None and found.module != "?" else None
         if entry[0] == "class":
             qualname = next((q for n, q, _ in module.class_nodes if n is entry[1]), name)
             return Ref(name, module.dotted, module.path, entry[1], qualname, scope)
