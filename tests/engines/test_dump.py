@@ -14,7 +14,8 @@ except EngineError as e:
     pytest.skip(f"vllm is not importable here: {e}", allow_module_level=True)
 
 from workbench.engines import dump  # noqa: E402
-from workbench.engines.vllm_scheduler import Deployment, _Driver, drive, load, run_vllm_scheduler  # noqa: E402
+from workbench.engines.vllm_recorder import Deployment  # noqa: E402
+from workbench.engines.vllm_scheduler import _Driver, drive, load, run_vllm_scheduler  # noqa: E402
 from workbench.traces.format import read_trace  # noqa: E402
 from workbench.traces.replay import replay_trace  # noqa: E402
 

@@ -1,5 +1,5 @@
 """A trace dumper for a live vLLM 0.33.0 process (issue 29): the driver's recorder
-(:class:`~workbench.engines.vllm_scheduler.Recorder`) attached to the engine's own ``Scheduler``, writing the
+(:class:`~workbench.engines.vllm_recorder.Recorder`) attached to the engine's own ``Scheduler``, writing the
 trace file (``docs/traces.md``) as the engine runs.
 
     dumper = install(engine_core.scheduler, "/tmp/trace.jsonl")   # by hand, in the EngineCore process
@@ -30,7 +30,7 @@ import types
 from typing import Any
 
 from workbench.engines.versions import EngineError
-from workbench.engines.vllm_scheduler import Recorder, _commit
+from workbench.engines.vllm_recorder import Recorder, _commit
 
 ENV = "LINATTN_TRACE"
 """The environment variable :func:`vllm_plugin` reads: the trace file's path (``{pid}``: the process id)."""

@@ -1,5 +1,5 @@
 """A trace dumper for a live sglang 0.5.23 scheduler process (issue 29): the CPU driver's recorder
-(:class:`~workbench.engines.sglang_scheduler.Recorder`) attached to the engine's own ``Scheduler``, writing the
+(:class:`~workbench.engines.sglang_recorder.Recorder`) attached to the engine's own ``Scheduler``, writing the
 trace file (``docs/traces.md``) as the engine runs.
 
     dumper = install(scheduler, "/tmp/trace.jsonl")   # by hand, in the scheduler process
@@ -46,7 +46,7 @@ import types
 from typing import Any
 
 from workbench.engines.dump import ENV
-from workbench.engines.sglang_scheduler import Recorder
+from workbench.engines.sglang_recorder import Recorder
 from workbench.engines.versions import EngineError
 
 log = logging.getLogger(__name__)
