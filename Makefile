@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # MODULE EXTRA PURPOSE: exit 2 with one line naming the extra when MODULE is not installed
 NEED   := $(BIN)/python -c 'import sys, workbench.extras as x; sys.exit(x.main(sys.argv[1:]))'
 
-.PHONY: setup lab app test test-fast test-engines engines lint format demo bench doctor clean
+.PHONY: setup lab app test test-fast test-engines test-engines-matrix engines lint format demo bench doctor clean
 
 setup: $(STAMP)
 
@@ -57,8 +57,16 @@ $(ENGINES_VENV)/.installed: pyproject.toml
 	@touch $@
 
 # the adapter tests against the real wheels (marker engines; make test runs the fake-engine ones and skips these)
+# SGLANG_ROOT / VLLM_ROOT: test a clone instead of the installed release; CHECKOUT=1 first checks out the commit
+# the adapters were verified on (.ci/<engine>-verified.commit) in it
 test-engines: engines
-	$(ENGINES_VENV)/bin/python -m pytest -q -m engines tests/engines
+	$(if $(and $(CHECKOUT),$(SGLANG_ROOT)),git -C $(SGLANG_ROOT) checkout --quiet $$(cat .ci/sglang-verified.commit))
+	$(if $(and $(CHECKOUT),$(VLLM_ROOT)),git -C $(VLLM_ROOT) checkout --quiet $$(cat .ci/vllm-verified.commit))
+	LINATTN_SGLANG_ROOT=$(SGLANG_ROOT) LINATTN_VLLM_ROOT=$(VLLM_ROOT) $(ENGINES_VENV)/bin/python -m pytest -q -m "engines and not network" tests/engines
+
+# every verified release of both engines through engine-check, each from its own wheel (downloaded once, cached)
+test-engines-matrix: engines
+	$(ENGINES_VENV)/bin/python -m pytest -q -m "engines and network" tests/engines/test_matrix.py
 
 # ruff, the one-way import layers (import-linter, contracts in pyproject.toml), the type checker
 lint: $(STAMP)

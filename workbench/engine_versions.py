@@ -7,18 +7,22 @@
 profiles' ``checked_against`` text and a trace header's engine note (``workbench.traces.model.engine_note``).
 It imports nothing, so a command's ``--help`` and the trace reader read it without torch or an engine.
 
-Adding a release (a subclass of the engine's last adapter, issue 30) is one more version here, in the order
-the engine released them, and its class in ``workbench.engines.registry``.
+Adding a release is one more version here, in the order the engine released them, and its adapter class in
+``workbench.engines.registry`` (an older one: a table entry of ``workbench.engines.releases``). An engine at
+another version (a clone, a nightly) runs on the newest adapter once its probes pass, reported unverified.
 
-    >>> VERIFIED["sglang"], verified_versions("vllm"), verified_versions("tgi")
-    (('0.5.23',), ('0.33.0',), ())
+    >>> VERIFIED["sglang"], verified_versions("vllm")[-1], verified_versions("tgi")
+    (('0.5.21', '0.5.22', '0.5.23'), '0.33.0', ())
     >>> releases("sglang"), releases("vllm", "vLLM")
-    ('sglang 0.5.23', 'vLLM 0.33.0')
+    ('sglang 0.5.21, 0.5.22, 0.5.23', 'vLLM 0.31.0, 0.32.0, 0.33.0')
 """
 
 from __future__ import annotations
 
-VERIFIED: dict[str, tuple[str, ...]] = {"sglang": ("0.5.23",), "vllm": ("0.33.0",)}
+VERIFIED: dict[str, tuple[str, ...]] = {
+    "sglang": ("0.5.21", "0.5.22", "0.5.23"),
+    "vllm": ("0.31.0", "0.32.0", "0.33.0"),
+}
 """Engine -> the released versions an adapter exists for and is verified on, oldest first."""
 
 ENGINE_NAMES: tuple[str, ...] = tuple(VERIFIED)

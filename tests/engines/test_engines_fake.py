@@ -11,11 +11,15 @@ from fake_engine import FakeAdapter, FakeAscendReverted, FakeOffByOne
 
 import workbench.engines as engines
 from workbench.cli import main
-from workbench.engines import EngineError, check_supported
+from workbench.engines import EngineError, check_supported, identity
 from workbench.engines.check import engine_check
+from workbench.engines.identity import EngineIdentity
 from workbench.engines.oracle import compare
+from workbench.engines.registry import get_adapter
 from workbench.engines.subject import engine_backend
 from workbench.pool import StatePool
+
+FAKE_IDENTITY = EngineIdentity("fake", "1.0", verified=True, adapter="1.0", probes="passed")
 
 
 def shuffled_pool(seed: int = 0) -> StatePool:
@@ -72,6 +76,7 @@ def test_the_subject_writes_the_engine_values_into_the_graph_buffers() -> None:
 
 def test_engine_check_command_exit_codes(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     monkeypatch.setattr(engines, "adapter_class", lambda name: FakeAdapter)
+    monkeypatch.setattr(engines, "engine_identity", lambda adapter: FAKE_IDENTITY)
     assert main(["engine-check", "sglang", "--batches", "20", "--modes", "decode,extend"]) == 0
     assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("OK: fake 1.0 FakeMambaBackend")
     spec = f"{FakeAscendReverted.__module__}:FakeAscendReverted"
@@ -84,15 +89,24 @@ def test_engine_check_command_exit_codes(monkeypatch: pytest.MonkeyPatch, capsys
     assert "defines no 'nope'" in capsys.readouterr().err
 
 
-def test_an_engine_that_is_missing_or_of_another_version_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engines.versions, "installed_version", lambda name: None)
-    with pytest.raises(EngineError, match=r"^sglang is not installed; supported: sglang 0\.5\.23 \(make engines"):
+def test_an_engine_that_is_missing_is_one_line_and_another_version_is_judged_by_probes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(identity.importlib.metadata, "version", _not_found)
+    with pytest.raises(EngineError, match=r"^sglang is not installed \(make engines installs .*--engine-root DIR"):
         check_supported("sglang")
-    monkeypatch.setattr(engines.versions, "installed_version", lambda name: "0.5.24")
-    with pytest.raises(EngineError, match=r"^sglang 0\.5\.24 is installed; supported: sglang 0\.5\.23$"):
-        check_supported("sglang")
+    monkeypatch.setattr(identity.importlib.metadata, "version", lambda name: "0.5.24.dev3+gabc1234")
+    monkeypatch.setattr(identity, "_package_dir", lambda name: None)
+    assert check_supported("sglang") == "0.5.24.dev3+gabc1234"  # no refusal: the adapter's probes judge it
+    ident = identity.identify("sglang")
+    assert not ident.verified and ident.status == "unverified"
+    assert engines.adapter_class("sglang") is get_adapter("sglang")  # the newest adapter
     with pytest.raises(EngineError, match="engine: 'trt' is not one of"):
         check_supported("trt")
+
+
+def _not_found(name: str) -> str:
+    raise identity.importlib.metadata.PackageNotFoundError(name)
 
 
 def test_the_lab_captures_and_replays_with_an_engine_backend(monkeypatch: pytest.MonkeyPatch) -> None:

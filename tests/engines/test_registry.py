@@ -37,8 +37,25 @@ def test_get_adapter_takes_the_newest_release_unless_told():
             assert get_adapter(engine, version).version == version
     with pytest.raises(EngineError, match=r"^engine: 'tgi' is not one of \('sglang', 'vllm'\)$"):
         get_adapter("tgi")
-    with pytest.raises(EngineError, match=r"^sglang 0\.5\.21 has no adapter; verified: sglang 0\.5\.23$"):
-        get_adapter("sglang", "0.5.21")
+    with pytest.raises(EngineError, match=r"^sglang 0\.5\.20 has no adapter; verified: sglang 0\.5\.21, 0\.5\.22, "):
+        get_adapter("sglang", "0.5.20")
+
+
+def test_an_older_release_is_a_table_over_the_newest_adapter_not_a_copy():
+    from workbench.engines.releases import CLASSES, RELEASES
+
+    assert len(CLASSES) == len(RELEASES) == sum(len(v) - 1 for v in VERIFIED.values())
+    for release, cls in zip(RELEASES, CLASSES, strict=True):
+        newest = get_adapter(release.engine)
+        assert ADAPTERS[release.engine][release.version] is cls and cls.__bases__ == (newest,)
+        assert (
+            set(vars(cls)) - {"__module__", "__doc__", "__abstractmethods__", "_abc_impl"}
+            == {
+                "version",
+                "release_notes",
+            }
+            and cls.release_notes
+        )
 
 
 def test_the_registry_is_ready_for_more_releases_and_refuses_a_mismatch():
@@ -50,9 +67,23 @@ def test_the_registry_is_ready_for_more_releases_and_refuses_a_mismatch():
     with pytest.raises(RuntimeError, match=r"^sglang 0\.5\.24: .* is for a release VERIFIED does not name$"):
         build_registry([sglang, newer, vllm])
     with pytest.raises(RuntimeError, match=r"^sglang 0\.5\.23: verified, but no adapter class is registered$"):
-        build_registry([vllm])
+        build_registry([vllm], {"sglang": ("0.5.23",), "vllm": (vllm.version,)})
     with pytest.raises(RuntimeError, match=r"^sglang 0\.5\.23: two adapters"):
         build_registry([sglang, type("Again", (sglang,), {}), vllm])
+
+
+def _installed(monkeypatch: pytest.MonkeyPatch, version: str | None) -> None:
+    """The installed engines all report ``version`` (None: none installed)."""
+    from workbench.engines import identity
+    from workbench.engines.identity import EngineIdentity
+
+    def installed(engine: str) -> EngineIdentity:
+        if version is None:
+            raise EngineError(f"{engine} is not installed")
+        return EngineIdentity(engine, version, verified=version in VERIFIED[engine])
+
+    monkeypatch.setattr(identity, "identify_installed", installed)
+    monkeypatch.setattr(engines, "installed_version", lambda name: version)
 
 
 def test_with_two_releases_the_newest_is_the_default_and_the_installed_one_is_loaded(monkeypatch):
@@ -63,20 +94,22 @@ def test_with_two_releases_the_newest_is_the_default_and_the_installed_one_is_lo
     table = build_registry([sglang, newer, vllm], {"sglang": ("0.5.23", "0.5.24"), "vllm": (vllm.version,)})
     monkeypatch.setattr(registry, "ADAPTERS", table)
     assert get_adapter("sglang") is newer and get_adapter("sglang", "0.5.23") is sglang
-    monkeypatch.setattr(engines.versions, "installed_version", lambda name: "0.5.23")
+    _installed(monkeypatch, "0.5.23")
     assert adapter_class("sglang") is sglang  # the installed release's, not the newest
 
 
 def test_adapter_class_is_the_registrys_class_of_the_installed_release(monkeypatch: pytest.MonkeyPatch):
     for engine, versions in VERIFIED.items():
-        monkeypatch.setattr(engines.versions, "installed_version", lambda name, v=versions[0]: v)
-        assert check_supported(engine) == versions[0]
-        assert adapter_class(engine) is ADAPTERS[engine][versions[0]]
-    monkeypatch.setattr(engines.versions, "installed_version", lambda name: "0.0.1")
-    with pytest.raises(EngineError, match=r"^sglang 0\.0\.1 is installed; supported: sglang 0\.5\.23$"):
-        adapter_class("sglang")
-    monkeypatch.setattr(engines, "installed_version", lambda name: "0.0.1")
+        for version in versions:
+            _installed(monkeypatch, version)
+            assert check_supported(engine) == version
+            assert adapter_class(engine) is ADAPTERS[engine][version]
+    _installed(monkeypatch, "0.0.1.dev3+gabc")  # not verified: the newest adapter, whose probes judge it
+    assert adapter_class("sglang") is get_adapter("sglang") and check_supported("vllm") == "0.0.1.dev3+gabc"
     assert installed_engines() == []
+    _installed(monkeypatch, None)
+    with pytest.raises(EngineError, match=r"^sglang is not installed"):
+        adapter_class("sglang")
     monkeypatch.setattr(engines, "installed_version", lambda name: VERIFIED[name][-1] if name == "vllm" else None)
     assert installed_engines() == ["vllm"]
 

@@ -8,9 +8,11 @@ and replays with the engine's own ``init_forward_metadata_out_graph(..., in_capt
 engine-check`` is the command line.
 
 Adapters exist per verified release (:data:`workbench.engine_versions.VERIFIED`, the one table;
-``SUPPORTED`` is it), their classes in :data:`workbench.engines.registry.ADAPTERS`; each imports the installed
-engine with the stand-ins of :mod:`~workbench.engines.standins` for device-only modules. ``make engines``
-installs both engines beside the CPU torch.
+``SUPPORTED`` is it), their classes in :data:`workbench.engines.registry.ADAPTERS`; each imports the engine
+(installed, or a source tree: :mod:`~workbench.engines.identity`) with the stand-ins of
+:mod:`~workbench.engines.standins` for device-only modules and runs its capability probes
+(:mod:`~workbench.engines.probes`) before any batch. ``make engines`` installs both engines beside the CPU
+torch.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from workbench.engines.versions import SUPPORTED, EngineError, check_supported, 
 
 if TYPE_CHECKING:
     from workbench.engines.base import EngineAdapter
+    from workbench.engines.identity import EngineIdentity
 
 
 def __getattr__(name: str) -> Any:
@@ -33,16 +36,27 @@ def __getattr__(name: str) -> Any:
 
 
 def adapter_class(engine: str) -> type[EngineAdapter]:
-    """The adapter of the installed version of ``engine`` (:class:`EngineError` when there is none), from
+    """The adapter for the ``engine`` this process uses (:func:`~workbench.engines.identity.identify`: a tree
+    chosen with ``--engine-root``, else the installed one): a verified release's own, else the newest, whose
+    probes then judge the engine when it loads; :class:`EngineError` when the engine is not there. From
     :data:`workbench.engines.registry.ADAPTERS` (imported here: the adapters import torch)."""
-    version = check_supported(engine)
-    from workbench.engines.registry import get_adapter
+    from workbench.engines.identity import identify
+    from workbench.engines.registry import adapter_for
 
-    return get_adapter(engine, version)
+    return adapter_for(identify(engine))
+
+
+def engine_identity(adapter: type[EngineAdapter]) -> EngineIdentity:
+    """What engine ``adapter`` runs on, once its probes passed: the engine loaded (:func:`prepare`), its
+    identity with the adapter's release and ``probes="passed"``."""
+    from workbench.engines.identity import identify
+
+    prepare(adapter)
+    return identify(adapter.engine).with_(adapter=adapter.version, probes="passed")
 
 
 def installed_engines() -> list[str]:
-    """The engines installed at a version an adapter exists for (read from their metadata: nothing imported)."""
+    """The engines installed at a verified release (read from their metadata: nothing imported)."""
     return [name for name, versions in SUPPORTED.items() if installed_version(name) in versions]
 
 
@@ -59,6 +73,7 @@ __all__ = [
     "EngineError",
     "adapter_class",
     "check_supported",
+    "engine_identity",
     "installed_version",
     "prepare",
 ]

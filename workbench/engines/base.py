@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from workbench.batch import Batch
+from workbench.engines.identity import identify
 from workbench.engines.versions import EngineError
 from workbench.layer_names import DEFAULT_LAYER
 from workbench.metadata import Metadata, MetadataBuffers
@@ -77,11 +78,19 @@ class EngineAdapter(ABC):
     def profile(self) -> str:
         """The workbench profile the engine's class implements."""
 
+    release_notes: ClassVar[str] = ""
+    """What differs in this release from the one whose adapter it runs on (``workbench.engines.releases``)."""
+
     @property
     def label(self) -> str:
-        """``"sglang 0.5.23 GDNAttnBackend (real code)"``."""
+        """``"sglang 0.5.23 GDNAttnBackend (real code)"``: the engine's own version (a clone's
+        ``0.5.24.dev12+g...`` on the newest adapter)."""
         cls = self.backend_class.__name__ if self.backend_class else self.default_class_name
-        return f"{self.engine} {self.version} {cls} (real code)"
+        try:
+            version = identify(self.engine).version
+        except EngineError:  # an adapter of an engine that is not here (a test's fake): its release
+            version = self.version
+        return f"{self.engine} {version} {cls} (real code)"
 
     @property
     @abstractmethod

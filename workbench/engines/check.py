@@ -7,8 +7,13 @@
    engine's ``in_capture=True`` path) and replays random batches (its replay path), each compared with the
    same padded step run eagerly and with the float64 reference, integrity included.
 
+3. vLLM only: a second KV-cache group of the layer on random batches (decode, target_verify, extend; eager
+   and replay), its state indices as the runner makes them (``update_block_table`` where the runner calls
+   it) against ``build()`` on the group's own block table (:func:`~workbench.engines.oracle.compare_groups`).
+
 An engine error (a ``TypeError`` from the engine's call of an override: the seed) is the finding, with the
-call and the batch; it is never swallowed into "OK".
+call and the batch; it is never swallowed into "OK". ``runner`` picks vLLM's model runner (``"v2"``, its
+default, or ``"v1"``); sglang has none and refuses one.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 from workbench import html
 from workbench.batch import Batch
 from workbench.engines.base import EngineAdapter, EngineError, probe_pool
-from workbench.engines.oracle import ORACLE_MODES, Divergence, OracleResult, compare, random_batch
+from workbench.engines.oracle import ORACLE_MODES, Divergence, OracleResult, compare, compare_groups, random_batch
 from workbench.engines.subject import EngineBackend, engine_backend
 from workbench.layer_names import DEFAULT_LAYER
 from workbench.layers import LayerError, make_layer
@@ -56,6 +61,8 @@ class EngineCheck:
     label: str
     profile: str
     oracle: OracleResult | None = None
+    runner: str | None = None  # vLLM's model runner the adapter emulated; None: the engine has no choice
+    groups: OracleResult | None = None  # the second KV-cache group (vLLM)
     captured: list[tuple[str, int]] = field(default_factory=list)
     replays: int = 0
     replay_failures: list[str] = field(default_factory=list)
@@ -66,7 +73,7 @@ class EngineCheck:
     @property
     def ok(self) -> bool:
         """Capture and replay ran, agree with the profile, and lost nothing; no engine error."""
-        oracle_ok = self.oracle is None or self.oracle.ok
+        oracle_ok = (self.oracle is None or self.oracle.ok) and (self.groups is None or self.groups.ok)
         return self.failure is None and oracle_ok and not self.replay_failures and not self.divergences
 
     def summary(self) -> str:
@@ -83,6 +90,8 @@ class EngineCheck:
         lines = []
         if self.oracle is not None:
             lines.append(f"oracle: {self.oracle}")
+        if self.groups is not None:
+            lines.append(f"second KV-cache group ({self.runner}): {self.groups}")
         if self.captured:
             lines.append("captured: " + ", ".join(f"{m} {b}" for m, b in self.captured))
         lines += [f"replay: {text}" for text in self.replay_failures]
@@ -97,7 +106,9 @@ class EngineCheck:
             "ok": self.ok,
             "engine": self.label,
             "profile": self.profile,
+            "runner": self.runner,
             "oracle": self.oracle.to_dict() if self.oracle else None,
+            "second_group": self.groups.to_dict() if self.groups else None,
             "captured": [list(c) for c in self.captured],
             "replays": self.replays,
             "replay_failures": list(self.replay_failures),
@@ -112,6 +123,8 @@ class EngineCheck:
             parts.append(html.note(str(self.failure)))
         if self.oracle is not None:
             parts.append(self.oracle._repr_html_())
+        if self.groups is not None:
+            parts.append(self.groups._repr_html_())
         parts += [html.note(text) for text in self.replay_failures]
         return html.block(*parts, title="Engine check")
 
@@ -142,11 +155,14 @@ def engine_check(
     buckets: Sequence[int] = DEFAULT_BUCKETS,
     draft_tokens: int = 2,
     seed: int = 0,
+    runner: str | None = None,
 ) -> EngineCheck:
-    """Check the engine's ``layer`` backend (or ``backend_class``) as oracle and subject; see the module."""
+    """Check the engine's ``layer`` backend (or ``backend_class``) as oracle and subject; see the module.
+    ``runner``: vLLM's model runner to emulate (None: the adapter's default, ``"v2"``)."""
     for mode in modes:
         if mode not in ORACLE_MODES:
             raise EngineError(f"modes: {mode!r} is not one of {ORACLE_MODES}")
+    adapter_class = _with_runner(adapter_class, runner)
     start = time.perf_counter()
     probe = adapter_class(
         probe_pool(adapter_class, draft_tokens), buckets, draft_tokens, layer=layer, backend_class=backend_class
@@ -154,18 +170,43 @@ def engine_check(
     profile = probe.profile
     pool = StatePool(64, profile, slots_per_request=get_profile(profile).slots_per_request(draft_tokens))
     pool.alloc(min(pool.capacity, 2 * max(buckets)))
-    result = EngineCheck(probe.label, profile)
+    result = EngineCheck(probe.label, profile, runner=getattr(probe, "runner", None))
+    stage = "oracle"
     try:
         _subject(result, adapter_class, backend_class, layer, modes, replays, buckets, draft_tokens, profile, seed)
         if result.failure is None:  # the oracle after: a capture that raises is the finding, as in the engine
             adapter = adapter_class(pool, buckets, draft_tokens, layer=layer, backend_class=backend_class)
             result.oracle = compare(adapter, modes=modes, batches=batches, seed=seed)
+            if hasattr(adapter, "second_group"):
+                stage = "second_group"
+                group_modes = [m for m in modes if m != "idle" and (m != "target_verify" or draft_tokens >= 2)]
+                result.groups = compare_groups(adapter, modes=group_modes, batches=batches, seed=seed)
     except EngineError:
         raise
     except Exception as exc:  # noqa: BLE001 - the engine's own error is the finding
-        result.failure = EngineFailure("oracle", f"{type(exc).__name__}: {exc}", _engine_frame(exc))
+        result.failure = EngineFailure(stage, f"{type(exc).__name__}: {exc}", _engine_frame(exc))
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _with_runner(adapter_class: type[EngineAdapter], runner: str | None) -> type[EngineAdapter]:
+    """``adapter_class`` whose instances emulate ``runner`` (vLLM's model runner); refused, by name, for an
+    engine without runners to choose (sglang)."""
+    if runner is None:
+        return adapter_class
+    runners = getattr(adapter_class, "RUNNERS", None)
+    if runners is None:
+        raise EngineError(f"runner: {adapter_class.engine} has no model runner to choose (got {runner!r})")
+    if runner not in runners:
+        raise EngineError(f"runner: {runner!r} is not one of {tuple(runners)}")
+    base: Any = adapter_class
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("runner", runner)
+        base.__init__(self, *args, **kwargs)
+
+    attrs = {"__init__": __init__, "__module__": adapter_class.__module__, "__doc__": adapter_class.__doc__}
+    return type(adapter_class.__name__, (adapter_class,), attrs)
 
 
 def _subject(

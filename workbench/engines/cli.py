@@ -3,10 +3,17 @@
     workbench engine-check sglang                                   # the engine's GDN backend
     workbench engine-check sglang --file my_ascend_backend.py:AscendMamba2AttnBackend
     workbench engine-check vllm --layer mamba2 --batches 1000 --json
+    workbench engine-check sglang --engine-root ~/src/sglang          # a clone: unverified, judged by probes
 
 Exit codes: 0 when capture, replay and the metadata agree with the profile and integrity holds; 1 on a
 divergence or an engine error (the call, the ``TypeError``, the batch); 2 for bad input (an engine that is
-not installed or has no adapter for its version, a spec that does not load, a class of another engine).
+not there, a probe the engine fails, a spec that does not load, a class of another engine).
+
+The engine is the installed one, or the tree ``--engine-root DIR`` names (a clone of the engine's repository,
+``pip install -e``'d or not, or an unpacked wheel): its version and commit are the tree's. A verified release
+runs on its own adapter; any other build on the newest adapter once its probes pass, reported "unverified:
+probes passed" with its version and commit; there a divergence from the profile says the engine's behaviour
+changed.
 
 Importing this module costs no torch: ``workbench engine-check --help`` is instant.
 """
@@ -34,12 +41,27 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     verified = "; ".join(releases(name) for name in ENGINE_NAMES)
     parser.add_argument(
-        "engine", choices=ENGINE_NAMES, help=f"the installed engine, at a verified release ({verified}; make engines)"
+        "engine",
+        choices=ENGINE_NAMES,
+        help=f"the engine (verified: {verified}; make engines installs the newest; other builds run once their "
+        "probes pass)",
+    )
+    parser.add_argument(
+        "--engine-root",
+        metavar="DIR",
+        help="import the engine from this tree (a clone: DIR/python/sglang or DIR/vllm; an unpacked wheel)",
     )
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--backend", metavar="MODULE:CLASS", help="a backend class importable by module name")
     which.add_argument("--file", metavar="PATH:CLASS", help="a backend class in a .py file (a modified engine file)")
     parser.add_argument("--layer", choices=LAYER_NAMES, default=DEFAULT_LAYER, help="which of the engine's backends")
+    parser.add_argument(
+        "--runner",
+        choices=("v2", "v1"),
+        default=None,
+        help="vllm: the model runner whose metadata path is emulated (default v2, vLLM's default since 0.31; v2 "
+        "also checks a second KV-cache group's update_block_table against build())",
+    )
     parser.add_argument(
         "--modes", default=",".join(MODES), metavar="M,M", help=f"comma-separated, from {', '.join(MODES)}"
     )
@@ -47,6 +69,15 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="the batches' seed")
     parser.add_argument("--json", action="store_true", help="print JSON instead of lines")
     return parser
+
+
+def behaviour_changed(ident: Any) -> str:
+    """The line an unverified engine's divergence adds: the engine's behaviour changed since the release its
+    adapter was verified on."""
+    return (
+        f"{ident.name} {ident.version} is not a verified release: where it diverges from the profile above, the "
+        f"engine's behaviour changed since {ident.name} {ident.adapter} (the field named is the one that moved)"
+    )
 
 
 def _positive(text: str) -> int:
@@ -70,7 +101,12 @@ def run(args: argparse.Namespace) -> int:
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         raise EngineError(f"--modes: {', '.join(bad) or repr(args.modes)} not among {', '.join(MODES)}")
+    if args.engine_root:
+        from workbench.engines.identity import use_tree
+
+        use_tree(args.engine, args.engine_root)
     adapter = engines.adapter_class(args.engine)
+    ident = engines.engine_identity(adapter)
     spec = args.backend or args.file
     backend_class: Any = None
     if spec:
@@ -78,10 +114,19 @@ def run(args: argparse.Namespace) -> int:
         backend_class = load_object(spec)
         if not isinstance(backend_class, type):
             raise EngineError(f"{spec!r} is a {type(backend_class).__name__}, not a class")
-    result = engine_check(adapter, backend_class=backend_class, layer=args.layer, modes=modes, batches=args.batches)
+    result = engine_check(
+        adapter, backend_class=backend_class, layer=args.layer, modes=modes, batches=args.batches, runner=args.runner
+    )
+    changed = None if ident.verified or result.ok else behaviour_changed(ident)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        out = result.to_dict()
+        out["label"], out["engine"] = out.get("engine"), {**ident.to_dict(), "runner": out.pop("runner", None)}
+        out["behaviour_changed"] = changed
+        print(json.dumps(out, indent=2))
     else:
+        print(ident)
         print(result)
+        if changed:
+            print(changed)
     sys.stdout.flush()
     return 0 if result.ok else 1

@@ -40,13 +40,14 @@ class Divergence:
     row: int | None
     expected: Any  # the profile's value
     got: Any  # the engine's
+    versus: str = "profile"  # what ``expected`` comes from
 
     def __str__(self) -> str:
         where = f"row {self.row}" if self.row is not None else "shape"
         padded = f", bucket {self.bucket}" if self.bucket else ""
         return (
             f"{self.mode} #{self.index} ({self.path}{padded}): {self.field} {where}: "
-            f"profile {self.expected}, engine {self.got}; batch {self.batch}"
+            f"{self.versus} {self.expected}, engine {self.got}; batch {self.batch}"
         )
 
     def _repr_html_(self) -> str:
@@ -204,6 +205,65 @@ def compare(
                     name, row, want, have = diff
                     result.divergences.append(
                         Divergence(mode, path, i, _describe(batch), bucket, name, row, want, have)
+                    )
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+GROUP_MODES = ("decode", "target_verify", "extend")
+
+
+def compare_groups(
+    adapter: EngineAdapter,
+    *,
+    modes: Sequence[str] = GROUP_MODES,
+    batches: int = 200,
+    seed: int = 0,
+    paths: Sequence[str] = PATHS,
+) -> OracleResult:
+    """A second KV-cache group of the adapter's layer on random batches (an adapter with ``second_group``:
+    vLLM's): each batch gets a fresh second block table (seeded), the runner's metadata for that group
+    (``update_block_table`` where vLLM's runner calls it, else ``build``) is compared with ``build()`` on the
+    group's table. Keys ``mode/path/via``; the first difference of each key is a :class:`Divergence` whose
+    field names the metadata field and the call (``"spec_state_indices_tensor (update_block_table)"``)."""
+    second_group = getattr(adapter, "second_group", None)
+    if second_group is None:
+        raise EngineError(f"{adapter.label}: the adapter models no second KV-cache group")
+    rng = random.Random(seed)
+    result = OracleResult(adapter.label, "build() on the second group's block table")
+    start = time.perf_counter()
+    biggest = max(adapter.buckets)
+    for mode in (m for m in modes if m in GROUP_MODES):
+        for path in paths:
+            if path == "replay" and mode == "extend":
+                continue
+            for i in range(batches):
+                batch = random_batch(adapter, mode, rng, biggest if path == "replay" else 2 * biggest)
+                bucket = None
+                if path == "replay":
+                    bucket = min(b for b in adapter.buckets if b >= batch.raw_batch_size)
+                check = second_group(batch, bucket, adapter.second_block_table(rng.randrange(1 << 31)))  # type: ignore[attr-defined]
+                key = f"{mode}/{path}/{check.via}"
+                result.batches[key] = result.batches.get(key, 0) + 1
+                diff = check.difference()
+                if diff is None:
+                    continue
+                result.mismatched[key] = result.mismatched.get(key, 0) + 1
+                if result.mismatched[key] == 1:
+                    name, row, want, have = diff
+                    result.divergences.append(
+                        Divergence(
+                            mode,
+                            path,
+                            i,
+                            _describe(batch),
+                            bucket,
+                            f"{name} ({check.via})",
+                            row,
+                            want,
+                            have,
+                            versus="build()",
+                        )
                     )
     result.seconds = time.perf_counter() - start
     return result

@@ -6,13 +6,14 @@ a class or a class of a release the table does not name. Importing it imports th
 no engine: each imports its engine in ``load()``); ``workbench.engines.adapter_class`` imports it only when
 asked for an adapter.
 
-Adding a release (issue 30: a subclass over the engine's last adapter, ``version`` its own): its version in
-``VERIFIED``, its class in ``_CLASSES``.
+Adding an older release: its version in ``VERIFIED`` and an entry in ``releases.RELEASES``; a new newest
+release that the probes pass on: its version in ``VERIFIED`` and a :class:`~workbench.engines.releases.Release`
+for the one it replaces, or a new adapter module when the engine changed under the probes.
 
-    >>> get_adapter("sglang").version, get_adapter("vllm", "0.33.0").engine
+    >>> get_adapter("sglang").version, get_adapter("vllm", "0.31.0").engine
     ('0.5.23', 'vllm')
     >>> {engine: list(by_version) for engine, by_version in ADAPTERS.items()}
-    {'sglang': ['0.5.23'], 'vllm': ['0.33.0']}
+    {'sglang': ['0.5.21', '0.5.22', '0.5.23'], 'vllm': ['0.31.0', '0.32.0', '0.33.0']}
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from workbench.engine_versions import VERIFIED
-from workbench.engines import sglang_0_5_23, vllm_0_33_0
+from workbench.engines import releases, sglang_0_5_23, vllm_0_33_0
 from workbench.engines.base import EngineAdapter
+from workbench.engines.identity import EngineIdentity
 from workbench.engines.versions import EngineError
 
-_CLASSES: tuple[type[EngineAdapter], ...] = (sglang_0_5_23.Adapter, vllm_0_33_0.Adapter)
-"""Every adapter class, one per verified release."""
+_CLASSES: tuple[type[EngineAdapter], ...] = (*releases.CLASSES, sglang_0_5_23.Adapter, vllm_0_33_0.Adapter)
+"""Every adapter class, one per verified release: the newest of each engine, and the older ones as tables over
+it (:mod:`workbench.engines.releases`)."""
 
 
 def build_registry(
@@ -51,6 +54,12 @@ ADAPTERS: dict[str, dict[str, type[EngineAdapter]]] = build_registry(_CLASSES)
 """Engine -> verified version (oldest first) -> its adapter class."""
 
 
+def adapter_for(ident: EngineIdentity) -> type[EngineAdapter]:
+    """The adapter for the engine ``ident`` names: its verified release's own, else the engine's newest (an
+    unverified build, a source tree: the adapter's probes judge it when it loads)."""
+    return get_adapter(ident.name, ident.version if ident.verified else None)
+
+
 def get_adapter(engine: str, version: str | None = None) -> type[EngineAdapter]:
     """The adapter class of ``engine`` at ``version`` (default: its newest verified release), whether or not
     that engine is installed (:func:`workbench.engines.adapter_class` takes the installed one);
@@ -65,4 +74,4 @@ def get_adapter(engine: str, version: str | None = None) -> type[EngineAdapter]:
     return by_version[version]
 
 
-__all__ = ["ADAPTERS", "build_registry", "get_adapter"]
+__all__ = ["ADAPTERS", "adapter_for", "build_registry", "get_adapter"]

@@ -25,6 +25,7 @@ environment without the engine. What stands in for what, and why, is in :data:`S
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import importlib.util
@@ -40,8 +41,10 @@ import torch
 from workbench.batch import Batch
 from workbench.buckets import resolve_bucket
 from workbench.engines.base import EngineAdapter
+from workbench.engines.identity import identify
+from workbench.engines.probes import Probe, config_leaves, fields, has, run_probes, takes
 from workbench.engines.standins import NoActiveDriver, StandinFinder, install, module
-from workbench.engines.versions import EngineError, check_supported
+from workbench.engines.versions import EngineError
 from workbench.errors import MetadataError
 from workbench.layer_names import DEFAULT_LAYER, GDN, MAMBA2
 from workbench.metadata import Metadata
@@ -49,6 +52,9 @@ from workbench.pool import StatePool
 from workbench.profiles import get_profile
 
 VERSION = "0.5.23"
+
+PROBED: dict[str, int] = {}
+"""Engine -> how many probes its last :func:`load` ran (all passed)."""
 
 BACKENDS = {GDN: "GDNAttnBackend", MAMBA2: "Mamba2AttnBackend"}
 """The workbench layers (names of ``workbench.layers.LAYERS``) sglang has a backend for, and its class."""
@@ -205,7 +211,8 @@ def _import(name: str) -> types.ModuleType:
         if top in ("", "sglang"):
             raise
         raise EngineError(
-            f"sglang {VERSION} needs the Python package {top!r} to import {name} (make engines installs it)"
+            f"sglang {identify('sglang').version} needs the Python package {top!r} to import {name} (make engines "
+            "installs it)"
         ) from e
 
 
@@ -232,16 +239,94 @@ def _class_globals(cls: type) -> list[dict[str, Any]]:
     return list(spaces.values())
 
 
+FORWARD_BATCH_FIELDS = (
+    "forward_mode", "batch_size", "req_pool_indices", "seq_lens", "seq_lens_cpu", "seq_lens_sum", "out_cache_loc",
+    "extend_seq_lens", "extend_prefix_lens", "extend_start_loc", "extend_seq_lens_cpu", "extend_prefix_lens_cpu",
+    "extend_num_tokens", "input_ids", "positions", "spec_info",
+)  # fmt: skip
+"""The ``ForwardBatch`` fields the adapter sets (``_eager_batch``, ``_capture_batch``): each must be one."""
+
+
+DRIVEN_METHODS = (
+    "__init__", "init_cuda_graph_state", "get_cuda_graph_seq_len_fill_value", "init_forward_metadata",
+    "init_forward_metadata_out_graph",
+)  # fmt: skip
+"""The backend methods the adapter calls: the code reached from them is what its probes look at."""
+
+
+def _table_as_is(table: torch.Tensor, req_pool_indices: torch.Tensor, valid: torch.Tensor, size: int) -> torch.Tensor:
+    """sglang 0.5.21's verify intermediate rows: the backend's table itself (0.5.22 added
+    ``select_verify_intermediate_state_indices``, which returns the table unless stable PP rows are on)."""
+    return table
+
+
+def probes(hlab: Any, gdnb: Any, utils: Any, fbi: Any, pools: Any, metadata: Any) -> list[Probe]:
+    """What the adapter needs of the imported sglang (:mod:`workbench.engines.probes`): the hooks it calls
+    with the parameters it passes, the ``ForwardBatch`` fields it sets, the pool's mapping, the forward
+    metadata fields it reads, the config leaves the backend files read."""
+    is_dc = dataclasses.is_dataclass(fbi.ForwardBatch)
+    fb_fields = {f.name for f in dataclasses.fields(fbi.ForwardBatch)} if is_dc else set()
+    out = [
+        Probe("the GDN backend", has(gdnb, "GDNAttnBackend")),
+        Probe("the Mamba2 backend", has(hlab, "Mamba2AttnBackend")),
+    ]
+    if not (hasattr(gdnb, "GDNAttnBackend") and hasattr(hlab, "Mamba2AttnBackend")):
+        return out  # they fail; nothing below can be asked
+    for cls in (gdnb.GDNAttnBackend, hlab.Mamba2AttnBackend):
+        name = cls.__name__
+        out += [
+            Probe(f"{name}(model_runner)", takes(cls, "model_runner")),
+            Probe(f"{name}.init_forward_metadata(forward_batch)", takes(cls.init_forward_metadata, "forward_batch")),
+            Probe(
+                f"{name}.init_forward_metadata_out_graph(forward_batch, in_capture)",
+                takes(cls.init_forward_metadata_out_graph, "forward_batch", "in_capture"),
+            ),
+            Probe(
+                f"{name}.init_cuda_graph_state and its seq-len fill value",
+                has(cls, "init_cuda_graph_state", "get_cuda_graph_seq_len_fill_value"),
+            ),
+        ]
+    return out + [
+        Probe(
+            "ForwardBatch has the fields the adapter sets",
+            lambda: (
+                f"ForwardBatch has no field {', '.join(n for n in FORWARD_BATCH_FIELDS if n not in fb_fields)}"
+                if not set(FORWARD_BATCH_FIELDS) <= fb_fields
+                else None
+            ),
+        ),
+        Probe("ForwardMode's modes", has(fbi.ForwardMode, "DECODE", "TARGET_VERIFY", "EXTEND", "IDLE")),
+        Probe(
+            "the forward metadata has mamba_cache_indices and query_start_loc",
+            fields(metadata.ForwardMetadata, "mamba_cache_indices", "query_start_loc"),
+        ),
+        Probe(
+            "HybridReqToTokenPool maps request rows to mamba slots",
+            has(pools.HybridReqToTokenPool, "get_mamba_indices"),
+        ),
+        Probe("the linear-attention kernel tables", has(utils, "LinearAttnBackends", "LinearAttnKernelBackend")),
+        Probe(
+            "the config leaves the driven backend code reads are stood in",
+            config_leaves(
+                [(cls, DRIVEN_METHODS) for cls in (gdnb.GDNAttnBackend, hlab.Mamba2AttnBackend)],
+                _CONFIG_GETTERS,
+                STANDIN_CONFIG,
+                package="sglang.",
+            ),
+        ),
+    ]
+
+
 @functools.cache
 def load() -> Engine:
-    """Import sglang 0.5.23's metadata code with its stand-ins (once per process).
+    """Import sglang's metadata code with its stand-ins (once per process) and run the adapter's probes.
 
-    Raises :class:`EngineError` when sglang is absent, another version, or a pure-Python dependency is
+    The engine is the one :func:`~workbench.engines.identity.identify` names (a tree chosen with
+    ``--engine-root``, else the installed one): a verified release or any build whose probes pass. Raises
+    :class:`EngineError` when sglang is absent, a probe fails (naming it) or a pure-Python dependency is
     missing (naming it and ``make engines``).
     """
-    version = check_supported("sglang")
-    if version != VERSION:
-        raise EngineError(f"sglang {version} is installed; this adapter is for sglang {VERSION}")
+    ident = identify("sglang")
     install(_finder())
     _install_shells()
     hlab = _import("sglang.srt.layers.attention.hybrid_linear_attn_backend")
@@ -250,6 +335,8 @@ def load() -> Engine:
     common = _import("sglang.srt.utils.common")
     fbi = _import("sglang.srt.model_executor.forward_batch_info")
     pools = _import("sglang.srt.mem_cache.memory_pool")
+    metadata = _import("sglang.srt.layers.attention.mamba.mamba2_metadata")
+    PROBED["sglang"] = run_probes(f"sglang {ident.version}", probes(hlab, gdnb, utils, fbi, pools, metadata))
     for mod in (hlab, gdnb):
         bind_config(vars(mod))
     setattr(common, "get_eager_max_batch_size", lambda max_batch_size: max_batch_size)  # noqa: B010
@@ -262,7 +349,7 @@ def load() -> Engine:
         hybrid_pool=pools.HybridReqToTokenPool,
         linear_attn_backends=utils.LinearAttnBackends,
         kernel_backend=utils.LinearAttnKernelBackend,
-        select_verify_intermediate=utils.select_verify_intermediate_state_indices,
+        select_verify_intermediate=getattr(utils, "select_verify_intermediate_state_indices", _table_as_is),
         modules=(hlab, gdnb, utils, common, fbi, pools),
     )
 

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.engines import sglang_0_5_23, sglang_standins
+from workbench.engines.probes import Probe, fields, has, run_probes
 from workbench.engines.scheduler_base import Acceptance, SchedulerTrace, Workload, WorkloadSettings
 from workbench.engines.sglang_recorder import (
     Recorder,
@@ -198,7 +199,7 @@ def load() -> Sglang:
         spec_info = imp("sglang.srt.speculative.spec_info")
         spec_utils = imp("sglang.srt.speculative.spec_utils")
         schedule_batch = imp("sglang.srt.managers.schedule_batch")
-        imp("sglang.srt.mem_cache.unified_radix_cache")
+        unified = imp("sglang.srt.mem_cache.unified_radix_cache")
         imp("sglang.srt.managers.schedule_policy")
         results = imp("sglang.srt.managers.scheduler_components.batch_result_processor")
         logprobs = imp("sglang.srt.managers.scheduler_components.logprob_result_processor")
@@ -208,6 +209,25 @@ def load() -> Sglang:
         sampling = imp("sglang.srt.sampling.sampling_params")
         fbi = imp("sglang.srt.model_executor.forward_batch_info")
     IMPORT_WARNINGS.extend(f"{w.category.__name__}: {w.message}" for w in caught)
+    run_probes(
+        f"sglang {version.__version__} (the scheduler driver)",
+        [
+            Probe(
+                "Scheduler.init_mamba_truncation_align and check_truncation_align_fits_chunk (sglang 0.5.23)",
+                has(scheduler.Scheduler, "init_mamba_truncation_align", "check_truncation_align_fits_chunk"),
+            ),
+            Probe(
+                "UnifiedRadixCache.checkpoint_into_tree (sglang 0.5.22's name for inserting a request)",
+                has(unified.UnifiedRadixCache, "checkpoint_into_tree"),
+            ),
+            Probe(
+                "the scheduler's batch loop",
+                has(scheduler.Scheduler, "get_next_batch_to_run", "run_batch", "process_batch_result"),
+            ),
+            Probe("the verify's track helpers", has(spec_utils, "prepare_mamba_track_for_verify")),
+            Probe("TreeCacheBuildContext's fields", fields(registry.TreeCacheBuildContext, "server_args", "params")),
+        ],
+    )
     logging.getLogger("sglang").setLevel(logging.ERROR)
     commit = getattr(version_info, "__commit_id__", None)
     return Sglang(

@@ -1,7 +1,9 @@
-"""Which engine versions have an adapter, and which is installed: read from distribution metadata, so that
+"""Which engine versions are verified, and which is installed: read from distribution metadata, so that
 ``workbench engine-check --help`` and the widgets' engine choices import neither torch nor an engine.
 
-The versions are :data:`workbench.engine_versions.VERIFIED`'s, the one table (``SUPPORTED`` is that table)."""
+The versions are :data:`workbench.engine_versions.VERIFIED`'s, the one table (``SUPPORTED`` is that table).
+An engine at another version (a source checkout, a nightly) runs too, judged by its adapter's probes
+(``workbench.engines.probes``); ``workbench.engines.identity`` says what it is."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ SUPPORTED: dict[str, tuple[str, ...]] = VERIFIED
 
 
 class EngineError(WorkbenchError, RuntimeError):
-    """The engine is not installed, its version has no adapter, or a stand-in it needs is missing."""
+    """The engine is not installed, lacks a capability its adapter probes for, or a stand-in it needs is
+    missing."""
 
 
 def installed_version(engine: str) -> str | None:
@@ -27,15 +30,10 @@ def installed_version(engine: str) -> str | None:
 
 
 def check_supported(engine: str) -> str:
-    """The installed version of ``engine``, or :class:`EngineError` in one line that says what is supported."""
-    if engine not in SUPPORTED:
-        raise EngineError(f"engine: {engine!r} is not one of {tuple(SUPPORTED)}")
-    version = installed_version(engine)
-    supported = ", ".join(SUPPORTED[engine])
-    if version is None:
-        raise EngineError(
-            f"{engine} is not installed; supported: {engine} {supported} (make engines installs them, CPU torch kept)"
-        )
-    if version not in SUPPORTED[engine]:
-        raise EngineError(f"{engine} {version} is installed; supported: {engine} {supported}")
-    return version
+    """The version of ``engine`` this process uses (a tree chosen with ``--engine-root``, else the installed
+    distribution), or :class:`EngineError` in one line when it is not there. Any version passes: an engine
+    that is not a verified release is judged by its adapter's probes when the adapter loads it
+    (``workbench.engines.probes``)."""
+    from workbench.engines.identity import identify
+
+    return identify(engine).version

@@ -27,6 +27,42 @@ How the workbench's inputs map to vLLM's (``mamba_cache_mode="none"``):
 
 Nothing is faked: the builders are vLLM's, an error they raise reaches the caller. What vLLM cannot import
 on a CPU is stood in (:data:`STANDINS`), each by name and reason.
+
+**Runners** (``Adapter(..., runner=)``, :attr:`Adapter.RUNNERS`). vLLM 0.31-0.33 run Model Runner V2 by
+default (``VllmConfig.use_v2_model_runner``, ``config/vllm.py:731``; env ``VLLM_USE_V2_MODEL_RUNNER``), so
+``"v2"`` is the default; ``"v1"`` is ``gpu_model_runner.py``. Line numbers are vLLM 0.33.0's. What differs:
+
+- ``num_accepted_tokens`` of a verify step. v1: the batch's counts (else 1), per batch row, as V1 stages
+  its ``num_accepted_tokens`` buffer (``gpu_model_runner.py:2081-2096``, written from the previous step's
+  ``(output_token_ids != -1).sum`` at :1566, unclamped). v2: a store of one count per request-pool row
+  (V2's request-state rows, ``model_states/mamba_hybrid.py:86``, ones), gathered through ``idx_mapping`` =
+  the batch's ``req_pool_indices``; padded rows 1 (``prepare_attn``, :276-279). The store is written as
+  ``postprocess_state`` writes it, ``max(n, 1)``, rows -1 skipped (:350-376, kernels :405-430), and reset to 1
+  by ``add_request`` (:112-115). The adapter learns ``n`` three ways: :meth:`Adapter.postprocess` (a step's
+  sampled counts, 0 allowed), a verify batch's ``num_accepted_tokens`` (written into the store before the
+  gather: they are the previous step's counts), and, after each step it builds (eager, replay,
+  ``second_group``), one sampled token per live row, the count V2 writes for a step that sampled one token
+  (the adapter samples nothing; a later ``postprocess`` overrides it). A request newly put in a row runs a
+  prompt chunk first, after which the row reads 1; :meth:`Adapter.add_request` resets rows reused without
+  a step between.
+- ``num_decode_draft_tokens_cpu``. v1: the draft count where the row's scheduled tokens are exactly drafts
+  + 1, else -1 (``gpu_model_runner.py:2205-2226``). v2: the draft count for every decode row (not
+  prefilling, 0 < scheduled <= num_speculative_tokens + 1), -1 otherwise and for padded rows
+  (``mamba_hybrid.py:281-302``). For the adapter's verify rows (D tokens, D - 1 drafts) both give D - 1;
+  they differ for drafts cut short by the token budget (:func:`_decode_drafts`).
+- Extend order. v1: decode, short extend, long extend, first chunk (``reorder_batch_to_split_decodes_and_
+  prefills``). v2: ``sort_batch_req_ids`` (``worker/gpu/model_runner.py:2507-2519``): rows with drafts,
+  then rows of ``decode_query_len`` tokens, then by token count. Each row's values are the same.
+- The builders' config says ``use_v2_model_runner`` (GDN reads it: ``gdn_attn.py:185-190``).
+- A second KV-cache group of the same spec and builder (:meth:`Adapter.second_group`). v2: ``build_attn_
+  metadata`` (``worker/gpu/attn_utils.py:458-583``, the reuse at :550-578) calls the group's builder's
+  ``update_block_table(first_group_metadata, block_table, slot_mapping)`` instead of ``build()`` when
+  ``supports_update_block_table`` and the spec is a ``MambaSpec`` (at capture too). GDN's says True only for
+  MRV2 on CUDA and exactly ``GDNAttentionMetadataBuilder`` (``gdn_attn.py:185-190``): on a CPU it is False,
+  so the adapter applies the MRV2 + exact-type part and sets the device aside (the method itself,
+  ``gdn_attn.py:733-789``, runs on a CPU in mode "none"). Mamba2's is True unless speculating
+  (``mamba_attn.py:90, 190-191``): its verify groups are built with ``build()``, as vLLM does. v1 reuses the
+  same way, except at capture (``gpu_model_runner.py:2447-2466``); GDN never (MRV2 only).
 """
 
 from __future__ import annotations
@@ -47,7 +83,9 @@ import torch
 from workbench.batch import Batch
 from workbench.engines import standins
 from workbench.engines.base import EngineAdapter
-from workbench.engines.versions import EngineError, check_supported
+from workbench.engines.identity import identify
+from workbench.engines.probes import Probe, fields, has, run_probes, takes
+from workbench.engines.versions import EngineError
 from workbench.layer_names import DEFAULT_LAYER, GDN, MAMBA2
 from workbench.metadata import Metadata
 from workbench.pool import StatePool
@@ -139,10 +177,15 @@ def _install_standins() -> None:
 
 
 def _unpin_memory() -> None:
-    """:data:`POST_IMPORT_FIXES`: every vllm module that bound ``PIN_MEMORY = True`` gets False."""
+    """:data:`POST_IMPORT_FIXES`: every vllm module that bound ``PIN_MEMORY = True`` gets False; where
+    ``vllm.utils.torch_utils`` answers ``PIN_MEMORY`` lazily and its helpers ask ``is_pin_memory_available()``
+    themselves (vLLM 0.32.0), that function answers False."""
     for name, mod in list(sys.modules.items()):
         if name.startswith("vllm") and isinstance(mod, types.ModuleType) and getattr(mod, "PIN_MEMORY", None) is True:
             mod.PIN_MEMORY = False  # type: ignore[attr-defined]
+    torch_utils = sys.modules.get("vllm.utils.torch_utils")
+    if torch_utils is not None and "__getattr__" in vars(torch_utils):
+        torch_utils.is_pin_memory_available = lambda: False  # type: ignore[attr-defined]
 
 
 def _import(name: str) -> types.ModuleType:
@@ -154,17 +197,85 @@ def _import(name: str) -> types.ModuleType:
         if missing == "vllm":
             raise  # a module of vLLM itself is missing: the engine's own error, shown as it is
         raise EngineError(
-            f"vllm 0.33.0 needs the Python package {missing!r} to import {name} (make engines installs it)"
+            f"vllm {identify('vllm').version} needs the Python package {missing!r} to import {name} (make engines "
+            "installs it)"
         ) from e
+
+
+CAM_FIELDS = (
+    "query_start_loc", "query_start_loc_cpu", "seq_lens", "num_reqs", "num_actual_tokens", "max_query_len",
+    "max_seq_len", "block_table_tensor", "slot_mapping",
+)  # fmt: skip
+"""The ``CommonAttentionMetadata`` fields the adapter passes by name (``_cam``)."""
+
+
+METADATA_READS: dict[str, tuple[str, tuple[str, ...]]] = {
+    GDN: (
+        "GDNAttentionMetadata",
+        (
+            "num_prefills", "num_decodes", "num_spec_decodes", "spec_state_indices_tensor", "spec_query_start_loc",
+            "num_accepted_tokens", "non_spec_state_indices_tensor", "non_spec_query_start_loc", "has_initial_state",
+        ),
+    ),
+    MAMBA2: (
+        "Mamba2AttentionMetadata",
+        (
+            "num_prefills", "num_decodes", "state_indices_tensor_d", "query_start_loc_d", "num_accepted_tokens",
+            "state_indices_tensor_p", "query_start_loc_p", "has_initial_states_p",
+        ),
+    ),
+}  # fmt: skip
+"""Per layer, the metadata dataclass the builder returns and the fields the adapter reads of it."""
+
+
+def probes(backend: Any, gdn: Any, mamba2: Any, utils: Any, kv: Any) -> list[Probe]:
+    """What the adapter needs of the imported vLLM (:mod:`workbench.engines.probes`): the builders'
+    constructor and ``build`` with the arguments it passes, the CAM fields it sets (and no other required
+    one), the metadata fields it reads, ``MambaSpec``, the null block and pad slot ids."""
+    cam = backend.CommonAttentionMetadata
+    out = [
+        Probe("CommonAttentionMetadata has the fields the adapter passes", fields(cam, *CAM_FIELDS)),
+        Probe("the null block and the pad slot ids", has(utils, "NULL_BLOCK_ID", "PAD_SLOT_ID")),
+        Probe("MambaSpec", has(kv, "MambaSpec")),
+    ]
+    for layer, mod in ((GDN, gdn), (MAMBA2, mamba2)):
+        cls = getattr(mod, _LAYERS[layer].builder)
+        meta_name, reads = METADATA_READS[layer]
+        meta = getattr(mod, meta_name)
+        out += [
+            Probe(
+                f"{cls.__name__}(kv_cache_spec, layer_names, vllm_config, device)",
+                takes(cls, "kv_cache_spec", "layer_names", "vllm_config", "device"),
+            ),
+            Probe(
+                f"{cls.__name__}.build(common_prefix_len, common_attn_metadata)",
+                takes(cls.build, "common_prefix_len", "common_attn_metadata"),
+            ),
+            Probe(f"{cls.__name__}.build_for_cudagraph_capture", has(cls, "build_for_cudagraph_capture")),
+            Probe(f"{meta_name} has the fields the adapter reads", fields(meta, *reads)),
+        ]
+    out.append(
+        Probe(
+            "GDNAttentionMetadataBuilder.build takes the runner's spec-decode counts",
+            takes(gdn.GDNAttentionMetadataBuilder.build, "num_accepted_tokens", "num_decode_draft_tokens_cpu"),
+        )
+    )
+    return out
+
+
+PROBED: dict[str, int] = {}
+"""Engine -> how many probes its last :func:`load` ran (all passed)."""
 
 
 @functools.cache
 def load() -> Engine:
-    """Import vLLM 0.33.0's metadata code with the stand-ins (once per process).
+    """Import vLLM's metadata code with the stand-ins (once per process) and run the adapter's probes.
 
-    Raises :class:`EngineError` when vLLM is not installed, is another version, or lacks a dependency.
+    The engine is the one :func:`~workbench.engines.identity.identify` names (a tree chosen with
+    ``--engine-root``, else the installed one): a verified release or any build whose probes pass. Raises
+    :class:`EngineError` when vLLM is not installed, a probe fails (naming it) or a dependency is missing.
     """
-    check_supported("vllm")
+    ident = identify("vllm")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _install_standins()
@@ -177,6 +288,7 @@ def load() -> Engine:
         config = _import("vllm.config")
         mamba_config = _import("vllm.config.mamba")
     IMPORT_WARNINGS.extend(f"{w.category.__name__}: {w.message}" for w in caught)
+    PROBED["vllm"] = run_probes(f"vllm {ident.version}", probes(backend, gdn, mamba2, utils, kv))
     _unpin_memory()
     return Engine(
         CommonAttentionMetadata=backend.CommonAttentionMetadata,
@@ -192,10 +304,11 @@ def load() -> Engine:
 
 
 # -- the deployment: config and kv-cache spec ---------------------------------------------------------
-def _config(eng: Engine, num_spec: int, capture_sizes: Sequence[int], max_num_seqs: int) -> Any:
+def _config(eng: Engine, num_spec: int, capture_sizes: Sequence[int], max_num_seqs: int, v2: bool = False) -> Any:
     """A ``VllmConfig``-shaped namespace: exactly the attributes the two builders read (listed by the
     research prototype's recording config), with what a full-and-piecewise cudagraph deployment on
-    ``mamba_cache_mode="none"`` holds. ``capture_sizes`` count tokens, as vLLM's do."""
+    ``mamba_cache_mode="none"`` holds. ``capture_sizes`` count tokens, as vLLM's do; ``v2``: the
+    deployment runs Model Runner V2 (``use_v2_model_runner``)."""
     ns = types.SimpleNamespace
     spec = None
     if num_spec:
@@ -232,7 +345,7 @@ def _config(eng: Engine, num_spec: int, capture_sizes: Sequence[int], max_num_se
         ),
         mamba_config=ns(backend=eng.MambaBackendEnum.TRITON),
         additional_config={},
-        use_v2_model_runner=False,
+        use_v2_model_runner=v2,
         num_speculative_tokens=num_spec,
         num_hash_lookahead_tokens=0,
     )
@@ -321,6 +434,31 @@ def _extend_order(batch: Batch) -> list[int]:
     return sorted(range(batch.raw_batch_size), key=region)
 
 
+def _extend_order_v2(batch: Batch) -> list[int]:
+    """MRV2's row order of a prompt batch (``sort_batch_req_ids``, ``worker/gpu/model_runner.py:2507-2519``,
+    no row has drafts and ``decode_query_len`` is 1): one-token rows first, then by token count; stable."""
+    assert batch.extend_lens is not None
+    ext = batch.extend_lens.tolist()
+    return sorted(range(batch.raw_batch_size), key=lambda i: (ext[i] != 1, ext[i]))
+
+
+def _decode_drafts(
+    runner: str, query_lens: Sequence[int], is_prefilling: Sequence[bool], drafts: Sequence[int], num_spec: int
+) -> list[int]:
+    """The runner's ``num_decode_draft_tokens`` of live rows (a row's scheduled tokens, whether it is still in
+    its prompt, its draft count). v2 (``mamba_hybrid.py:284-302``): the draft count of every decode row (not
+    prefilling, ``0 < scheduled <= num_spec + 1``), else -1. v1 (``gpu_model_runner.py:2205-2226``): the
+    draft count where scheduled is exactly drafts + 1 (a row without drafts: one token, past its prompt),
+    else -1. They differ where a row's drafts were cut short (scheduled < drafts + 1)."""
+    out = []
+    for q, pre, k in zip(query_lens, is_prefilling, drafts, strict=True):
+        if runner == "v2":
+            out.append(k if not pre and 0 < q <= num_spec + 1 else -1)
+        else:
+            out.append(k if q == k + 1 and (k > 0 or not pre) else -1)
+    return out
+
+
 def _unpermute(values: torch.Tensor, order: list[int]) -> torch.Tensor:
     """Engine row ``k`` is batch row ``order[k]``: the values back in the batch's order."""
     out = torch.empty_like(values)
@@ -407,19 +545,67 @@ class _Layer:
     kind: str
     fields: Callable[[Any, bool], Fields]
     decode_query_start_loc: bool
+    state_fields: tuple[str, ...] = ()
 
 
 _LAYERS: dict[str, _Layer] = {
     GDN: _Layer(
         "GDNAttentionMetadataBuilder", ("model.layers.0.linear_attn",), ((2048, 3), (8, 128, 128)), "GDN_ATTN",
         _gdn_fields, decode_query_start_loc=True,
+        state_fields=("non_spec_state_indices_tensor", "spec_state_indices_tensor", "prefill_state_indices"),
     ),
     MAMBA2: _Layer(
         "Mamba2AttentionMetadataBuilder", ("model.layers.0.mixer",), ((4096 + 2 * 128, 3), (64, 64, 128)),
         "MAMBA2", _mamba2_fields, decode_query_start_loc=False,
+        state_fields=("state_indices_tensor_d", "state_indices_tensor_p"),
     ),
 }  # fmt: skip
 """The workbench layers (names of ``workbench.layers.LAYERS``) vLLM 0.33.0 has a builder for."""
+
+
+# -- a second KV-cache group ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GroupCheck:
+    """A second KV-cache group's state indices (:meth:`Adapter.second_group`): ``got``, as the runner makes
+    them (``via`` ``"update_block_table"`` or ``"build"``), and ``built``, ``build()`` on a CAM with the
+    group's own block table; per field of the layer's metadata (``_Layer.state_fields``), in the runner's
+    row order; None where the metadata has none."""
+
+    mode: str
+    bucket: int | None
+    via: str
+    built: dict[str, torch.Tensor | None]
+    got: dict[str, torch.Tensor | None]
+
+    def difference(self) -> tuple[str, int | None, Any, Any] | None:
+        """The first field where ``got`` and ``built`` differ: (field, row or None for presence/shape/dtype,
+        build's value, the runner's); None when they agree bitwise."""
+        for name, want in self.built.items():
+            have = self.got[name]
+            if want is None and have is None:
+                continue
+            if want is None or have is None:
+                return name, None, "none" if want is None else "a tensor", "none" if have is None else "a tensor"
+            if want.shape != have.shape or want.dtype != have.dtype:
+                return name, None, f"{tuple(want.shape)} {want.dtype}", f"{tuple(have.shape)} {have.dtype}"
+            if not torch.equal(want, have):
+                unequal = (want != have).reshape(want.shape[0], -1).any(dim=1)
+                row = int(unequal.nonzero()[0, 0])
+                return name, row, want[row].tolist(), have[row].tolist()
+        return None
+
+
+def _snapshot(md: Any, names: Sequence[str]) -> dict[str, torch.Tensor | None]:
+    """The named tensors of a builder's metadata, copied (they may view the builder's cudagraph buffers)."""
+    out: dict[str, torch.Tensor | None] = {}
+    for name in names:
+        value = getattr(md, name)
+        out[name] = None if value is None else value.detach().cpu().clone()
+    return out
+
+
+def _ints(values: Sequence[int] | torch.Tensor) -> list[int]:
+    return [int(v) for v in (values.tolist() if isinstance(values, torch.Tensor) else values)]
 
 
 # -- the adapter --------------------------------------------------------------------------------------
@@ -433,16 +619,22 @@ class Adapter(EngineAdapter):
         draft_tokens: D of target-verify steps (tokens per request; vLLM's ``num_speculative_tokens + 1``).
         layer: a name of ``layers`` (of ``workbench.layers.LAYERS``) vLLM has a builder for.
         backend_class: a builder class to use instead of vLLM's own (a user's modified copy).
+        runner: ``"v2"`` (Model Runner V2, vLLM's default) or ``"v1"``: which runner's inputs the adapter
+            emulates (the module docstring says what differs).
 
     Attributes:
         builder: the engine's builder of decode, extend and idle steps (no speculation).
         spec_builder: the builder of target-verify steps (``num_speculative_tokens = D - 1``), or None when
             ``D < 2``: vLLM verifies at least one draft token.
+        runner: the emulated runner.
+        accepted: v2: int32 ``[pool rows]``, the accepted count of each request-pool row (V2's
+            ``num_accepted_tokens_gpu``); None under v1.
     """
 
     engine = "vllm"
     version = "0.33.0"
     layers = tuple(_LAYERS)
+    RUNNERS = ("v2", "v1")
 
     def __init__(
         self,
@@ -452,8 +644,12 @@ class Adapter(EngineAdapter):
         *,
         layer: str = DEFAULT_LAYER,
         backend_class: type | None = None,
+        runner: str = "v2",
     ) -> None:
         super().__init__(pool, buckets, draft_tokens, layer=layer, backend_class=backend_class)
+        if runner not in self.RUNNERS:
+            raise EngineError(f"runner: {runner!r} is not one of {self.RUNNERS} (vLLM's model runners)")
+        self.runner = runner
         if pool.profile.name != self.profile:
             raise EngineError(f"pool: vllm builds for a {self.profile!r}-profile pool, got {pool.profile.name!r}")
         if not self.buckets:
@@ -462,6 +658,9 @@ class Adapter(EngineAdapter):
         self.device = torch.device(pool.device)
         self.builder = self._make_builder(0)
         self.spec_builder = self._make_builder(draft_tokens - 1) if draft_tokens >= 2 else None
+        rows = pool.mapping.shape[0]
+        self.accepted = torch.ones(rows, dtype=torch.int32) if runner == "v2" else None
+        self._group_builders: dict[tuple[int, str], Any] = {}
 
     # -- EngineAdapter ------------------------------------------------------------------------------------
     @property
@@ -492,13 +691,16 @@ class Adapter(EngineAdapter):
         if batch.mode == "idle":
             return self._empty(batch)
         if batch.mode == "extend":
-            order = _extend_order(batch)
+            order = self._extend_order(batch)
             rows = self._rows(batch, order)
             cam = _cam(self.eng, rows, self.device, sum(rows.query_lens))
             fields = self._complete(self._fields(self.builder.build(0, cam), spec=False), cam)
-            return self._metadata(batch, self._in_batch_order(fields, order), None)
-        rows = self._rows(batch)
-        return self._build(batch, rows, len(rows.query_lens), None)
+            meta = self._metadata(batch, self._in_batch_order(fields, order), None)
+        else:
+            rows = self._rows(batch)
+            meta = self._build(batch, rows, len(rows.query_lens), None)
+        self._stepped(batch)
+        return meta
 
     def replay(self, batch: Batch, bucket: int) -> Metadata:
         """The build before a full-cudagraph replay of ``bucket`` rows: the runner's padded CAM (padded rows
@@ -511,7 +713,9 @@ class Adapter(EngineAdapter):
         self._check_bucket(bucket, batch.raw_batch_size)
         if batch.mode == "idle":
             return self._dummy(batch, bucket, rows_live=1)
-        return self._build(batch, _pad(self._rows(batch), bucket, self.eng.NULL_BLOCK_ID), bucket, bucket)
+        meta = self._build(batch, _pad(self._rows(batch), bucket, self.eng.NULL_BLOCK_ID), bucket, bucket)
+        self._stepped(batch)
+        return meta
 
     def capture(self, mode: str, bucket: int) -> Metadata:
         """``build_for_cudagraph_capture`` on the runner's capture batch (``_dummy_run(uniform_decode=True,
@@ -526,11 +730,139 @@ class Adapter(EngineAdapter):
             batch = Batch(mode, *self._no_rows(), draft_tokens=1 if mode == "decode" else 0)
         return self._dummy(batch, bucket, rows_live=bucket)
 
+    # -- Model Runner V2's request-state store of accepted counts -----------------------------------------
+    def add_request(self, rows: Sequence[int] | torch.Tensor) -> None:
+        """V2's ``add_request``: request-pool ``rows`` hold new requests, their accepted count is 1 again."""
+        store = self._store("add_request")
+        for r in _ints(rows):
+            store[r] = 1
+
+    def postprocess(self, rows: Sequence[int] | torch.Tensor, num_sampled: int | Sequence[int] | torch.Tensor) -> None:
+        """V2's ``postprocess_state`` after a step: each request-pool row's count becomes ``max(n, 1)`` (a
+        chunked prompt samples 0); rows -1 are skipped. ``num_sampled``: one int for all rows, or one per row."""
+        store = self._store("postprocess")
+        rs = _ints(rows)
+        ns = [int(num_sampled)] * len(rs) if isinstance(num_sampled, int) else _ints(num_sampled)
+        if len(ns) != len(rs):
+            raise EngineError(f"num_sampled: {len(ns)} values for {len(rs)} rows")
+        for r, n in zip(rs, ns, strict=True):
+            if n < 0:
+                raise EngineError(f"num_sampled: {n} for row {r}; a step samples 0 or more tokens")
+            if r >= 0:
+                store[r] = max(n, 1)
+
+    def _store(self, what: str) -> torch.Tensor:
+        if self.accepted is None:
+            raise EngineError(
+                f"{what}: runner {self.runner!r} keeps no request-state store (Model Runner V2's); v1 takes the "
+                "accepted counts from the batch"
+            )
+        return self.accepted
+
+    def _accepted_of(self, batch: Batch, idx: list[int]) -> list[int]:
+        """The live rows' ``num_accepted_tokens`` for a verify step. v1: the batch's, else 1. v2: the batch's
+        counts (if any) written into the store first, then the store gathered through ``idx_mapping``."""
+        given = None if batch.num_accepted_tokens is None else [int(batch.num_accepted_tokens[i]) for i in idx]
+        if self.accepted is None:
+            return [1] * len(idx) if given is None else given
+        rows = [int(batch.req_pool_indices[i]) for i in idx]
+        if given is not None:
+            self.postprocess(rows, given)
+        return [int(v) for v in self.accepted[rows]]
+
+    def _stepped(self, batch: Batch) -> None:
+        """After a step the adapter built: V2's postprocess of one sampled token per live row (v2 only)."""
+        if self.accepted is not None and batch.raw_batch_size:
+            self.postprocess(batch.req_pool_indices.tolist(), 1)
+
+    def _extend_order(self, batch: Batch) -> list[int]:
+        return _extend_order_v2(batch) if self.runner == "v2" else _extend_order(batch)
+
+    def _spec_kwargs(self, rows: Rows, spec: bool) -> dict[str, torch.Tensor]:
+        """The runner's spec-decode counts for ``build`` (a spec deployment, not capturing), else nothing."""
+        if not spec:
+            return {}
+        assert rows.num_accepted is not None and rows.num_draft is not None
+        return {
+            "num_accepted_tokens": torch.tensor(rows.num_accepted, dtype=torch.int32, device=self.device),
+            "num_decode_draft_tokens_cpu": torch.tensor(rows.num_draft, dtype=torch.int32),
+        }
+
+    # -- a second KV-cache group --------------------------------------------------------------------------
+    def second_block_table(self, seed: int = 0) -> torch.Tensor:
+        """A second KV-cache group's block table, int32 ``[pool rows, slots_per_request]``: one row per
+        request-pool row. vLLM's groups share one block pool, so the same request holds other block ids in
+        another group: here distinct ids from ``pool.num_slots`` up (never the null block 0, none of the
+        first group's slots), shuffled by ``seed``."""
+        shape = tuple(self.pool.mapping.shape)
+        g = torch.Generator().manual_seed(seed)
+        ids = torch.randperm(shape[0] * shape[1], generator=g) + self.pool.num_slots
+        return ids.reshape(shape).to(torch.int32)
+
+    def second_group(self, batch: Batch, bucket: int | None = None, table: torch.Tensor | None = None) -> GroupCheck:
+        """A step of two KV-cache groups of this layer's spec: the first group's metadata with ``build``, then
+        the second group's as the runner makes it (``update_block_table`` on the first group's metadata with
+        ``table``, or ``build`` where vLLM builds: module docstring), beside ``build`` on a CAM that carries
+        ``table`` (the reference). ``bucket``: padded to it, as before a replay (decode and verify); None: the
+        eager step. ``table``: int32 ``[pool rows, >= width]`` (default :meth:`second_block_table`). Rows are in
+        the runner's order (an extend batch reordered)."""
+        self._check_batch(batch)
+        mode = batch.mode
+        if mode == "idle":
+            raise EngineError("second_group: an idle step has no rows (a dummy run builds on the null block)")
+        if bucket is not None:
+            if mode == "extend":
+                raise EngineError("vllm captures full cudagraphs of decode and verify steps only; extend runs eagerly")
+            self._check_bucket(bucket, batch.raw_batch_size)
+        second = self.second_block_table() if table is None else table
+        order = self._extend_order(batch) if mode == "extend" else None
+        rows = self._rows(batch, order)
+        rpi = batch.req_pool_indices.cpu()[list(range(batch.raw_batch_size)) if order is None else order]
+        rows2 = Rows(
+            rows.query_lens, rows.seq_lens, rows.is_prefilling,
+            second.cpu()[rpi][:, : rows.block_table.shape[1]].to(torch.int32), rows.num_accepted, rows.num_draft,
+        )  # fmt: skip
+        if bucket is not None:
+            rows, rows2 = _pad(rows, bucket, self.eng.NULL_BLOCK_ID), _pad(rows2, bucket, self.eng.NULL_BLOCK_ID)
+        spec = mode == "target_verify"
+        tokens = bucket * self._tokens_per_row(mode) if bucket is not None else sum(rows.query_lens)
+        cam, cam2 = _cam(self.eng, rows, self.device, tokens), _cam(self.eng, rows2, self.device, tokens)
+        kwargs = self._spec_kwargs(rows, spec)
+        first = self._builder_for(mode).build(0, cam, **kwargs)
+        names = _LAYERS[self.layer].state_fields
+        reference = _snapshot(self._group_builder(mode, "reference").build(0, cam2, **kwargs), names)
+        builder = self._group_builder(mode, "second")
+        via = "update_block_table" if self._reuses(builder) else "build"
+        if via == "build":
+            got = builder.build(0, cam2, **kwargs)
+        else:
+            got = builder.update_block_table(first, cam2.block_table_tensor, cam2.slot_mapping)
+        self._stepped(batch)
+        return GroupCheck(mode, bucket, via, reference, _snapshot(got, names))
+
+    def _group_builder(self, mode: str, role: str) -> Any:
+        """Another builder of the same class and deployment as ``mode``'s (vLLM makes one per attention
+        group): ``"second"``, the second group's; ``"reference"``, the one that builds the second table."""
+        num_spec = self.draft_tokens - 1 if mode == "target_verify" else 0
+        self._builder_for(mode)  # refuses D < 2 for verify
+        key = (num_spec, role)
+        if key not in self._group_builders:
+            self._group_builders[key] = self._make_builder(num_spec)
+        return self._group_builders[key]
+
+    def _reuses(self, builder: Any) -> bool:
+        """Whether vLLM's runner calls ``update_block_table`` for this builder (module docstring). GDN's own
+        flag also needs CUDA, set aside here: MRV2 and the exact class decide."""
+        if isinstance(builder, self.eng.GDNAttentionMetadataBuilder):
+            return self.runner == "v2" and type(builder) is self.eng.GDNAttentionMetadataBuilder
+        return bool(builder.supports_update_block_table)
+
     # -- builders -----------------------------------------------------------------------------------------
     def _make_builder(self, num_spec: int) -> Any:
         cls = self.backend_class or getattr(self.eng, _LAYERS[self.layer].builder)
         tokens = num_spec + 1
-        config = _config(self.eng, num_spec, [b * tokens for b in self.buckets], max(self.buckets))
+        v2 = self.runner == "v2"
+        config = _config(self.eng, num_spec, [b * tokens for b in self.buckets], max(self.buckets), v2)
         return cls(_kv_spec(self.eng, self.layer, num_spec), list(_LAYERS[self.layer].layer_names), config, self.device)
 
     def _builder_for(self, mode: str) -> Any:
@@ -565,8 +897,9 @@ class Adapter(EngineAdapter):
             return Rows(ext, seq, [True] * n, table.to(torch.int32))
         if mode == "target_verify":
             d = self.draft_tokens
-            acc = [1] * n if batch.num_accepted_tokens is None else [int(batch.num_accepted_tokens[i]) for i in idx]
-            return Rows([d] * n, seq, [False] * n, table.to(torch.int32), num_accepted=acc, num_draft=[d - 1] * n)
+            acc = self._accepted_of(batch, idx)
+            drafts = _decode_drafts(self.runner, [d] * n, [False] * n, [d - 1] * n, d - 1)
+            return Rows([d] * n, seq, [False] * n, table.to(torch.int32), num_accepted=acc, num_draft=drafts)
         return Rows([1] * n, seq, [False] * n, table.to(torch.int32))
 
     def _build(self, batch: Batch, rows: Rows, num_rows: int, bucket: int | None) -> Metadata:
@@ -574,14 +907,7 @@ class Adapter(EngineAdapter):
         mode, spec = batch.mode, batch.mode == "target_verify"
         tokens = num_rows * self._tokens_per_row(mode) if bucket is not None else sum(rows.query_lens)
         cam = _cam(self.eng, rows, self.device, tokens)
-        kwargs: dict[str, torch.Tensor] = {}
-        if spec:
-            assert rows.num_accepted is not None and rows.num_draft is not None
-            kwargs = {
-                "num_accepted_tokens": torch.tensor(rows.num_accepted, dtype=torch.int32, device=self.device),
-                "num_decode_draft_tokens_cpu": torch.tensor(rows.num_draft, dtype=torch.int32),
-            }
-        md = self._builder_for(mode).build(0, cam, **kwargs)
+        md = self._builder_for(mode).build(0, cam, **self._spec_kwargs(rows, spec))
         return self._metadata(batch, self._complete(self._fields(md, spec), cam), bucket, rows)
 
     def _dummy(self, batch: Batch, bucket: int, rows_live: int) -> Metadata:

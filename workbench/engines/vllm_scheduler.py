@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.engines import vllm_0_33_0
+from workbench.engines.probes import Probe, has, run_probes, takes
 from workbench.engines.scheduler_base import Acceptance, SchedulerTrace, Workload, WorkloadSettings
 from workbench.engines.versions import EngineError
 from workbench.engines.vllm_recorder import Deployment, Recorder, _commit, _finished
@@ -127,9 +128,11 @@ class Vllm:
 
 @functools.cache
 def load() -> Vllm:
-    """Import vLLM 0.33.0's scheduler, KV-cache manager and worker helpers (once per process), after the
-    adapter's :func:`~workbench.engines.vllm_0_33_0.load` (version check, stand-ins). vLLM's logger is set to
-    errors only (its import and its scheduler log at info and warning level)."""
+    """Import vLLM's scheduler, KV-cache manager and worker helpers (once per process), after the adapter's
+    :func:`~workbench.engines.vllm_0_33_0.load` (its probes, stand-ins), and run the driver's own probes: it
+    follows vLLM 0.33.0 (older releases lack the block hasher's lookahead and the alignment helper, and pick
+    Model Runner V1 on a CPU) and builds that pass them; an :class:`EngineError` names the first that fails.
+    vLLM's logger is set to errors only (its import and its scheduler log at info and warning level)."""
     logging.getLogger("vllm").setLevel(logging.ERROR)
     vllm_0_33_0.load()
     # scheduler.py imports the name StructuredOutputManager from the adapter's stand-in package
@@ -155,6 +158,27 @@ def load() -> Vllm:
         mamba_utils = imp("vllm.v1.worker.mamba_utils")
         runner = imp("vllm.v1.worker.gpu.model_runner")
     IMPORT_WARNINGS.extend(f"{w.category.__name__}: {w.message}" for w in caught)
+    run_probes(
+        f"vllm {version.__version__} (the scheduler driver)",
+        [
+            Probe(
+                "VllmConfig.num_hash_lookahead_tokens (vLLM 0.33)", has(config.VllmConfig, "num_hash_lookahead_tokens")
+            ),
+            Probe(
+                "get_request_block_hasher takes num_hash_lookahead_tokens",
+                takes(kv_utils.get_request_block_hasher, "num_hash_lookahead_tokens"),
+            ),
+            Probe(
+                "kv_cache_utils.resolve_cache_hit_alignment_tokens", has(kv_utils, "resolve_cache_hit_alignment_tokens")
+            ),
+            Probe("the align-mode worker helpers", has(mamba_utils, "preprocess_mamba", "collect_mamba_copy_meta")),
+            Probe("Model Runner V2's batch order", has(runner, "sort_batch_req_ids")),
+            Probe(
+                "Scheduler.update_from_output and update_draft_token_ids",
+                has(scheduler.Scheduler, "schedule", "update_from_output", "update_draft_token_ids"),
+            ),
+        ],
+    )
     vllm_0_33_0._unpin_memory()  # modules imported now bound PIN_MEMORY too
     logging.getLogger("vllm").setLevel(logging.ERROR)  # vLLM's logging config ran on import
     return Vllm(

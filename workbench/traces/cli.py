@@ -70,6 +70,11 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "installed engine's own scheduler and cache code run on the CPU (vllm, sglang)",
     )
     run.add_argument(
+        "--engine-root",
+        metavar="DIR",
+        help="with --scheduler vllm|sglang: import the engine from this tree (a clone, an unpacked wheel)",
+    )
+    run.add_argument(
         "--profile",
         choices=PROFILES,
         default=None,
@@ -126,11 +131,16 @@ def _progress(total: int) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Run a parsed command line; prints the result and returns the exit code (bad input raises WorkbenchError)."""
+    from workbench.errors import WorkbenchError
     from workbench.traces.format import read_trace, write_trace
     from workbench.traces.replay import replay_trace
     from workbench.traces.simulate import simulate
 
     out = args.out if args.trace_command == "run" else None
+    if args.trace_command == "run" and args.scheduler == "sim" and args.engine_root:
+        raise WorkbenchError(
+            f"--engine-root {args.engine_root}: only with --scheduler vllm or sglang (sim imports none)"
+        )
     if args.trace_command == "run" and args.scheduler != "sim":
         trace = read_trace(_real_scheduler(args).lines())
     elif args.trace_command == "run":
@@ -175,6 +185,10 @@ def _real_scheduler(args: argparse.Namespace) -> Any:
         raise EngineError(f"--profile {args.profile}: --scheduler {args.scheduler} writes {engine}'s traces")
     if args.dp_dummies:
         raise EngineError(f"--dp-dummies: the {args.scheduler} scheduler has no idle data-parallel rank here")
+    if args.engine_root:
+        from workbench.engines.identity import use_tree
+
+        print(use_tree(engine, args.engine_root))
     options: dict[str, Any] = {"steps": args.steps, "seed": args.seed, "spec": args.spec, "layer": args.layer}
     if args.prefix_cache is not None:
         options["prefix_cache"] = args.prefix_cache
