@@ -122,6 +122,36 @@ def test_a_clone_whose_hook_lost_in_capture_is_refused_by_the_probe_that_names_i
     assert "has no parameter in_capture" in err and "0.5.24.dev3+g" in err
 
 
+def test_a_clone_whose_behaviour_changed_names_the_field_and_says_so(tmp_path):
+    """The oracle is the compatibility test: a clone that passes the probes but computes a decode step's
+    ``query_start_loc`` one token off diverges, and the check says the engine's behaviour changed."""
+    package = _installed("sglang")
+    rel = "srt/layers/attention/hybrid_linear_attn_backend.py"
+    text = (package / rel).read_text()
+    eager = "            query_start_loc = torch.arange(\n                0, bs + 1, dtype=torch.int32"
+    assert text.count(eager) == 1
+    moved = text.replace(eager, eager.replace("0, bs + 1", "1, bs + 2"))
+    root = _clone(tmp_path, "sglang", "python/sglang", {rel: moved}, after=1)
+    done = _engine_check("sglang", root, "--batches", "10", "--modes", "decode", "--json")
+    assert done.returncode == 1, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert not out["ok"] and out["engine"]["status"] == "unverified: probes passed"
+    assert "query_start_loc" in json.dumps(out["oracle"])
+    assert out["behaviour_changed"].startswith(f"sglang {out['engine']['version']} is not a verified release")
+    assert "behaviour changed since sglang 0.5.23" in out["behaviour_changed"]
+
+
+def test_the_verified_commit_files_name_the_newest_releases():
+    """``.ci/<engine>-verified.commit``: what ``make test-engines CHECKOUT=1`` checks out in a clone: the
+    newest release's commit where its wheel carries one (vLLM), else its tag (sglang's wheels carry none)."""
+    ci = Path(__file__).resolve().parents[2] / ".ci"
+    for engine in ("sglang", "vllm"):
+        _installed(engine)
+        ident = identify_installed(engine)
+        ref = (ci / f"{engine}-verified.commit").read_text().strip()
+        assert ref == (ident.commit.removeprefix("g") if ident.commit else f"v{ident.version}")
+
+
 def test_a_tree_of_another_engine_layout_is_named(tmp_path):
     (tmp_path / "empty").mkdir()
     done = _engine_check("vllm", tmp_path / "empty")
