@@ -221,13 +221,13 @@ def test_no_note_without_an_engine_or_for_a_verified_release():
 
 
 def test_a_release_not_verified_is_noted_in_one_line():
-    note = engine_note(_with(TraceEngine("sglang", "0.5.21", "abc"), "sglang-ascend"))
+    note = engine_note(_with(TraceEngine("sglang", "0.5.24.dev3+gabc", "abc"), "sglang-ascend"))
     assert note == (
-        "trace from sglang 0.5.21 (commit abc): judged by the rules of profile 'sglang-ascend', "
+        "trace from sglang 0.5.24.dev3+gabc (commit abc): judged by the rules of profile 'sglang-ascend', "
         f"verified on sglang {', '.join(VERIFIED['sglang'])}"
     )
     assert engine_note(_with(TraceEngine("vllm", "0.34.0"), "vllm")) == (
-        f"trace from vllm 0.34.0: judged by the rules of profile 'vllm', verified on vllm {VERIFIED['vllm'][-1]}"
+        f"trace from vllm 0.34.0: judged by the rules of profile 'vllm', verified on vllm {', '.join(VERIFIED['vllm'])}"
     )
 
 

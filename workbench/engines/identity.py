@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.engine_versions import ENGINE_NAMES, verified_versions
-from workbench.engines.versions import EngineError
+from workbench.engines.errors import EngineError
 
 TREE_LAYOUTS: tuple[str, ...] = ("{engine}", "python/{engine}")
 """Where a tree keeps the engine's package, relative to the tree's root: vLLM's ``vllm/``, sglang's

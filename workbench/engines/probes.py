@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.engines.versions import EngineError
+from workbench.engines.errors import EngineError
 
 Check = Callable[[], "str | None"]
 """A probe's test: None when it holds, else one phrase saying what is missing."""

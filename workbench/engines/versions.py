@@ -10,15 +10,10 @@ from __future__ import annotations
 import importlib.metadata
 
 from workbench.engine_versions import VERIFIED
-from workbench.errors import WorkbenchError
+from workbench.engines.errors import EngineError
 
 SUPPORTED: dict[str, tuple[str, ...]] = VERIFIED
 """Engine -> the released versions an adapter exists for: :data:`workbench.engine_versions.VERIFIED` itself."""
-
-
-class EngineError(WorkbenchError, RuntimeError):
-    """The engine is not installed, lacks a capability its adapter probes for, or a stand-in it needs is
-    missing."""
 
 
 def installed_version(engine: str) -> str | None:
@@ -37,3 +32,6 @@ def check_supported(engine: str) -> str:
     from workbench.engines.identity import identify
 
     return identify(engine).version
+
+
+__all__ = ["SUPPORTED", "EngineError", "check_supported", "installed_version"]

@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 from workbench.engine_versions import ENGINE_NAMES
-from workbench.engines.versions import EngineError
+from workbench.engines.errors import EngineError
 
 CACHE_ENV = "LINATTN_WHEEL_CACHE"
 

@@ -117,10 +117,10 @@ def engine_note(header: TraceHeader, verified: Mapping[str, Sequence[str]] | Non
     ``verified``: engine -> its verified versions; default :data:`workbench.engine_versions.VERIFIED`, the
     table the engine adapters' registry reads.
 
-    >>> h = TraceHeader("sglang", "gdn", 9, {"decode": [1]}, engine=TraceEngine("sglang", "0.5.21", "abc"))
-    >>> engine_note(h)
-    "trace from sglang 0.5.21 (commit abc): judged by the rules of profile 'sglang', verified on sglang 0.5.23"
-    >>> engine_note(h, {"sglang": ("0.5.21", "0.5.23")}) is None
+    >>> h = TraceHeader("sglang", "gdn", 9, {"decode": [1]}, engine=TraceEngine("sglang", "0.5.24.dev3", "abc"))
+    >>> engine_note(h, {"sglang": ("0.5.23",)})
+    "trace from sglang 0.5.24.dev3 (commit abc): judged by the rules of profile 'sglang', verified on sglang 0.5.23"
+    >>> engine_note(h, {"sglang": ("0.5.24.dev3", "0.5.23")}) is None
     True
     """
     engine = header.engine
