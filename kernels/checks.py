@@ -8,6 +8,7 @@ from typing import NoReturn
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from kernels.conventions import STATE_LAYOUTS
 from kernels.dispatch import IMPLS, resolve_impl
 from kernels.dtypes import FLOAT_DTYPES, INDEX_DTYPES
 from kernels.padding import skipped_rows
@@ -95,6 +96,32 @@ class ArgChecker:
         dims, e.g. ``"[num_slots, HV, K, V]"``."""
         self.layout(name, t, f"a {1 + len(slot_shape)}-D pool {doc}", 1 + len(slot_shape))
         return self.tensor(name, t, (None, *slot_shape), dtypes, device)
+
+    def state_layout(self, layout: object) -> str:
+        """``layout`` if it is one of :data:`kernels.conventions.STATE_LAYOUTS`, else a failure naming it."""
+        if not isinstance(layout, str) or layout not in STATE_LAYOUTS:
+            self.fail(f"state_layout: must be one of {list(STATE_LAYOUTS)}, got {layout!r}")
+        return layout
+
+    def states(
+        self,
+        name: str,
+        t: object,
+        dims: Sequence[tuple[str, int | None]],
+        layout: str,
+        dtypes: tuple[torch.dtype, ...],
+        device: torch.device,
+    ) -> torch.Tensor:
+        """``t`` holds K x V states laid out ``layout``: ``dims`` are its (label, size) pairs as a k_first tensor
+        would have them, the last two K and V (size None: any), e.g. ``[("slots", None), ("HV", 2), ("K", 12),
+        ("V", 20)]``; v_first swaps the last two. A wrong shape fails naming the layout:
+        ``state: [9, 2, 20, 12] is not [slots, HV=2, K=12, V=20] (state_layout='k_first')``."""
+        t = self.is_tensor(name, t)
+        laid = [*dims[:-2], dims[-1], dims[-2]] if layout == "v_first" else list(dims)
+        doc = ", ".join(label if size is None else f"{label}={size}" for label, size in laid)
+        if t.dim() != len(laid) or any(size is not None and t.shape[i] != size for i, (_, size) in enumerate(laid)):
+            self.fail(f"{name}: {list(t.shape)} is not [{doc}] (state_layout={layout!r})")
+        return self.tensor(name, t, [size for _, size in laid], dtypes, device)
 
     def cu_seqlens(self, cu_seqlens: object, device: torch.device) -> int:
         """Offsets ``[N+1]`` of N packed sequences; returns N."""

@@ -1,4 +1,5 @@
-"""The engines' padding conventions, as the kernels see them: the one place they are written down.
+"""The engines' padding conventions and state layouts, as the kernels see them: the one place they are
+written down.
 
 A convention says what a padded batch row carries in ``state_indices`` (its *sentinel*), which rows the
 kernels skip (``pad_slot_id``: rows with ``index <= pad_slot_id`` are skipped, ``None`` skips nothing) and
@@ -11,11 +12,28 @@ is the same rule for one host integer.
 [('sglang', -1, -1), ('sglang-ascend', 0, None), ('vllm', 0, 0)]
 >>> CONVENTIONS["vllm"].skips(0), CONVENTIONS["sglang"].skips(0), CONVENTIONS["sglang-ascend"].skips(0)
 (True, False, False)
+
+A *state layout* (:data:`STATE_LAYOUTS`) says how a pool lays out the ``K x V`` recurrent state of one value
+head of the gated delta rule and of linear attention: ``"k_first"`` ``[slots, HV, K, V]`` (the workbench's
+default, fla's) or ``"v_first"`` ``[slots, HV, V, K]`` (the released sglang and vLLM GDN pools). A transposed
+read has the right shape while ``K == V``. :func:`to_layout` converts a state, :func:`layout_view` re-reads
+one without copying. Mamba2's ``[slots, H, headdim, dstate]`` state is another object: no layout choice.
+
+>>> import torch
+>>> pool = torch.arange(6.0).view(1, 1, 2, 3)  # one slot, one head, K=2, V=3, k_first
+>>> to_layout(pool, "k_first", "v_first").shape, to_layout(pool, "k_first", "v_first").is_contiguous()
+(torch.Size([1, 1, 3, 2]), True)
+>>> torch.equal(layout_view(to_layout(pool, "k_first", "v_first"), "v_first", "k_first"), pool)
+True
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -75,3 +93,40 @@ def get_convention(convention: str | Convention) -> Convention:
         return CONVENTIONS[convention]
     except (KeyError, TypeError):
         raise ValueError(f"convention: unknown convention {convention!r}; choose one of {list(CONVENTIONS)}") from None
+
+
+STATE_LAYOUTS: tuple[str, ...] = ("k_first", "v_first")
+"""How a pool lays out one value head's recurrent state: ``"k_first"`` ``[K, V]``, ``"v_first"`` ``[V, K]``."""
+
+DEFAULT_STATE_LAYOUT = "k_first"
+"""The ops' default ``state_layout`` (fla's default; the released engines' GDN pools are ``"v_first"``)."""
+
+
+def check_state_layout(layout: object) -> str:
+    """``layout`` if it is one of :data:`STATE_LAYOUTS`; ValueError naming ``state_layout`` and the choices."""
+    if not isinstance(layout, str) or layout not in STATE_LAYOUTS:
+        raise ValueError(f"state_layout: unknown layout {layout!r}; choose one of {list(STATE_LAYOUTS)}")
+    return layout
+
+
+def state_dims(layout: str, K: int, V: int) -> tuple[int, int]:
+    """The last two sizes of a state tensor in ``layout``: ``(K, V)`` k_first, ``(V, K)`` v_first.
+
+    >>> state_dims("k_first", 12, 20), state_dims("v_first", 12, 20)
+    ((12, 20), (20, 12))
+    """
+    return (K, V) if check_state_layout(layout) == "k_first" else (V, K)
+
+
+def layout_view(state: torch.Tensor, src: str, dst: str) -> torch.Tensor:
+    """The same memory indexed as ``dst``: ``state``'s last two dims swapped (a view, no copy) when the layouts
+    differ, ``state`` itself when they agree. Any leading dims (a pool, an intermediate buffer ``[N, D, HV, ...]``).
+
+    The kernels read a pool through its K-first view: ``layout_view(state, state_layout, "k_first")``."""
+    return state if check_state_layout(src) == check_state_layout(dst) else state.transpose(-1, -2)
+
+
+def to_layout(state: torch.Tensor, src: str, dst: str) -> torch.Tensor:
+    """The values of ``state`` (laid out ``src``) laid out ``dst`` in memory: a contiguous copy when the layouts
+    differ, ``state`` itself when they agree. Any leading dims, as :func:`layout_view`."""
+    return state if check_state_layout(src) == check_state_layout(dst) else state.transpose(-1, -2).contiguous()

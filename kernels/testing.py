@@ -15,6 +15,8 @@ of a public op (``kernels.<op>``) on a padded batch under one padding convention
   read-modify-write of a NaN slot stores NaN again, bit for bit what was there, and would pass.
 - Inputs are drawn on the host from ``seed`` (the same values on every device), never zeros; outputs are
   NaN-poisoned before every call, so an unwritten row shows.
+- Ops with a K x V state (``OpSpec.state_layouts``) build their pools and intermediate states in the
+  case's ``state_layout`` (:data:`kernels.conventions.STATE_LAYOUTS`): one seed, the same states in either.
 
 The check (:meth:`Case.check`) compares a call with the op's torch reference run in float64 on the same
 inputs: outputs of live rows, padding tokens and skipped rows (which must be zeros), the live slots of
@@ -42,7 +44,16 @@ from typing import Any
 
 import torch
 
-from kernels.conventions import CONVENTIONS, Convention, get_convention
+from kernels.conventions import (
+    CONVENTIONS,
+    DEFAULT_STATE_LAYOUT,
+    STATE_LAYOUTS,
+    Convention,
+    check_state_layout,
+    get_convention,
+    state_dims,
+    to_layout,
+)
 from kernels.cost import Cost
 
 # Shape presets, one vocabulary across the workbench: "small" for tests and the Triton interpreter (awkward
@@ -110,14 +121,16 @@ def error_text(err: float) -> str:
 
 @dataclass(frozen=True)
 class OpSpec:
-    """An op the builders know: its public function (``module:attr``), variants, Triton launcher, and what
-    its main output's second axis is called (for per-row, per-head error maps)."""
+    """An op the builders know: its public function (``module:attr``), variants, Triton launcher, what its
+    main output's second axis is called (for per-row, per-head error maps), and the state layouts its
+    ``state_layout`` argument takes (empty: the op has no layout choice, e.g. Mamba2, the convolutions)."""
 
     name: str
     target: str
     variants: tuple[str, ...]
     launcher: str
     head_name: str
+    state_layouts: tuple[str, ...] = ()
 
     @property
     def fn(self) -> Callable[..., Any]:
@@ -130,11 +143,11 @@ OPS: dict[str, OpSpec] = {
     for spec in (
         OpSpec("gated_delta_rule.recurrent", "kernels.gated_delta_rule:recurrent",
                ("decode", "gating", "verify", "extend"),
-               "kernels.gated_delta_rule.triton_recurrent:launch_recurrent", "value head"),
+               "kernels.gated_delta_rule.triton_recurrent:launch_recurrent", "value head", STATE_LAYOUTS),
         OpSpec("gated_delta_rule.chunked", "kernels.gated_delta_rule:chunked", ("extend",),
-               "kernels.gated_delta_rule.triton_chunked:launch_chunked", "value head"),
+               "kernels.gated_delta_rule.triton_chunked:launch_chunked", "value head", STATE_LAYOUTS),
         OpSpec("gated_delta_rule.scatter_accepted", "kernels.gated_delta_rule:scatter_accepted", ("accept",),
-               "kernels.gated_delta_rule.triton_recurrent:launch_scatter_accepted", "value head"),
+               "kernels.gated_delta_rule.triton_recurrent:launch_scatter_accepted", "value head", STATE_LAYOUTS),
         OpSpec("causal_conv1d.update", "kernels.causal_conv1d:update", ("decode", "verify"),
                "kernels.causal_conv1d.triton_conv:update_triton", "channel"),
         OpSpec("causal_conv1d.varlen", "kernels.causal_conv1d:varlen", ("extend",),
@@ -144,7 +157,7 @@ OPS: dict[str, OpSpec] = {
         OpSpec("mamba2.chunk_scan", "kernels.mamba2:chunk_scan", ("extend",),
                "kernels.mamba2.triton_scan:chunk_scan_triton", "head"),
         OpSpec("linear_attn.recurrent", "kernels.linear_attn:recurrent", ("decode", "extend"),
-               "kernels.linear_attn.triton_recurrent:recurrent_triton", "value head"),
+               "kernels.linear_attn.triton_recurrent:recurrent_triton", "value head", STATE_LAYOUTS),
     )
 }  # fmt: skip
 
@@ -183,6 +196,8 @@ class Case:
             must read and write (the copy floor of a memory-bound step: a slot read and written, or for
             verify a slot read and D per-step states written).
         tol: the relative tolerance of :meth:`check` (``tolerance(dtype)``).
+        state_layout: how the pools (and intermediate states) lay out a head's K x V state; None for an op
+            without a layout choice (:attr:`OpSpec.state_layouts` empty).
     """
 
     op: str
@@ -199,6 +214,7 @@ class Case:
     cost: Cost
     state_bytes: int
     tol: float
+    state_layout: str | None = None
     _reference: Call | None = field(default=None, repr=False)
 
     @property
@@ -579,6 +595,20 @@ class _Ctx:
     guard: int
     padded_tokens: bool
     tail: int  # tokens past cu_seqlens[-1] of varlen ops
+    layout: str = DEFAULT_STATE_LAYOUT  # of K x V states (ops with OpSpec.state_layouts)
+
+    def kv_state(self, *lead: int, K: int, V: int, scale: float = 1.0, nan: bool = False) -> torch.Tensor:
+        """Float32 ``[*lead, K, V]`` states (NaN, or drawn K-first whatever the layout, so that one seed gives
+        the same states in both), laid out :attr:`layout`."""
+        if nan:
+            return self.draw.nan(*lead, *state_dims(self.layout, K, V), dtype=torch.float32)
+        return to_layout(self.draw.randn(*lead, K, V, scale=scale, dtype=torch.float32), "k_first", self.layout)
+
+    def kv_pool(self, HV: int, K: int, V: int, scale: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
+        """:func:`_pool` of ``[HV, K, V]`` slots laid out :attr:`layout` (drawn K-first, as :meth:`kv_state`)."""
+        storage, _ = _pool(self.draw, self.batch, self.guard, HV, K, V, scale=scale)
+        storage = to_layout(storage, "k_first", self.layout)
+        return storage, storage[self.guard : self.guard + self.batch.num_slots]
 
 
 def _extend_lens(rows: int, longest: int) -> list[int]:
@@ -598,7 +628,7 @@ def _gdn_recurrent(c: _Ctx, variant: str, chunked: bool = False) -> tuple[dict[s
     L: int | list[int] = {"decode": 1, "gating": 1, "verify": D}.get(variant, 0) or _extend_lens(b.rows, s["extend"])
     lens = _lens(b, L, c.padded_tokens)
     T = sum(lens) + c.tail
-    storage, state = _pool(d, b, c.guard, HV, K, V)
+    storage, state = c.kv_pool(HV, K, V)
     args: dict[str, Any] = {
         "q": d.randn(T, H, K),
         "k": d.randn(T, H, K),
@@ -624,7 +654,7 @@ def _gdn_recurrent(c: _Ctx, variant: str, chunked: bool = False) -> tuple[dict[s
     row_of = {"out": _token_rows(lens, b.rows, T, c.padded_tokens)}
     built: dict[str, Any] = {"args": args, "storage": {"state": storage}}
     if variant == "verify":
-        args["intermediate_states"] = d.nan(b.n, D, HV, K, V, dtype=torch.float32)
+        args["intermediate_states"] = c.kv_state(b.n, D, HV, K=K, V=V, nan=True)
         args["disable_state_update"] = True
         row_of["intermediate_states"] = list(range(b.n))
         built["transfers"] = 1 + D  # the slot read once, D per-step states written
@@ -648,11 +678,11 @@ def _gdn_scatter(c: _Ctx, variant: str) -> tuple[dict[str, Any], dict[str, list[
 
     s, d, b = c.spec, c.draw, c.batch
     HV, K, V, D = s["HV"], s["K"], s["V"], s["D"]
-    storage, state = _pool(d, b, c.guard, HV, K, V)
+    storage, state = c.kv_pool(HV, K, V)
     accepted = (torch.randint(1, D + 1, (b.n,), generator=d.g)).tolist()
     args = {
         "state": state,
-        "intermediate_states": d.randn(b.n, D, HV, K, V, dtype=torch.float32),
+        "intermediate_states": c.kv_state(b.n, D, HV, K=K, V=V),
         "state_indices": d.ints(b.indices),
         "num_accepted": d.ints(accepted),
         "pad_slot_id": b.convention.pad_slot_id,
@@ -808,7 +838,7 @@ def _linear_attn(c: _Ctx, variant: str) -> tuple[dict[str, Any], dict[str, list[
     L: int | list[int] = 1 if variant == "decode" else _extend_lens(b.rows, min(s["extend"], 8))
     lens = _lens(b, L, c.padded_tokens)
     T = sum(lens) + c.tail
-    storage, state = _pool(d, b, c.guard, HV, K, V, scale=0.3)
+    storage, state = c.kv_pool(HV, K, V, scale=0.3)
     args = {
         "q": d.randn(T, H, K),
         "k": d.randn(T, H, K, scale=0.3),
@@ -857,6 +887,7 @@ def make_case(
     padded_tokens: bool = False,
     tail: int | None = None,
     num_slots: int | None = None,
+    state_layout: str | None = None,
 ) -> Case:
     """Draw one call of ``op`` (see the module docstring).
 
@@ -873,12 +904,17 @@ def make_case(
             kernel must still skip them under a skipping convention).
         tail: tokens past ``cu_seqlens[-1]`` (default 2 for "small" shapes, else 0).
         num_slots: pool size (default: the live rows, the dummy slot and a few free slots).
+        state_layout: one of :data:`~kernels.conventions.STATE_LAYOUTS`: the pool and the intermediate states
+            are built in that layout and the call passes ``state_layout=``; one seed draws the same states in
+            both. None: the op's default (k_first), passed to no call. Only for ops with
+            :attr:`OpSpec.state_layouts` (ValueError otherwise).
     """
     spec = get_op(op)
     variant = spec.variants[0] if variant is None else variant
     if variant not in spec.variants:
         raise ValueError(f"variant: {op} has no variant {variant!r}; choose one of {list(spec.variants)}")
     conv = get_convention(convention)
+    layout = _case_layout(spec, state_layout)
     _check_count("rows", rows, 1)
     _check_count("padded", padded, 0)
     _check_count("guard", guard, 0)
@@ -898,8 +934,11 @@ def make_case(
     draw = _Draw(seed, dev, dtype)
     batch = _slots(draw.g, rows, padded, conv, num_slots)
     ctx = _Ctx(sizes, draw, batch, guard, padded_tokens, (2 if preset == "small" else 0) if tail is None else tail)
+    ctx.layout = layout or DEFAULT_STATE_LAYOUT
     built, row_of, cost = _BUILDERS[op](ctx, variant)
     args, storage = built["args"], built["storage"]
+    if state_layout is not None:
+        args["state_layout"] = state_layout
     slot_bytes = {k: s[0].numel() * s.element_size() for k, s in storage.items()}
     transfers = built.get("transfers", 2)  # slot-sized reads + writes per live row: one each, or verify's
     return Case(
@@ -917,7 +956,21 @@ def make_case(
         cost=cost,
         state_bytes=transfers * rows * sum(slot_bytes.values()),
         tol=tolerance(dtype),
+        state_layout=layout,
     )
+
+
+def _case_layout(spec: OpSpec, state_layout: str | None) -> str | None:
+    """The layout of a case of ``spec``: ``state_layout`` checked, the default for an op with a layout choice,
+    None for one without."""
+    if state_layout is None:
+        return DEFAULT_STATE_LAYOUT if spec.state_layouts else None
+    check_state_layout(state_layout)
+    if state_layout not in spec.state_layouts:
+        raise ValueError(
+            f"state_layout: {spec.name} takes no state layout (its state is not a K x V matrix); leave it None"
+        )
+    return state_layout
 
 
 def all_cases(**kw: Any) -> list[Case]:

@@ -161,3 +161,29 @@ def test_integrity_heatmap_codes_violations_red():
 
     fig = integrity_heatmap(torch.tensor([[True, True]]), slots=[0, 5], steps=["s"], dummy_slot=0)
     assert [list(r) for r in fig.data[0].z] == [[2, 3]]
+
+
+def test_a_k_first_read_of_a_v_first_slot_takes_the_transposed_element_at_k_eq_v_and_others_elsewhere():
+    from workbench.errors import MetadataError
+    from workbench.profiles import PROFILES
+    from workbench.viz.layout import ELSEWHERE, RIGHT, TRANSPOSED, layout_codes, layout_reads, state_layout_map
+
+    assert {p.state_layout for p in PROFILES.values()} == {"v_first"}  # both released engines keep V-first pools
+    for K, V in ((4, 4), (12, 20), (20, 12)):
+        reads = layout_reads(K, V, written="v_first", read="k_first")
+        for k in range(K):
+            for v in range(V):  # independent arithmetic: the offset a [K, V] reader asks for, decoded as [V, K]
+                offset = k * V + v
+                assert reads[k][v] == (offset % K, offset // K)
+        assert layout_reads(K, V, written="k_first", read="k_first") == [[(k, v) for v in range(V)] for k in range(K)]
+    square = [c for row in layout_codes(4, 4) for c in row]
+    assert square.count(RIGHT) == 4 and square.count(TRANSPOSED) == 12 and ELSEWHERE not in square
+    wide = [c for row in layout_codes(12, 20) for c in row]
+    assert wide.count(ELSEWHERE) > 200 and wide[0] == RIGHT
+    fig = state_layout_map(12, 20)
+    assert "238 of 240 elements" in fig.layout.title.text and len(fig.data[0].z) == 12
+    assert "written there as s[k=" in fig.data[0].customdata[0][1]
+    with pytest.raises(MetadataError, match=r"read='kv': must be one of"):
+        layout_reads(2, 2, read="kv")
+    with pytest.raises(MetadataError, match=r"K=0: must be an int"):
+        layout_reads(0, 2)

@@ -79,6 +79,9 @@ class Profile:
         zero_on_alloc: the engine clears a state slot it hands to a request before the request's first forward
             (sglang's ``mamba_needs_clear``; vLLM 0.33.0 does not zero mamba blocks); the simulator writes it into
             a trace's header and the replay follows it.
+        state_layout: how the engine's pool lays out a gated-delta-rule state slot per value head: ``"v_first"``
+            (``[V, K]``: sglang's ``MambaPool`` and vLLM's GDN pool, both released engines) or ``"k_first"``
+            (``[K, V]``: fla's default). ``workbench.viz.layout`` draws what a read in the other one takes.
     """
 
     name: str
@@ -95,6 +98,7 @@ class Profile:
     decodes_first: bool = False
     prefix_caches: tuple[str, ...] = ()
     zero_on_alloc: bool = False
+    state_layout: str = "v_first"
 
     @property
     def sentinel(self) -> int:

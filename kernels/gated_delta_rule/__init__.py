@@ -1,6 +1,7 @@
 """Gated delta rule (Gated DeltaNet) over a pool of recurrent states.
 
-Public ops (see ops.py for the full contract; all tokens packed along T, state K-first):
+Public ops (see ops.py for the full contract; all tokens packed along T; the pool K-first by default,
+`state_layout="v_first"` for [num_slots, HV, V, K] pools as the released engines keep them):
     recurrent(q, k, v, g, beta, *, state, state_indices, cu_seqlens, ...) -> out  decode / verify / extend
     recurrent(q, k, v, *, a=, b=, A_log=, dt_bias=, state=, ...) -> out            engine gating in-kernel
     chunked(q, k, v, g, beta, *, state, state_indices, cu_seqlens, chunk_size=...)  prefill (WY / UT)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from kernels.checks import ArgChecker, value_checks
+from kernels.conventions import DEFAULT_STATE_LAYOUT, state_dims
 from kernels.dispatch import implementation, inplace_custom_op
 from kernels.dtypes import FLOAT_DTYPES, INDEX_DTYPES, compute_dtype
 from kernels.gated_delta_rule import reference as ref
@@ -41,11 +42,24 @@ def _check_qkv(check: ArgChecker, q, k, v) -> tuple[int, int, int, int, int]:
     return T, H, K, HV, V
 
 
+def _state_dims(HV: int, K: int, V: int) -> list[tuple[str, int | None]]:
+    """A pool's dims as ``ArgChecker.states`` takes them (k_first order)."""
+    return [("slots", None), ("HV", HV), ("K", K), ("V", V)]
+
+
 def _check_intermediate(
-    check: ArgChecker, inter, N: int, HV: int, K: int, V: int, cu_seqlens: torch.Tensor, dev: torch.device
+    check: ArgChecker,
+    inter,
+    N: int,
+    HV: int,
+    K: int,
+    V: int,
+    cu_seqlens: torch.Tensor,
+    dev: torch.device,
+    layout: str,
 ) -> None:
-    check.layout("intermediate_states", inter, "[N, D, HV, K, V]", 5)
-    check.tensor("intermediate_states", inter, (N, None, HV, K, V), FLOAT_DTYPES, dev)
+    dims = [("N", N), ("D", None), ("HV", HV), ("K", K), ("V", V)]
+    check.states("intermediate_states", inter, dims, layout, FLOAT_DTYPES, dev)
     if value_checks(dev) and N > 0:
         lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
         D = inter.shape[1]
@@ -79,6 +93,7 @@ def _validate(
     v,
     gates: dict[str, torch.Tensor],
     state,
+    state_layout,
     state_indices,
     cu_seqlens,
     has_initial_state,
@@ -93,11 +108,14 @@ def _validate(
     dev = q.device
     for name, t in gates.items():
         check.tensor(name, t, (T, HV), FLOAT_DTYPES, dev)
+    layout = check.state_layout(state_layout)
+    check.states("state", state, _state_dims(HV, K, V), layout, FLOAT_DTYPES, dev)
     N = check.varlen_rows(
-        state, "[num_slots, HV, K, V]", (HV, K, V), state_indices, cu_seqlens, has_initial_state, T, pad_slot_id, dev
-    )
+        state, "[num_slots, HV, *state_dims]", state.shape[1:], state_indices, cu_seqlens, has_initial_state, T,
+        pad_slot_id, dev,
+    )  # fmt: skip
     if intermediate_states is not None:
-        _check_intermediate(check, intermediate_states, N, HV, K, V, cu_seqlens, dev)
+        _check_intermediate(check, intermediate_states, N, HV, K, V, cu_seqlens, dev, layout)
     scale = _resolve_scale(check, scale, K)
     impl = check.impl(impl, dev)
     if impl == "triton":
@@ -192,6 +210,7 @@ def _gdn_recurrent_op(
     A_log: torch.Tensor | None,
     dt_bias: torch.Tensor | None,
     state: torch.Tensor,
+    state_layout: str,
     state_indices: torch.Tensor,
     cu_seqlens: torch.Tensor,
     out: torch.Tensor,
@@ -223,6 +242,7 @@ def _gdn_recurrent_op(
         softplus_beta=softplus_beta,
         softplus_threshold=softplus_threshold,
         state=state,
+        state_layout=state_layout,
         state_indices=state_indices,
         cu_seqlens=cu_seqlens,
         out=out,
@@ -243,6 +263,7 @@ def _gdn_chunked_op(
     g: torch.Tensor,
     beta: torch.Tensor,
     state: torch.Tensor,
+    state_layout: str,
     state_indices: torch.Tensor,
     cu_seqlens: torch.Tensor,
     out: torch.Tensor,
@@ -264,6 +285,7 @@ def _gdn_chunked_op(
         g=g,
         beta=beta,
         state=state,
+        state_layout=state_layout,
         state_indices=state_indices,
         cu_seqlens=cu_seqlens,
         out=out,
@@ -279,6 +301,7 @@ def _gdn_chunked_op(
 @inplace_custom_op("linattn::gdn_scatter_accepted", mutates_args=("state",))
 def _gdn_scatter_accepted_op(
     state: torch.Tensor,
+    state_layout: str,
     intermediate_states: torch.Tensor,
     state_indices: torch.Tensor,
     num_accepted: torch.Tensor,
@@ -292,6 +315,7 @@ def _gdn_scatter_accepted_op(
     )
     run(
         state=state,
+        state_layout=state_layout,
         intermediate_states=intermediate_states,
         state_indices=state_indices,
         num_accepted=num_accepted,
@@ -312,6 +336,7 @@ def recurrent(
     state: torch.Tensor,
     state_indices: torch.Tensor,
     cu_seqlens: torch.Tensor,
+    state_layout: str = DEFAULT_STATE_LAYOUT,
     a: torch.Tensor | None = None,
     b: torch.Tensor | None = None,
     A_log: torch.Tensor | None = None,
@@ -337,13 +362,16 @@ def recurrent(
         q, k: [T, H, K] float; v: [T, HV, V] float (HV % H == 0; value head h reads q/k head h // (HV/H)).
         g: [T, HV] log-decay; beta: [T, HV] write strength (float, usually float32).
         a, b: [T, HV] gate logits; A_log, dt_bias: [HV] float (instead of g and beta).
-        state: [num_slots, HV, K, V] pool (K-first), float32 (float64 allowed for impl="reference").
+        state: [num_slots, HV, K, V] pool (state_layout "k_first") or [num_slots, HV, V, K] ("v_first", as
+            the released engines' pools), float32 (float64 allowed for impl="reference").
             Row n starts from state[state_indices[n]] and writes its final state back there.
         state_indices: [N] int32/int64 slot per row. cu_seqlens: [N+1] int32/int64 token offsets.
         scale: multiplies q; default K ** -0.5. use_qk_l2norm: q, k <- x / sqrt(sum x^2 + 1e-6) first.
         has_initial_state: optional [N] bool; False rows start from zeros instead of their slot.
-        intermediate_states: optional [N, D, HV, K, V]; the state after step t of row n goes to
-            [n, t] (batch row, not slot). D must be >= every row's length.
+        state_layout: "k_first" | "v_first" (kernels.conventions.STATE_LAYOUTS): how `state` and
+            `intermediate_states` lay out a head's state; both the same.
+        intermediate_states: optional [N, D, HV, K, V] (v_first: [N, D, HV, V, K]); the state after step t
+            of row n goes to [n, t] (batch row, not slot). D must be >= every row's length.
         disable_state_update: leave the pool untouched (target-verify; see scatter_accepted).
         pad_slot_id: rows with state_indices <= pad_slot_id are skipped (no state read or write, zero
             outputs); None processes every row (see kernels/padding.py).
@@ -363,6 +391,7 @@ def recurrent(
         v=v,
         gates=gates,
         state=state,
+        state_layout=state_layout,
         state_indices=state_indices,
         cu_seqlens=cu_seqlens,
         has_initial_state=has_initial_state,
@@ -389,6 +418,7 @@ def recurrent(
         A_log=A_log,
         dt_bias=dt_bias,
         state=state,
+        state_layout=state_layout,
         state_indices=state_indices,
         cu_seqlens=cu_seqlens,
         out=out,
@@ -415,6 +445,7 @@ def chunked(
     state: torch.Tensor,
     state_indices: torch.Tensor,
     cu_seqlens: torch.Tensor,
+    state_layout: str = DEFAULT_STATE_LAYOUT,
     scale: float | None = None,
     use_qk_l2norm: bool = False,
     has_initial_state: torch.Tensor | None = None,
@@ -428,7 +459,8 @@ def chunked(
     """Varlen prefill by the chunked (WY / UT-transform) algorithm; same semantics as `recurrent` (with
     ready gates ``g``, ``beta``).
 
-    Chunks of `chunk_size` tokens restart at every sequence's first token. `intermediate_states` is not
+    `state` is laid out as `state_layout` says (see `recurrent`). Chunks of `chunk_size` tokens restart at
+    every sequence's first token. `intermediate_states` is not
     supported (use `recurrent` for target-verify). impl="triton" needs chunk_size a power of two >= 16.
     """
     check = ArgChecker("gated_delta_rule.chunked", device_of="q")
@@ -446,6 +478,7 @@ def chunked(
         v=v,
         gates={"g": g, "beta": beta},
         state=state,
+        state_layout=state_layout,
         state_indices=state_indices,
         cu_seqlens=cu_seqlens,
         has_initial_state=has_initial_state,
@@ -464,6 +497,7 @@ def chunked(
         g=g,
         beta=beta,
         state=state,
+        state_layout=state_layout,
         state_indices=state_indices,
         cu_seqlens=cu_seqlens,
         out=out,
@@ -484,13 +518,18 @@ def scatter_accepted(
     state_indices: torch.Tensor,
     num_accepted: torch.Tensor,
     *,
+    state_layout: str = DEFAULT_STATE_LAYOUT,
     pad_slot_id: int | None = -1,
     impl: str = "auto",
 ) -> None:
     """After target-verify: state[state_indices[n]] = intermediate_states[n, num_accepted[n] - 1], live rows.
 
     Args:
-        state: [num_slots, HV, K, V]; intermediate_states: [N, D, HV, K, V] (batch-row indexed).
+        state: [num_slots, HV, K, V]; intermediate_states: [N, D, HV, K, V] (batch-row indexed), both laid out
+            as `state_layout` says ("v_first": [num_slots, HV, V, K] and [N, D, HV, V, K]): the same layout,
+            as `recurrent` wrote the intermediate states. A slot is copied whole, so the op needs the layout
+            for the shapes only; a buffer in the other layout is refused where K != V and copied transposed
+            where K == V.
         state_indices: [N] int; num_accepted: [N] int, in 1..D for live rows (padded rows: any value).
         pad_slot_id: padding rule of kernels/padding.py.
 
@@ -500,18 +539,20 @@ def scatter_accepted(
     the reference (boolean-mask selection, one host sync) raises an indexing error.
     """
     check = ArgChecker("gated_delta_rule.scatter_accepted", device_of="intermediate_states")
+    layout = check.state_layout(state_layout)
     check.leading("intermediate_states", intermediate_states, "[N, D, HV, K, V]", 5)
     dev = intermediate_states.device
-    N, D, HV, K, V = intermediate_states.shape
-    check.pool("state", state, "[num_slots, HV, K, V]", (HV, K, V), FLOAT_DTYPES, dev)
+    N, D, HV = intermediate_states.shape[:3]
+    K, V = state_dims(layout, *intermediate_states.shape[3:])  # (K, V) read back from the layout's order
+    check.states("state", state, _state_dims(HV, K, V), layout, FLOAT_DTYPES, dev)
     check.tensor("state_indices", state_indices, (N,), INDEX_DTYPES, dev)
     check.tensor("num_accepted", num_accepted, (N,), INDEX_DTYPES, dev)
     impl = check.impl(impl, dev)
     if impl == "triton":
         _check_triton_dtypes(check, state, intermediate_states)
         for name, t in (("state", state), ("intermediate_states", intermediate_states)):
-            if t.stride(-1) != 1 or t.stride(-2) != V:
-                check.fail(f"{name}: impl='triton' needs contiguous (K, V) dims, got strides {t.stride()}")
+            if t.stride(-1) != 1 or t.stride(-2) != t.shape[-1]:
+                check.fail(f"{name}: impl='triton' needs contiguous last two (K, V) dims, got strides {t.stride()}")
     if value_checks(dev):
         num_slots = state.shape[0]
         skipped = skipped_rows(state_indices, pad_slot_id).tolist()
@@ -525,6 +566,7 @@ def scatter_accepted(
                 check.fail(f"state_indices: row {n} has slot {slot}, outside [0, {num_slots})")
     torch.ops.linattn.gdn_scatter_accepted(
         state=state,
+        state_layout=layout,
         intermediate_states=intermediate_states,
         state_indices=state_indices,
         num_accepted=num_accepted,

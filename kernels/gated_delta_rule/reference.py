@@ -2,8 +2,10 @@
 
 Shapes (all tokens of all sequences packed along T):
     q, k: [T, H, K]      v: [T, HV, V]      g, beta: [T, HV]
-    state: [num_slots, HV, K, V]  (K-first)   state_indices: [N] int   cu_seqlens: [N+1] int
+    state: [num_slots, HV, K, V]  (k_first)   state_indices: [N] int   cu_seqlens: [N+1] int
     out: [T, HV, V]      intermediate_states: [N, D, HV, K, V] (indexed by batch row, not slot)
+    state_layout="v_first": state [num_slots, HV, V, K], intermediate_states [N, D, HV, V, K], read and
+    written through their K-first views (kernels.conventions.layout_view: no copy).
 
 Per token, for every value head (K-first state S of K x V):
     S <- exp(g) S;   u = beta (v - S^T k);   S <- S + k u^T;   o = S^T (scale q)
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from kernels.conventions import DEFAULT_STATE_LAYOUT, layout_view
 from kernels.dtypes import compute_dtype
 from kernels.padding import host_rows, skipped_rows
 
@@ -132,12 +135,18 @@ def recurrent_reference(
     intermediate_states: torch.Tensor | None = None,
     disable_state_update: bool = False,
     pad_slot_id: int | None = -1,
+    state_layout: str = DEFAULT_STATE_LAYOUT,
 ) -> None:
     """Token-by-token recurrence; writes `out`, `state` (unless disabled) and `intermediate_states` in place.
 
     Skipped rows (padding rule of kernels/padding.py) touch no slot and get zero outputs; zero-length rows
     write nothing. The other rows advance together, token step by token step (`_recurrent_rows_together`).
+    `state` and `intermediate_states` are laid out as `state_layout` says; everything below works on their
+    K-first views (`layout_view`: the same memory, last two dims swapped for "v_first").
     """
+    state = layout_view(state, state_layout, "k_first")
+    if intermediate_states is not None:
+        intermediate_states = layout_view(intermediate_states, state_layout, "k_first")
     batch = _prepare(
         q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, pad_slot_id, scale, use_qk_l2norm
     )
@@ -307,11 +316,13 @@ def chunked_reference(
     disable_state_update: bool = False,
     pad_slot_id: int | None = -1,
     chunk_size: int,
+    state_layout: str = DEFAULT_STATE_LAYOUT,
 ) -> None:
     """Varlen prefill by chunks of `chunk_size` tokens (chunks restart at each sequence's first token; the
     public op's default is `ops.DEFAULT_CHUNK_SIZE`).
 
-    Same semantics as `recurrent_reference` (no intermediate states)."""
+    Same semantics as `recurrent_reference` (no intermediate states; `state` read through its K-first view)."""
+    state = layout_view(state, state_layout, "k_first")
     batch = _prepare(
         q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, pad_slot_id, scale, use_qk_l2norm
     )
@@ -336,10 +347,13 @@ def scatter_accepted_reference(
     num_accepted: torch.Tensor,
     *,
     pad_slot_id: int | None = -1,
+    state_layout: str = DEFAULT_STATE_LAYOUT,
 ) -> None:
     """state[state_indices[i]] = intermediate_states[i, num_accepted[i] - 1] for non-skipped rows.
 
-    Boolean-mask selection: one host sync on an accelerator (it is inside a custom op)."""
+    Both tensors are laid out as `state_layout` says, the same layout: a slot is copied whole, so the layout
+    changes nothing here. Boolean-mask selection: one host sync on an accelerator (it is inside a custom op)."""
+    del state_layout  # both in the same layout: the copy is the same either way
     live = ~skipped_rows(state_indices, pad_slot_id)
     rows = torch.nonzero(live).flatten()
     steps = num_accepted.to(torch.long)[rows] - 1

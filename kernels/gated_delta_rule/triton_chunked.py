@@ -14,6 +14,9 @@ This is the simplest correct single-kernel form: unlike fla it does not split th
 separate kernels parallel over chunks, so it is sequential in the number of chunks. It is a correctness
 kernel for the interpreter and a starting point on hardware, not a tuned prefill kernel.
 
+The state is addressed through (stride_s_k, stride_s_v): the launcher passes the strides of the pool's K-first
+view (``kernels.conventions.layout_view``), so the same kernel reads and writes k_first and v_first pools.
+
 Matmuls use tl.dot with input_precision="ieee" (no TF32: the state recurrence amplifies rounding), which
 needs every dot dimension >= 16: K and V blocks are padded to at least 16 with masks.
 """
@@ -25,6 +28,7 @@ import triton
 import triton.language as tl
 
 from kernels._triton_helpers import named_strides
+from kernels.conventions import DEFAULT_STATE_LAYOUT, layout_view
 from kernels.gated_delta_rule.triton_common import (
     h0_flags,
     kernel_pad_slot_id,
@@ -180,11 +184,13 @@ def launch_chunked(
     disable_state_update: bool,
     pad_slot_id: int | None,
     chunk_size: int,
+    state_layout: str = DEFAULT_STATE_LAYOUT,
     block_v: int | None = None,
     num_warps: int | None = None,
 ) -> object:
     """Launch on validated tensors (ops.py). chunk_size: power of two >= 16. ``block_v`` / ``num_warps``
-    override the defaults (``default_block_v``, ``DEFAULT_NUM_WARPS``).
+    override the defaults (``default_block_v``, ``DEFAULT_NUM_WARPS``). ``state`` is laid out as
+    ``state_layout`` says: the kernel gets the strides of its K-first view.
     Returns the launch's compiled kernel (None in the interpreter), for its ``n_regs`` / ``n_spills``.
     """
     N = state_indices.shape[0]
@@ -210,7 +216,7 @@ def launch_chunked(
         num_rows=N,
         num_tokens=q.shape[0],
         **token_strides(q=q, k=k, v=v, g=g, b=beta, o=out),
-        **named_strides("s", state, "nhkv"),
+        **named_strides("s", layout_view(state, state_layout, "k_first"), "nhkv"),
         K=K,
         V=V,
         BK=max(16, triton.next_power_of_2(K)),

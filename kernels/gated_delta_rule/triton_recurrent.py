@@ -5,6 +5,11 @@ registers (float32), walks its sequence token by token, and writes the tile back
 are independent in this recurrence (S^T k, the rank-1 update and S^T q act per column), which is why a
 V-block split needs no communication between programs.
 
+State layout: the kernel addresses state element (k, v) as ``k * stride_s_k + v * stride_s_v`` (and the
+intermediate states likewise); the launcher passes the strides of the pool's K-first view
+(``kernels.conventions.layout_view``), so one kernel reads both layouts: k_first has ``stride_s_v == 1``,
+v_first ``stride_s_k == 1`` and ``stride_s_v == K`` (a program's tile is then BV contiguous runs of K).
+
 Portability (see NOTES.md): only masked tl.load / tl.store on pointer arithmetic, tl.sum / tl.where /
 tl.exp / tl.log, a dynamic `for` over the sequence's tokens and scalar branches on constexpr flags. No
 block pointers, no libdevice, no inline asm, no atomics. bf16 inputs are upcast to float32 on load.
@@ -17,6 +22,7 @@ import triton
 import triton.language as tl
 
 from kernels._triton_helpers import named_strides
+from kernels.conventions import DEFAULT_STATE_LAYOUT, layout_view
 from kernels.gated_delta_rule.triton_common import (
     h0_flags,
     kernel_pad_slot_id,
@@ -181,10 +187,13 @@ def launch_recurrent(
     dt_bias: torch.Tensor | None = None,
     softplus_beta: float = 1.0,
     softplus_threshold: float = 20.0,
+    state_layout: str = DEFAULT_STATE_LAYOUT,
     block_v: int | None = None,
     num_warps: int | None = None,
 ) -> object:
     """Launch the kernel on validated tensors (see ops.py). Last dims of q, k, v, out must be contiguous.
+    ``state`` and ``intermediate_states`` are laid out as ``state_layout`` says: the kernel gets the strides of
+    their K-first views.
 
     With ``A_log`` given, the gates are computed in the kernel from the logits ``a``, ``b`` and ``A_log``,
     ``dt_bias`` (``g`` and ``beta`` are then None); otherwise ``g`` and ``beta`` are read as they are.
@@ -201,7 +210,8 @@ def launch_recurrent(
     gate, gate_b = (a, b) if fused else (g, beta)
     if gate is None or gate_b is None:
         raise ValueError("launch_recurrent: give g and beta, or a, b, A_log and dt_bias")
-    inter = intermediate_states
+    state_kv = layout_view(state, state_layout, "k_first")  # [num_slots, HV, K, V] view: strides only
+    inter = None if intermediate_states is None else layout_view(intermediate_states, state_layout, "k_first")
     grid = (N, HV, triton.cdiv(V, _block_v(V, block_v)))
     return _gdn_recurrent_kernel[grid](
         q_ptr=q,
@@ -225,7 +235,7 @@ def launch_recurrent(
         softplus_threshold=float(softplus_threshold),
         inter_depth=inter.shape[1] if inter is not None else 0,
         **token_strides(q=q, k=k, v=v, g=gate, b=gate_b, o=out),
-        **named_strides("s", state, "nhkv"),
+        **named_strides("s", state_kv, "nhkv"),
         **named_strides("i", inter, "ndhkv"),
         K=K,
         V=V,
@@ -280,15 +290,19 @@ def launch_scatter_accepted(
     state_indices: torch.Tensor,
     num_accepted: torch.Tensor,
     pad_slot_id: int | None,
+    state_layout: str = DEFAULT_STATE_LAYOUT,
     block: int = 1024,
 ) -> object:
     """Copy intermediate_states[n, num_accepted[n]-1] to state[state_indices[n]] for live rows, sync-free.
 
-    The last two dims (K, V) of both tensors must be contiguous (checked by ops.py)."""
-    N, D, HV, K, V = intermediate_states.shape
+    The last two dims (K, V) of both tensors must be contiguous (checked by ops.py). Both are laid out as
+    ``state_layout`` says, the same layout: a head's K * V elements are copied as they lie, so the layout
+    changes nothing here."""
+    del state_layout  # the same layout on both sides: a flat copy
+    N, D, HV = intermediate_states.shape[:3]
     if N == 0:
         return None
-    KV = K * V
+    KV = intermediate_states.shape[3] * intermediate_states.shape[4]
     BLOCK = min(block, triton.next_power_of_2(KV))
     return _scatter_accepted_kernel[(N, HV, triton.cdiv(KV, BLOCK))](
         state_ptr=state,

@@ -1,8 +1,9 @@
 """Plain (ungated) linear attention: the simplest recurrent layer, on the same pool layout as GDN.
 
 Start here. A request's memory is a state ``S`` (``[K, V]`` per value head, float32) in a pool slot
-``state[num_slots, HV, K, V]``. Each token adds ``k v^T`` to S and reads ``o = S^T (scale q)``. Gated
-DeltaNet (``kernels/gated_delta_rule``) adds a decay of S and a delta-rule correction to the same loop.
+``state[num_slots, HV, K, V]`` (``state_layout="v_first"``: ``[num_slots, HV, V, K]``). Each token adds
+``k v^T`` to S and reads ``o = S^T (scale q)``. Gated DeltaNet (``kernels/gated_delta_rule``) adds a decay
+of S and a delta-rule correction to the same loop.
 
 - ``recurrent``: packed tokens over ``cu_seqlens`` (decode, verify-like fixed lengths or prefill).
 - ``recurrent_cost``: bytes and FLOPs.

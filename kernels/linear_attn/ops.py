@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from kernels.checks import ArgChecker
+from kernels.conventions import DEFAULT_STATE_LAYOUT
 from kernels.dispatch import implementation, inplace_custom_op
 from kernels.dtypes import FLOAT_DTYPES, INDEX_DTYPES, STATE_DTYPES
 
@@ -22,6 +23,7 @@ def _recurrent_op(
     k: torch.Tensor,
     v: torch.Tensor,
     state: torch.Tensor,
+    state_layout: str,
     state_indices: torch.Tensor,
     cu_seqlens: torch.Tensor,
     scale: float,
@@ -37,6 +39,7 @@ def _recurrent_op(
         k=k,
         v=v,
         state=state,
+        state_layout=state_layout,
         state_indices=state_indices,
         cu_seqlens=cu_seqlens,
         scale=scale,
@@ -53,6 +56,7 @@ def recurrent(
     state: torch.Tensor,
     state_indices: torch.Tensor,
     cu_seqlens: torch.Tensor,
+    state_layout: str = DEFAULT_STATE_LAYOUT,
     scale: float | None = None,
     pad_slot_id: int | None = -1,
     out: torch.Tensor | None = None,
@@ -60,13 +64,16 @@ def recurrent(
 ) -> torch.Tensor:
     """Plain linear attention, token by token, over packed sequences and a pool of states.
 
-    Per token of sequence n, with ``S = state[state_indices[n], h]`` (K-first, ``[K, V]``):
+    Per token of sequence n, with ``S = state[state_indices[n], h]`` (``[K, V]``; ``[V, K]`` in memory when
+    ``state_layout="v_first"``):
     ``S <- S + k v^T``, then ``o = S^T (scale q)``. Value head h uses q/k head ``h // (HV // H)``.
 
     Args:
         q, k: [T, H, K] float. v: [T, HV, V] float, ``HV % H == 0``.
         state: [num_slots, HV, K, V] float32 pool (float64 accepted for ground truth); each processed
             row starts from its slot and leaves its final state there.
+        state_layout: "k_first" ([num_slots, HV, K, V]) or "v_first" ([num_slots, HV, V, K], as the
+            released engines lay out their GDN pools); see kernels.conventions.STATE_LAYOUTS.
         state_indices: [N] int32/int64; rows skipped per ``pad_slot_id`` (``kernels.padding``) read and
             write no slot and output zeros.
         cu_seqlens: [N+1] int32/int64, ``cu[0] = 0``, non-decreasing, ``cu[N] <= T``; decode is
@@ -88,7 +95,9 @@ def recurrent(
     HV, V = v.shape[1], v.shape[2]
     check.require(H >= 1 and HV % H == 0, f"value heads HV={HV} must be a multiple of query/key heads H={H} (GVA)")
     check.tensor("v", v, (T, HV, V), FLOAT_DTYPES, dev)
-    check.pool("state", state, "[num_slots, HV, K, V]", (HV, K, V), STATE_DTYPES, dev)
+    layout = check.state_layout(state_layout)
+    dims = [("slots", None), ("HV", HV), ("K", K), ("V", V)]
+    check.states("state", state, dims, layout, STATE_DTYPES, dev)
     N = check.cu_seqlens(cu_seqlens, dev)
     check.tensor("state_indices", state_indices, (N,), INDEX_DTYPES, dev)
     check.pad_slot_id(pad_slot_id)
@@ -106,6 +115,7 @@ def recurrent(
         k=k,
         v=v,
         state=state,
+        state_layout=layout,
         state_indices=state_indices,
         cu_seqlens=cu_seqlens,
         scale=float(scale),

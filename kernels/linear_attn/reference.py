@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from kernels.conventions import DEFAULT_STATE_LAYOUT, layout_view
 from kernels.dtypes import compute_dtype
 from kernels.padding import live_rows_and_slots
 
@@ -30,12 +31,15 @@ def recurrent_reference(
     scale: float,
     pad_slot_id: int | None,
     out: torch.Tensor,
+    state_layout: str = DEFAULT_STATE_LAYOUT,
 ) -> None:
     """Run every sequence through its state; updates ``state`` and writes ``out`` in place.
 
-    q, k [T, H, K]; v [T, HV, V]; state [num_slots, HV, K, V]; state_indices [N] int;
+    q, k [T, H, K]; v [T, HV, V]; state [num_slots, HV, K, V] (``state_layout="v_first"``:
+    [num_slots, HV, V, K], read and written through its K-first view); state_indices [N] int;
     cu_seqlens [N+1] int; out [T, HV, V].
     """
+    state = layout_view(state, state_layout, "k_first")  # the same memory, indexed [slot, h, k, v]
     ct = compute_dtype(q, k, v, state)
     HV = v.shape[1]
     group = HV // q.shape[1]  # value heads per query/key head

@@ -6,6 +6,9 @@ sequence's tokens, and stores it back to the slot it came from (same lanes, so n
 program ``n == N`` owns the tail tokens ``[cu_seqlens[N], T)`` that graph padding leaves to no row and
 writes zeros there. The whole K axis is one block, because ``o = S^T q`` sums over K.
 
+The state is addressed through ``(stride_s_k, stride_s_v)``: the launcher passes the strides of the pool's
+K-first view (``kernels.conventions.layout_view``), so the one kernel serves k_first and v_first pools.
+
 Computation is float32 whatever the storage dtype. Only masked ``tl.load``/``tl.store`` and a runtime
 ``for`` over tokens are used, so that triton-ascend could compile it; not tried without Ascend hardware.
 """
@@ -17,6 +20,7 @@ import triton
 import triton.language as tl
 
 from kernels._triton_helpers import named_strides
+from kernels.conventions import DEFAULT_STATE_LAYOUT, layout_view
 
 
 @triton.jit
@@ -102,6 +106,7 @@ def recurrent_triton(
     scale: float,
     pad_slot_id: int | None,
     out: torch.Tensor,
+    state_layout: str = DEFAULT_STATE_LAYOUT,
 ) -> object:
     """Launch; same arguments and shapes as ``reference.recurrent_reference``.
 
@@ -131,7 +136,7 @@ def recurrent_triton(
         **named_strides("q", q, "thk"),
         **named_strides("k", k, "thk"),
         **named_strides("v", v, "thv"),
-        **named_strides("s", state, "nhkv"),
+        **named_strides("s", layout_view(state, state_layout, "k_first"), "nhkv"),
         **named_strides("o", out, "thv"),
         BLOCK_K=block_k,
         BLOCK_V=block_v,

@@ -27,13 +27,14 @@ IMPLS = ("reference", "triton")
 
 # Batch of the conformance matrix: two live rows (make_case puts them on the lowest and the highest usable
 # slot) and one padded row. "small" shapes cut to what the padding rule needs: one value head (mamba2: two
-# heads sharing one group), V = 12 (one value block, not a power of two), 2 draft tokens per verify row,
-# extend rows of 3 and 1 tokens. The interpreter costs 10-25 ms per program and token: these keep the matrix
+# heads sharing one group), K = 12 and V = 10 (one value block, neither a power of two, K != V so that a
+# state read in the wrong layout has the wrong shape), 2 draft tokens per verify row, extend rows of 3 and
+# 1 tokens. The interpreter costs 10-25 ms per program and token: these keep the matrix
 # (every op, variant, convention, implementation) to a few seconds. Each file's own tests cover what this
 # leaves out, with "small" shapes or more: grouped value heads and head strides, long rows and chunk
 # boundaries, V split across programs.
 ROWS, PADDED = 2, 1
-SHAPES = {"HV": 1, "V": 12, "D": 2, "extend": 3, "nheads": 2, "ngroups": 1}
+SHAPES = {"HV": 1, "K": 12, "V": 10, "D": 2, "extend": 3, "nheads": 2, "ngroups": 1}
 
 # (impl, dtype, padded_tokens) of each conformance run, under every convention. fp32: the reference and
 # Triton on the engines' layout (padded rows of varlen ops carry no tokens). fp16: Triton with padded rows
@@ -48,6 +49,9 @@ RUNS = (
 )
 FP16_CONVENTION = "vllm"
 
+# Ops with a K x V state (OpSpec.state_layouts) run every cell of the matrix in each layout: their Triton
+# kernels read the pool through strides, so a layout is one more stride pattern to get right everywhere.
+
 
 @functools.cache
 def is_varlen(op: str) -> bool:
@@ -56,12 +60,14 @@ def is_varlen(op: str) -> bool:
 
 
 @functools.cache
-def conformance_case(op: str, variant: str, convention: str, dtype: torch.dtype, padded_tokens: bool) -> Case:
+def conformance_case(
+    op: str, variant: str, convention: str, dtype: torch.dtype, padded_tokens: bool, state_layout: str | None = None
+) -> Case:
     """The matrix's case, built once: the implementations that share it share its float64 reference.
     Callers must not change it (``Case.run`` and ``Case.fresh`` work on copies)."""
     return make_case(
         op, variant, convention=convention, rows=ROWS, padded=PADDED, shapes=SHAPES, dtype=dtype,
-        padded_tokens=padded_tokens,
+        padded_tokens=padded_tokens, state_layout=state_layout,
     )  # fmt: skip
 
 
@@ -82,21 +88,25 @@ class Conformance:
     impl: str
     dtype: torch.dtype
     padded_tokens: bool
+    state_layout: str | None = None
 
     def __str__(self) -> str:
         tokens = "-padded_tokens" if self.padded_tokens else ""
         dtype = str(self.dtype).removeprefix("torch.")
-        return f"{self.op.split('.')[-1]}[{self.variant}]-{self.convention}-{self.impl}-{dtype}{tokens}"
+        layout = f"-{self.state_layout}" if self.state_layout else ""
+        return f"{self.op.split('.')[-1]}[{self.variant}]-{self.convention}-{self.impl}-{dtype}{tokens}{layout}"
 
     @property
     def case(self) -> Case:
-        return conformance_case(self.op, self.variant, self.convention, self.dtype, self.padded_tokens)
+        return conformance_case(
+            self.op, self.variant, self.convention, self.dtype, self.padded_tokens, self.state_layout
+        )
 
     def check(self) -> Call:
         case = self.case
         call = case.run(impl=self.impl)
         res = case.check(call)
-        assert res.ok, res.summary()
+        assert res.ok, f"{res.summary()} (state_layout={self.state_layout})"
         # Under Ascend padded rows are processed, not skipped: the dummy slot must show it wherever a padded
         # row writes state (the check itself leaves the dummy slot out: several rows race on it).
         writes = not case.args.get("disable_state_update", False) and (self.padded_tokens or not is_varlen(self.op))
@@ -106,14 +116,16 @@ class Conformance:
 
 
 def conformance(*ops: str) -> list[Conformance]:
-    """Every variant of each op under every convention, for each of :data:`RUNS` (see there for fp16)."""
+    """Every variant of each op under every convention, for each of :data:`RUNS` (see there for fp16), in each
+    of the op's state layouts (``OpSpec.state_layouts``; none: the op's only one)."""
     return [
-        Conformance(op, variant, convention, impl, dtype, padded_tokens and is_varlen(op))
+        Conformance(op, variant, convention, impl, dtype, padded_tokens and is_varlen(op), layout)
         for op in ops
         for variant in OPS[op].variants
         for convention in CONVENTIONS
         for impl, dtype, padded_tokens in RUNS
         if is_varlen(op) or dtype != torch.float16 or convention == FP16_CONVENTION
+        for layout in OPS[op].state_layouts or (None,)
     ]
 
 

@@ -177,7 +177,7 @@ def test_chunked_reference_in_float64_for_any_chunk():
 def test_chunk_boundaries_match_the_stepwise_recurrence(impl):
     """Rows of 5, 1 and 26 tokens: short chunks, and a full chunk plus a tail, under the default chunk of 16;
     chunked equals the float64 chunked reference and the token-by-token recurrence."""
-    case = make_case("gated_delta_rule.chunked", convention="sglang", rows=3, padded=0, shapes={"extend": 40, "V": 12})
+    case = make_case("gated_delta_rule.chunked", convention="sglang", rows=3, padded=0, shapes={"extend": 40, "V": 10})
     assert max((case.args["cu_seqlens"][1:] - case.args["cu_seqlens"][:-1]).tolist()) > case.args["chunk_size"]
     call = case.run(impl=impl)
     res = case.check(call)
@@ -214,7 +214,7 @@ def test_rows_without_initial_state_in_a_decode_batch(impl):
 def test_raw_gating_inputs_equal_explicit_gating(impl):
     """recurrent(a=, b=, A_log=, dt_bias=) gates inside the op as the engines do, with torch's softplus options
     and a logit above its threshold (the linear branch); the same as gating first, then recurrent(g=, beta=)."""
-    case = make_case("gated_delta_rule.recurrent", "gating", convention="sglang", rows=2, padded=1, shapes={"V": 12})
+    case = make_case("gated_delta_rule.recurrent", "gating", convention="sglang", rows=2, padded=1, shapes={"V": 10})
     case.args.update(softplus_beta=1.5, softplus_threshold=15.0)
     case.args["a"][0, 0] = 30.0
     res = case.check(case.run(impl=impl))
@@ -233,15 +233,18 @@ def test_raw_gating_inputs_equal_explicit_gating(impl):
 
 
 @pytest.mark.parametrize(
-    "impl,convention", [("reference", c) for c in CONVENTIONS] + [("triton", "sglang"), ("triton", "vllm")]
+    "impl,convention,state_layout",
+    [("reference", c, "k_first") for c in CONVENTIONS]
+    + [("triton", "sglang", "k_first"), ("triton", "vllm", "k_first")]
+    + [("reference", "sglang", "v_first"), ("triton", "vllm", "v_first")],
 )
-def test_verify_then_scatter_equals_sequential_decode(impl, convention):
+def test_verify_then_scatter_equals_sequential_decode(impl, convention, state_layout):
     """Target-verify of D draft tokens (padded rows carry tokens too) leaves the pool alone; accepting n
-    tokens per row then gives each live slot the state of n decode steps; no other slot changes. (Triton's
-    verify and accept under Ascend are in the conformance matrix.)"""
+    tokens per row then gives each live slot the state of n decode steps; no other slot changes, in either
+    state layout. (Triton's verify and accept under Ascend are in the conformance matrix.)"""
     case = make_case(
         "gated_delta_rule.recurrent", "verify", convention=convention, rows=2, padded=1, padded_tokens=True,
-        shapes={"V": 12, "D": 2},
+        shapes={"V": 10, "D": 2}, state_layout=state_layout,
     )  # fmt: skip
     call = case.run(impl=impl)
     res = case.check(call)
@@ -254,8 +257,9 @@ def test_verify_then_scatter_equals_sequential_decode(impl, convention):
     # Live rows accept 1..D tokens; padded rows anything when skipped, a valid count when processed.
     num_accepted = [D, 1][: case.rows] + [1 if conv.processes_padding else D + 4] * case.padded
     gdn.scatter_accepted(
-        state, inter, idx, torch.tensor(num_accepted, dtype=torch.int32), pad_slot_id=conv.pad_slot_id, impl=impl
-    )
+        state, inter, idx, torch.tensor(num_accepted, dtype=torch.int32), pad_slot_id=conv.pad_slot_id, impl=impl,
+        state_layout=state_layout,
+    )  # fmt: skip
 
     # Truth: decode the accepted tokens one at a time from the original pool, with the reference.
     seq = case.args["state"].clone()
@@ -266,7 +270,7 @@ def test_verify_then_scatter_equals_sequential_decode(impl, convention):
         gdn.recurrent(
             **{n: t[tok] for n, t in tokens.items()}, state=seq, state_indices=idx[rows].contiguous(),
             cu_seqlens=torch.arange(len(rows) + 1, dtype=torch.int32), use_qk_l2norm=True, scale=call.args["scale"],
-            impl="reference",
+            state_layout=state_layout, impl="reference",
         )  # fmt: skip
     for s in case.live_slots:
         assert rel_err(state[s], seq[s]) <= case.tol, f"slot {s}"
@@ -302,7 +306,7 @@ def test_each_call_is_one_custom_op_without_host_sync():
 
 
 def _bad_calls():
-    x = packed([2, 1], [1, 2], H=2, HV=4, K=8, V=8, num_slots=3)
+    x = packed([2, 1], [1, 2], H=2, HV=4, K=8, V=6, num_slots=3)
 
     def with_(**kw):
         return {**x, **kw}
@@ -310,17 +314,20 @@ def _bad_calls():
     i32 = torch.int32
     return [
         ("k", with_(k=x["k"][:, :, :4])),
-        ("v", with_(v=torch.randn(3, 3, 8))),  # HV=3 not a multiple of H=2
+        ("v", with_(v=torch.randn(3, 3, 6))),  # HV=3 not a multiple of H=2
         ("g", with_(g=x["g"][:, :2])),
         ("beta", with_(beta=x["beta"].to(i32))),
         ("state", with_(state=torch.randn(3, 4, 8, 7))),
+        ("state", with_(state_layout="v_first")),  # a [3, 4, 8, 6] pool is K-first
+        ("state_layout", with_(state_layout="V-first")),
         ("state_indices", with_(state_indices=x["state_indices"].float())),
         ("state_indices", with_(state_indices=torch.tensor([1, 3], dtype=i32))),  # slot 3 of 3
         ("cu_seqlens", with_(cu_seqlens=torch.tensor([0, 2], dtype=i32))),
         ("cu_seqlens", with_(cu_seqlens=torch.tensor([0, 2, 4], dtype=i32))),  # last > T
         ("cu_seqlens", with_(cu_seqlens=torch.tensor([1, 2, 3], dtype=i32))),
-        ("out", with_(out=torch.empty(3, 4, 8, dtype=torch.float16))),
-        ("intermediate_states", with_(intermediate_states=torch.zeros(2, 1, 4, 8, 8))),  # D=1 < len 2
+        ("out", with_(out=torch.empty(3, 4, 6, dtype=torch.float16))),
+        ("intermediate_states", with_(intermediate_states=torch.zeros(2, 1, 4, 8, 6))),  # D=1 < len 2
+        ("intermediate_states", with_(intermediate_states=torch.zeros(2, 2, 4, 6, 8))),  # V-first, pool K-first
         ("has_initial_state", with_(has_initial_state=torch.ones(3, dtype=torch.bool))),
         ("scale", with_(scale=float("nan"))),
         ("impl", with_(impl="cuda")),

@@ -103,7 +103,7 @@ def test_each_call_is_one_custom_op(impl):
 def test_custom_op_schema_declares_the_mutations():
     q, k, v = torch.randn(3, 1, 4), torch.randn(3, 1, 4), torch.randn(3, 2, 3)
     state, out = torch.randn(3, 2, 4, 3), torch.zeros(3, 2, 3)
-    args = (q, k, v, state, torch.tensor([1, 2]), cu_seqlens([2, 1]), 0.5, -1, out, "reference")
+    args = (q, k, v, state, "k_first", torch.tensor([1, 2]), cu_seqlens([2, 1]), 0.5, -1, out, "reference")
     opcheck_mutations(torch.ops.linattn.linear_attn_recurrent.default, args)
 
 
@@ -124,9 +124,15 @@ BAD = [
     ("k", lambda: torch.randn(3, 2, 5), r"k must have shape \[3, 2, 4\]"),
     ("v", lambda: torch.randn(2, 4, 5), r"v must be \[T=3, HV, V\]"),
     ("v", lambda: torch.randn(3, 3, 5), r"HV=3 must be a multiple of query/key heads H=2"),
-    ("state", lambda: torch.randn(4, 4, 5, 4), r"state must have shape \[4, 4, 4, 5\]"),
+    (
+        "state",
+        lambda: torch.randn(4, 4, 5, 4),
+        r"state: \[4, 4, 5, 4\] is not \[slots, HV=4, K=4, V=5\] "
+        r"\(state_layout='k_first'\)",
+    ),
     ("state", lambda: torch.randn(4, 4, 4, 5).bfloat16(), r"state must have dtype"),
-    ("state", lambda: torch.randn(4, 4, 5), r"state must be a 4-D pool"),
+    ("state", lambda: torch.randn(4, 4, 5), r"state: \[4, 4, 5\] is not \[slots, HV=4, K=4, V=5\]"),
+    ("state_layout", lambda: "kv", r"state_layout: must be one of \['k_first', 'v_first'\], got 'kv'"),
     ("state_indices", lambda: torch.tensor([1, 2, 3]), r"state_indices must have shape \[2\]"),
     ("state_indices", lambda: torch.tensor([1.0, 2.0]), r"state_indices must have dtype"),
     ("cu_seqlens", lambda: torch.tensor([0.0, 1.0, 3.0]), r"cu_seqlens must have dtype"),

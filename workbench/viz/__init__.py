@@ -1,11 +1,13 @@
 """Plotly figures: pure functions, data in, ``go.Figure`` out (plotly: a default dependency).
 
 ``viz.metadata``: what a step's metadata looks like (padding, slots, query_start_loc, integrity).
-``viz.timeline``: a serving trace's slot owners, step by step. ``viz.zoo``: a bug zoo case's evidence,
+``viz.timeline``: a serving trace's slot owners, step by step. ``viz.layout``: which element a read in one
+state layout takes from a slot written in the other. ``viz.zoo``: a bug zoo case's evidence,
 broken beside fixed. ``viz.timing``: latency with IQR bands, the
 roofline, bucket waste. ``viz.palette``: the colour-blind-safe colours every figure shares.
 """
 
+from workbench.viz.layout import state_layout_map
 from workbench.viz.metadata import integrity_heatmap, padded_batch, padding_map, qsl_staircase, slot_map
 from workbench.viz.timeline import slot_timeline
 from workbench.viz.timing import bucket_waste, latency, roofline
@@ -21,5 +23,6 @@ __all__ = [
     "roofline",
     "slot_map",
     "slot_timeline",
+    "state_layout_map",
     "zoo_evidence",
 ]
