@@ -4,7 +4,9 @@ Public ops (see ops.py for the full contract; all tokens packed along T; the poo
 `state_layout="v_first"` for [num_slots, HV, V, K] pools as the released engines keep them):
     recurrent(q, k, v, g, beta, *, state, state_indices, cu_seqlens, ...) -> out  decode / verify / extend
     recurrent(q, k, v, *, a=, b=, A_log=, dt_bias=, state=, ...) -> out            engine gating in-kernel
+    recurrent(q, k, v, *, gk=, beta=, state=, ...) -> out                          KDA: gate per key channel
     chunked(q, k, v, g, beta, *, state, state_indices, cu_seqlens, chunk_size=...)  prefill (WY / UT)
+    chunked(q, k, v, *, gk=, beta=, state=, ...)                                   KDA prefill
     scatter_accepted(state, intermediate_states, state_indices, num_accepted)     after target-verify
 Each is one `torch.ops.linattn.*` custom op. Cost models: recurrent_cost, chunked_cost, scatter_accepted_cost.
 chunked's default chunk is `ops.DEFAULT_CHUNK_SIZE` (16 tokens: what the Triton kernel keeps in registers

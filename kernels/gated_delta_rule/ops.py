@@ -101,13 +101,16 @@ def _validate(
     pad_slot_id,
     scale,
     impl,
+    gk=None,
 ):
-    """Validation shared by recurrent / chunked; gates: the two [T, HV] inputs by name.
-    Returns (T, HV, V, scale, impl)."""
+    """Validation shared by recurrent / chunked; gates: the [T, HV] inputs by name (g and beta, a and b, or
+    beta alone beside the per-channel gate gk [T, HV, K]). Returns (T, HV, V, scale, impl)."""
     T, H, K, HV, V = _check_qkv(check, q, k, v)
     dev = q.device
     for name, t in gates.items():
         check.tensor(name, t, (T, HV), FLOAT_DTYPES, dev)
+    if gk is not None:
+        check.tensor("gk", gk, (T, HV, K), FLOAT_DTYPES, dev)
     layout = check.state_layout(state_layout)
     check.states("state", state, _state_dims(HV, K, V), layout, FLOAT_DTYPES, dev)
     N = check.varlen_rows(
@@ -123,9 +126,31 @@ def _validate(
     return T, HV, V, scale, impl
 
 
-def _gate_inputs(check: ArgChecker, g, beta, a, b, A_log, dt_bias) -> dict[str, torch.Tensor]:
-    """Which gating the caller chose: ``g`` and ``beta`` given, or the engine's raw inputs ``a``, ``b``,
-    ``A_log``, ``dt_bias`` (all four), never a mix. Returns the two [T, HV] inputs by name."""
+_RAW_GATING = ("a", "b", "A_log", "dt_bias")
+
+
+def _per_channel_gate_inputs(check: ArgChecker, g, beta, raw: dict[str, object]) -> dict[str, torch.Tensor]:
+    """The per-channel gate ``gk`` was given: it replaces the scalar ``g`` and the engine's raw gating inputs
+    (which make a scalar gate), and comes with ``beta``. Returns ``{"beta": beta}``."""
+    if g is not None:
+        check.fail("gk: give the per-channel gate gk or the scalar gate g, not both")
+    given = [n for n in _RAW_GATING if raw[n] is not None]
+    if given:
+        check.fail(
+            f"gk: the per-channel gate gk takes beta, not the raw gating inputs (a, b, A_log, dt_bias make a "
+            f"scalar gate); got gk and {', '.join(given)}"
+        )
+    if beta is None:
+        check.fail("beta: missing; gk and beta come together")
+    return {"beta": beta}
+
+
+def _gate_inputs(check: ArgChecker, g, beta, a, b, A_log, dt_bias, gk=None) -> dict[str, torch.Tensor]:
+    """Which gating the caller chose: ``g`` and ``beta`` given, the engine's raw inputs ``a``, ``b``,
+    ``A_log``, ``dt_bias`` (all four), or the per-channel ``gk`` and ``beta``, never a mix. Returns the [T, HV]
+    inputs by name (``gk`` is checked apart)."""
+    if gk is not None:
+        return _per_channel_gate_inputs(check, g, beta, {"a": a, "b": b, "A_log": A_log, "dt_bias": dt_bias})
     given = {
         n: t is not None
         for n, t in (("g", g), ("beta", beta), ("a", a), ("b", b), ("A_log", A_log), ("dt_bias", dt_bias))
@@ -179,10 +204,10 @@ def _recurrent_reference(
     **rest,
 ) -> None:
     """The reference path of gdn_recurrent: the engine gating (if asked for) by ``reference.gating`` in the
-    arithmetic dtype, then ``reference.recurrent_reference``."""
+    arithmetic dtype, then ``reference.recurrent_reference`` (which takes ``gk`` in ``rest`` as it is)."""
     if A_log is None:
-        if g is None or beta is None:
-            raise ValueError("gdn_recurrent: g and beta are needed when A_log is not given")
+        if (g is None and rest.get("gk") is None) or beta is None:
+            raise ValueError("gdn_recurrent: g (or gk) and beta are needed when A_log is not given")
     else:
         if a is None or b is None or dt_bias is None:
             raise ValueError("gdn_recurrent: the engine gating (A_log given) needs a, b and dt_bias")
@@ -209,6 +234,7 @@ def _gdn_recurrent_op(
     b: torch.Tensor | None,
     A_log: torch.Tensor | None,
     dt_bias: torch.Tensor | None,
+    gk: torch.Tensor | None,
     state: torch.Tensor,
     state_layout: str,
     state_indices: torch.Tensor,
@@ -239,6 +265,7 @@ def _gdn_recurrent_op(
         b=b,
         A_log=A_log,
         dt_bias=dt_bias,
+        gk=gk,
         softplus_beta=softplus_beta,
         softplus_threshold=softplus_threshold,
         state=state,
@@ -260,8 +287,9 @@ def _gdn_chunked_op(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    g: torch.Tensor,
+    g: torch.Tensor | None,
     beta: torch.Tensor,
+    gk: torch.Tensor | None,
     state: torch.Tensor,
     state_layout: str,
     state_indices: torch.Tensor,
@@ -284,6 +312,7 @@ def _gdn_chunked_op(
         v=v,
         g=g,
         beta=beta,
+        gk=gk,
         state=state,
         state_layout=state_layout,
         state_indices=state_indices,
@@ -337,6 +366,7 @@ def recurrent(
     state_indices: torch.Tensor,
     cu_seqlens: torch.Tensor,
     state_layout: str = DEFAULT_STATE_LAYOUT,
+    gk: torch.Tensor | None = None,
     a: torch.Tensor | None = None,
     b: torch.Tensor | None = None,
     A_log: torch.Tensor | None = None,
@@ -357,10 +387,13 @@ def recurrent(
     The gates come either ready (``g``, ``beta``) or as the engine's raw inputs, gated inside the op
     (``a``, ``b``, ``A_log``, ``dt_bias``: ``g = -exp(A_log) * softplus(a + dt_bias)`` with torch's
     softplus(beta=softplus_beta, threshold=softplus_threshold), ``beta = sigmoid(b)``), never both.
+    Kimi Delta Attention (KDA) gates each key channel apart: ``gk`` [T, HV, K] (log space) with ``beta``,
+    instead of ``g`` and of the raw inputs; the decay scales row c of the K x V state by ``exp(gk[c])``.
 
     Args:
         q, k: [T, H, K] float; v: [T, HV, V] float (HV % H == 0; value head h reads q/k head h // (HV/H)).
         g: [T, HV] log-decay; beta: [T, HV] write strength (float, usually float32).
+        gk: [T, HV, K] per-key-channel log-decay (KDA; instead of g). A gk whose K entries equal g is g.
         a, b: [T, HV] gate logits; A_log, dt_bias: [HV] float (instead of g and beta).
         state: [num_slots, HV, K, V] pool (state_layout "k_first") or [num_slots, HV, V, K] ("v_first", as
             the released engines' pools), float32 (float64 allowed for impl="reference").
@@ -383,7 +416,7 @@ def recurrent(
         rows sharing a slot give undefined results.
     """
     check = ArgChecker("gated_delta_rule.recurrent", device_of="q")
-    gates = _gate_inputs(check, g, beta, a, b, A_log, dt_bias)
+    gates = _gate_inputs(check, g, beta, a, b, A_log, dt_bias, gk)
     T, HV, V, scale, impl = _validate(
         check,
         q=q,
@@ -399,6 +432,7 @@ def recurrent(
         pad_slot_id=pad_slot_id,
         scale=scale,
         impl=impl,
+        gk=gk,
     )
     if A_log is not None:  # then dt_bias is given too (_gate_inputs)
         A_log = check.tensor("A_log", A_log, (HV,), FLOAT_DTYPES, q.device).contiguous()
@@ -417,6 +451,7 @@ def recurrent(
         b=b,
         A_log=A_log,
         dt_bias=dt_bias,
+        gk=None if gk is None else _last_dim_contiguous(gk),
         state=state,
         state_layout=state_layout,
         state_indices=state_indices,
@@ -439,13 +474,14 @@ def chunked(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
+    g: torch.Tensor | None = None,
+    beta: torch.Tensor | None = None,
     *,
     state: torch.Tensor,
     state_indices: torch.Tensor,
     cu_seqlens: torch.Tensor,
     state_layout: str = DEFAULT_STATE_LAYOUT,
+    gk: torch.Tensor | None = None,
     scale: float | None = None,
     use_qk_l2norm: bool = False,
     has_initial_state: torch.Tensor | None = None,
@@ -457,7 +493,7 @@ def chunked(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> torch.Tensor:
     """Varlen prefill by the chunked (WY / UT-transform) algorithm; same semantics as `recurrent` (with
-    ready gates ``g``, ``beta``).
+    ready gates: ``g`` and ``beta``, or KDA's per-channel ``gk`` [T, HV, K] and ``beta``; no raw gating).
 
     `state` is laid out as `state_layout` says (see `recurrent`). Chunks of `chunk_size` tokens restart at
     every sequence's first token. `intermediate_states` is not
@@ -471,12 +507,15 @@ def chunked(
         )
     if not isinstance(chunk_size, int) or chunk_size < 1:
         check.fail(f"chunk_size: expected a positive int, got {chunk_size!r}")
+    if gk is None and (g is None or beta is None):
+        check.fail(f"{'g' if g is None else 'beta'}: missing; chunked() takes g and beta, or gk and beta")
+    gates = _gate_inputs(check, g, beta, None, None, None, None, gk)
     T, HV, V, scale, impl = _validate(
         check,
         q=q,
         k=k,
         v=v,
-        gates={"g": g, "beta": beta},
+        gates=gates,
         state=state,
         state_layout=state_layout,
         state_indices=state_indices,
@@ -486,6 +525,7 @@ def chunked(
         pad_slot_id=pad_slot_id,
         scale=scale,
         impl=impl,
+        gk=gk,
     )
     if impl == "triton" and (chunk_size < 16 or chunk_size & (chunk_size - 1)):
         check.fail(f"chunk_size: impl='triton' needs a power of two >= 16 (tl.dot), got {chunk_size}")
@@ -495,7 +535,8 @@ def chunked(
         k=k,
         v=v,
         g=g,
-        beta=beta,
+        beta=gates["beta"],
+        gk=None if gk is None else _last_dim_contiguous(gk),
         state=state,
         state_layout=state_layout,
         state_indices=state_indices,

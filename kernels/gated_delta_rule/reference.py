@@ -1,7 +1,7 @@
 """Readable torch reference of the gated delta rule over a state pool (CPU or any device, float64-capable).
 
 Shapes (all tokens of all sequences packed along T):
-    q, k: [T, H, K]      v: [T, HV, V]      g, beta: [T, HV]
+    q, k: [T, H, K]      v: [T, HV, V]      g, beta: [T, HV]      or gk: [T, HV, K] instead of g (KDA)
     state: [num_slots, HV, K, V]  (k_first)   state_indices: [N] int   cu_seqlens: [N+1] int
     out: [T, HV, V]      intermediate_states: [N, D, HV, K, V] (indexed by batch row, not slot)
     state_layout="v_first": state [num_slots, HV, V, K], intermediate_states [N, D, HV, V, K], read and
@@ -9,6 +9,8 @@ Shapes (all tokens of all sequences packed along T):
 
 Per token, for every value head (K-first state S of K x V):
     S <- exp(g) S;   u = beta (v - S^T k);   S <- S + k u^T;   o = S^T (scale q)
+With the per-channel gate ``gk`` (Kimi Delta Attention) the decay scales row c of S by exp(gk[c]):
+    S <- diag(exp(gk)) S, the rest unchanged. A gk whose K entries all equal g is the scalar gate, bit for bit.
 
 Arithmetic runs in float64 if any float operand is float64, else float32. These functions read
 `cu_seqlens`/`state_indices` on the host (`.tolist()`): they are the *inside* of a custom op (see ops.py),
@@ -60,7 +62,7 @@ class _Batch:
     q: torch.Tensor  # [T, HV, K] in the arithmetic dtype, (L2-normalised,) scaled, one per value head (GVA)
     k: torch.Tensor  # [T, HV, K] likewise, unscaled
     v: torch.Tensor  # [T, HV, V]
-    g: torch.Tensor  # [T, HV]
+    g: torch.Tensor  # [T, HV], or [T, HV, K] for the per-channel gate gk
     beta: torch.Tensor  # [T, HV]
     bounds: list[int]  # cu_seqlens: row n owns tokens bounds[n] .. bounds[n+1]-1
     slots: list[int]
@@ -103,6 +105,14 @@ def _prepare(
     )
 
 
+def _the_gate(g: torch.Tensor | None, gk: torch.Tensor | None) -> torch.Tensor:
+    """The one gate given: the scalar `g` [T, HV] or the per-channel `gk` [T, HV, K] (ops.py refuses both)."""
+    gate = g if gk is None else gk
+    if gate is None or (g is not None and gk is not None):
+        raise ValueError("gated delta rule reference: give exactly one of g and gk")
+    return gate
+
+
 def _zero_unowned_tokens(out: torch.Tensor, bounds: list[int], skipped: list[bool]) -> None:
     """Zeros for tokens of skipped rows and for tokens past the last row (a graph bucket's padding)."""
     for n, skip in enumerate(skipped):
@@ -122,7 +132,7 @@ def recurrent_reference(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    g: torch.Tensor,
+    g: torch.Tensor | None,
     beta: torch.Tensor,
     state: torch.Tensor,
     state_indices: torch.Tensor,
@@ -136,6 +146,7 @@ def recurrent_reference(
     disable_state_update: bool = False,
     pad_slot_id: int | None = -1,
     state_layout: str = DEFAULT_STATE_LAYOUT,
+    gk: torch.Tensor | None = None,
 ) -> None:
     """Token-by-token recurrence; writes `out`, `state` (unless disabled) and `intermediate_states` in place.
 
@@ -143,12 +154,24 @@ def recurrent_reference(
     write nothing. The other rows advance together, token step by token step (`_recurrent_rows_together`).
     `state` and `intermediate_states` are laid out as `state_layout` says; everything below works on their
     K-first views (`layout_view`: the same memory, last two dims swapped for "v_first").
+    The gate is `g` [T, HV], or `gk` [T, HV, K] per key channel (then `g` is None).
     """
     state = layout_view(state, state_layout, "k_first")
     if intermediate_states is not None:
         intermediate_states = layout_view(intermediate_states, state_layout, "k_first")
     batch = _prepare(
-        q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, pad_slot_id, scale, use_qk_l2norm
+        q,
+        k,
+        v,
+        _the_gate(g, gk),
+        beta,
+        state,
+        state_indices,
+        cu_seqlens,
+        has_initial_state,
+        pad_slot_id,
+        scale,
+        use_qk_l2norm,
     )
     _zero_unowned_tokens(out, batch.bounds, batch.skipped)
 
@@ -201,7 +224,7 @@ def _recurrent_rows_together(
         kt.view(m, K, 1),  # k as a column, for S += k u^T
         v.index_select(0, tok).view(m, 1, V),
         beta.index_select(0, tok).view(m, 1, 1),
-        torch.exp(g.index_select(0, tok)).view(m, 1, 1),  # the decay
+        torch.exp(g.index_select(0, tok)).view(m, -1, 1),  # the decay: [m, 1, 1], or [m, K, 1] per channel
         (kt * qt).sum(-1).view(m, 1, 1),  # k . q
         o,
     )
@@ -255,11 +278,12 @@ def _token_step(
 ) -> None:
     """One token of m independent (row, head) recurrences: S [m, K, V] is updated in place, o [m, 1, V] written.
 
-    kq [m, 2, K] (k and scaled q); k [m, K, 1]; v [m, 1, V]; beta, decay (exp g), k_dot_q [m, 1, 1].
+    kq [m, 2, K] (k and scaled q); k [m, K, 1]; v [m, 1, V]; beta, k_dot_q [m, 1, 1]; decay (exp g) [m, 1, 1],
+    or [m, K, 1] for a per-channel gate (row c of each state scaled by its own factor).
     Three passes over the state (what costs on a large layer): the decay, one read for S^T k and S^T q
     together, the rank-1 update; the output needs no fourth: o = S_new^T q = (decayed S)^T q + u (k . q).
     """
-    S.mul_(decay)  # S <- exp(g) S
+    S.mul_(decay)  # S <- exp(g) S (per channel: diag(exp(gk)) S)
     Sk, Sq = torch.bmm(kq, S).split_with_sizes([1, 1], dim=1)  # S^T k, S^T q: [m, 1, V] each
     u = (v - Sk).mul_(beta)  # u = beta (v - S^T k)
     S.addcmul_(k, u)  # S <- S + k u^T (the outer product by broadcasting)
@@ -299,11 +323,44 @@ def chunk_step(
     return o.transpose(0, 1), S_new
 
 
+def chunk_step_per_channel(
+    S: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gk: torch.Tensor, beta: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`chunk_step` with a per-key-channel gate (KDA): gk [c, HV, K]; the rest as there.
+
+    With G_t = sum_{s<=t} gk_s per channel (a [c, K] cumulative log-decay per head) the recurrence unrolls to
+        S_t = diag(e^{G_t}) S + sum_{j<=t} diag(e^{G_t - G_j}) k_j u_j^T
+        u_t = beta_t (v_t - S^T (e^{G_t} * k_t) - sum_{j<t} <k_t, e^{G_t - G_j} * k_j> u_j)
+    so A_tj = beta_t sum_c k_t[c] k_j[c] e^{G_t[c] - G_j[c]} (strictly lower) and the output's intra-chunk
+    weights P_tj = sum_c q_t[c] k_j[c] e^{G_t[c] - G_j[c]} (j <= t). Both are formed from the per-channel
+    differences G_t - G_j, masked to j <= t before exp (never e^{-G} alone, which overflows on long chunks).
+    """
+    q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # heads first: [HV, c, *]
+    G = gk.transpose(0, 1).cumsum(1)  # [HV, c, K]
+    b = beta.transpose(0, 1)
+    c = G.shape[1]
+    idx = torch.arange(c, device=G.device)
+    causal = (idx[:, None] >= idx[None, :])[None, :, :, None]  # [1, c, c, 1]
+    diff = G[:, :, None, :] - G[:, None, :, :]  # [HV, c(t), c(j), K]
+    decay = torch.exp(torch.where(causal, diff, torch.full_like(diff, float("-inf"))))
+    kj = k[:, None, :, :] * decay  # e^{G_t - G_j} * k_j, zero for j > t
+    A = (b[:, :, None] * (k[:, :, None, :] * kj).sum(-1)).tril(-1)
+    P = (q[:, :, None, :] * kj).sum(-1)  # causal by the mask
+    eye = torch.eye(c, dtype=G.dtype, device=G.device)
+    eG = torch.exp(G)
+    rhs = b[:, :, None] * (v - (k * eG) @ S)
+    U = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True)
+    o = (q * eG) @ S + P @ U
+    G_last = G[:, -1:, :]  # [HV, 1, K]
+    S_new = torch.exp(G_last).transpose(-1, -2) * S + (k * torch.exp(G_last - G)).transpose(-1, -2) @ U
+    return o.transpose(0, 1), S_new
+
+
 def chunked_reference(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    g: torch.Tensor,
+    g: torch.Tensor | None,
     beta: torch.Tensor,
     state: torch.Tensor,
     state_indices: torch.Tensor,
@@ -317,16 +374,30 @@ def chunked_reference(
     pad_slot_id: int | None = -1,
     chunk_size: int,
     state_layout: str = DEFAULT_STATE_LAYOUT,
+    gk: torch.Tensor | None = None,
 ) -> None:
     """Varlen prefill by chunks of `chunk_size` tokens (chunks restart at each sequence's first token; the
     public op's default is `ops.DEFAULT_CHUNK_SIZE`).
 
-    Same semantics as `recurrent_reference` (no intermediate states; `state` read through its K-first view)."""
+    Same semantics as `recurrent_reference` (no intermediate states; `state` read through its K-first view;
+    the gate `g`, or `gk` per key channel: then each chunk is `chunk_step_per_channel`)."""
     state = layout_view(state, state_layout, "k_first")
     batch = _prepare(
-        q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, pad_slot_id, scale, use_qk_l2norm
+        q,
+        k,
+        v,
+        _the_gate(g, gk),
+        beta,
+        state,
+        state_indices,
+        cu_seqlens,
+        has_initial_state,
+        pad_slot_id,
+        scale,
+        use_qk_l2norm,
     )
     _zero_unowned_tokens(out, batch.bounds, batch.skipped)
+    step = chunk_step if gk is None else chunk_step_per_channel
     for n, slot in enumerate(batch.slots):
         bos, eos = batch.bounds[n], batch.bounds[n + 1]
         if batch.skipped[n] or eos == bos:
@@ -334,7 +405,7 @@ def chunked_reference(
         S = _initial_state(state, slot, batch.has_init[n], batch.q.dtype)
         for c0 in range(bos, eos, chunk_size):
             c1 = min(c0 + chunk_size, eos)
-            o, S = chunk_step(S, batch.q[c0:c1], batch.k[c0:c1], batch.v[c0:c1], batch.g[c0:c1], batch.beta[c0:c1])
+            o, S = step(S, batch.q[c0:c1], batch.k[c0:c1], batch.v[c0:c1], batch.g[c0:c1], batch.beta[c0:c1])
             out[c0:c1] = o.to(out.dtype)
         if not disable_state_update:
             state[slot] = S.to(state.dtype)

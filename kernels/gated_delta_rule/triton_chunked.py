@@ -10,6 +10,17 @@ reference.chunk_step for the derivation):
     O   = e^G (Q S) + (causal(Q K^T) * e^{G_i - G_j}) U
     S  <- e^{G_last} S + (K * e^{G_last - G})^T U
 
+KDA (``PER_CHANNEL_GATE``, gate gk [T, HV, K]): G is a [C, BK] cumulative sum per key channel, and every
+e^G above acts per channel (see reference.chunk_step_per_channel):
+
+    A_ij = beta_i sum_c k_i[c] k_j[c] e^{G_i[c] - G_j[c]}  (j < i),   P_ij = sum_c q_i[c] k_j[c] e^{G_i[c] - G_j[c]}
+    U   = T (beta (V - (K * e^G) S)),   O = (Q * e^G) S + P U,   S <- diag(e^{G_last}) S + (K * e^{G_last - G})^T U
+
+A and P cannot be one matmul each (the decay sits inside the channel sum): they are built row by row, each
+row from the channel differences G_i - G_j masked to j <= i before exp (no e^{-G}, which overflows), in the
+same loop as the forward substitution (row i of A is used at once, never stored). C rows of [C, BK] work:
+fine for C = 16, the default.
+
 This is the simplest correct single-kernel form: unlike fla it does not split the intra-chunk work into
 separate kernels parallel over chunks, so it is sequential in the number of chunks. It is a correctness
 kernel for the interpreter and a starting point on hardware, not a tuned prefill kernel.
@@ -53,6 +64,73 @@ def default_block_v(V: int) -> int:
 
 
 @triton.jit
+def _solve_unit_lower(A, offs_c, C: tl.constexpr):
+    """(I + A)^{-1} for a strictly lower [C, C] A, row by row: T_i = e_i - sum_{j<i} A_ij T_j (rows j < i are
+    final already)."""
+    Tm = tl.where(offs_c[:, None] == offs_c[None, :], 1.0, 0.0)
+    for i in range(1, C):
+        a_i = tl.sum(tl.where(offs_c[:, None] == i, A, 0.0), axis=0)  # row i of A
+        Tm = tl.where(offs_c[:, None] == i, Tm - tl.sum(a_i[:, None] * Tm, axis=0)[None, :], Tm)
+    return Tm
+
+
+# Both chunk helpers return, for one chunk of C tokens (q already scaled):
+#   ks      [C, BV]  the state as each key reads it before its own update, decayed to the key's token
+#   o       [C, BV]  the entering state as each query reads it, decayed (the intra-chunk part P U is added after)
+#   P       [C, C]   causal intra-chunk query-key weights, decayed from token j to token i
+#   S_kept  [BK, BV] the entering state decayed to the chunk's end
+#   k_end   [C, BK]  the keys decayed from their token to the chunk's end
+#   Tm      [C, C]   (I + A)^{-1}, A the strictly lower beta-weighted decayed key-key products
+
+
+@triton.jit
+def _scalar_chunk(b_q, b_k, b_g, b_beta, S, offs_c, C: tl.constexpr):
+    """One decay factor per token (b_g [C]): A and P are one matmul each, masked and scaled."""
+    causal = offs_c[:, None] >= offs_c[None, :]
+    G = tl.cumsum(b_g, axis=0)  # [C]
+    G_last = tl.sum(tl.where(offs_c == C - 1, G, 0.0), axis=0)
+    decay = tl.exp(tl.where(causal, G[:, None] - G[None, :], float("-inf")))  # 0 above the diagonal
+    kk = tl.dot(b_k, tl.trans(b_k), input_precision="ieee")
+    A = tl.where(offs_c[:, None] > offs_c[None, :], b_beta[:, None] * kk * decay, 0.0)
+    eG = tl.exp(G)
+    ks = eG[:, None] * tl.dot(b_k, S, input_precision="ieee")
+    o = eG[:, None] * tl.dot(b_q, S, input_precision="ieee")
+    qk = tl.dot(b_q, tl.trans(b_k), input_precision="ieee")
+    P = tl.where(causal, qk * decay, 0.0)
+    S_kept = tl.exp(G_last) * S
+    k_end = b_k * tl.exp(G_last - G)[:, None]
+    return ks, o, P, S_kept, k_end, _solve_unit_lower(A, offs_c, C)
+
+
+@triton.jit
+def _per_channel_chunk(b_q, b_k, b_g, b_beta, S, offs_c, C: tl.constexpr):
+    """One decay factor per token and key channel (KDA, b_g [C, BK]): P and (I + A)^{-1} row by row (module
+    docstring). Row i of A is needed only at step i of the forward substitution, so A is never stored."""
+    G = tl.cumsum(b_g, axis=0)  # [C, BK], per channel
+    G_last = tl.sum(tl.where(offs_c[:, None] == C - 1, G, 0.0), axis=0)  # [BK]
+    P = tl.zeros([C, C], dtype=tl.float32)
+    Tm = tl.where(offs_c[:, None] == offs_c[None, :], 1.0, 0.0)
+    for i in range(0, C):
+        row = offs_c[:, None] == i  # [C, 1]
+        g_i = tl.sum(tl.where(row, G, 0.0), axis=0)  # [BK]
+        k_i = tl.sum(tl.where(row, b_k, 0.0), axis=0)
+        q_i = tl.sum(tl.where(row, b_q, 0.0), axis=0)
+        beta_i = tl.sum(tl.where(offs_c == i, b_beta, 0.0), axis=0)
+        # e^{G_i - G_j} per channel for j <= i; masked before exp, so j > i gives 0, never overflow
+        k_dec = b_k * tl.exp(tl.where(offs_c[:, None] <= i, g_i[None, :] - G, float("-inf")))  # [C(j), BK]
+        a_i = tl.where(offs_c < i, beta_i * tl.sum(k_dec * k_i[None, :], axis=1), 0.0)  # row i of A, [C(j)]
+        P = tl.where(row, tl.sum(k_dec * q_i[None, :], axis=1)[None, :], P)
+        # T_i = e_i - sum_{j<i} A_ij T_j (rows j < i are final already; row 0 of A is zero)
+        Tm = tl.where(row, Tm - tl.sum(a_i[:, None] * Tm, axis=0)[None, :], Tm)
+    eG = tl.exp(G)
+    ks = tl.dot(b_k * eG, S, input_precision="ieee")
+    o = tl.dot(b_q * eG, S, input_precision="ieee")
+    S_kept = tl.exp(G_last)[:, None] * S
+    k_end = b_k * tl.exp(G_last[None, :] - G)
+    return ks, o, P, S_kept, k_end, Tm
+
+
+@triton.jit
 def _gdn_chunked_kernel(
     q_ptr,
     k_ptr,
@@ -91,6 +169,7 @@ def _gdn_chunked_kernel(
     C: tl.constexpr,
     GROUP: tl.constexpr,
     USE_L2NORM: tl.constexpr,
+    PER_CHANNEL_GATE: tl.constexpr,  # KDA: g_ptr holds gk [T, HV, K], its last dim contiguous
     HAS_H0_FLAG: tl.constexpr,
     STORE_FINAL: tl.constexpr,
 ):
@@ -105,9 +184,6 @@ def _gdn_chunked_kernel(
     offs_c = tl.arange(0, C)
     mask_k = offs_k < K
     mask_v = offs_v < V
-    eye = offs_c[:, None] == offs_c[None, :]
-    causal = offs_c[:, None] >= offs_c[None, :]
-    strict = offs_c[:, None] > offs_c[None, :]
     s_ptrs = (
         state_ptr + slot * stride_s_n + hv * stride_s_h + offs_k[:, None] * stride_s_k + offs_v[None, :] * stride_s_v
     )
@@ -129,38 +205,28 @@ def _gdn_chunked_kernel(
             mask=mask_t[:, None] & mask_v[None, :],
             other=0.0,
         ).to(tl.float32)
-        b_g = tl.load(g_ptr + offs_t * stride_g_t + hv * stride_g_h, mask=mask_t, other=0.0).to(tl.float32)
         b_beta = tl.load(b_ptr + offs_t * stride_b_t + hv * stride_b_h, mask=mask_t, other=0.0).to(tl.float32)
         if USE_L2NORM:
             b_q, b_k = l2norm(b_q, 1), l2norm(b_k, 1)
         b_q = b_q * scale
 
-        G = tl.cumsum(b_g, axis=0)  # [C]
-        G_last = tl.sum(tl.where(offs_c == C - 1, G, 0.0), axis=0)
-        decay = tl.exp(tl.where(causal, G[:, None] - G[None, :], float("-inf")))  # 0 above the diagonal
-
-        kk = tl.dot(b_k, tl.trans(b_k), input_precision="ieee")
-        A = tl.where(strict, b_beta[:, None] * kk * decay, 0.0)
-        # T = (I + A)^{-1} row by row: T_i = e_i - sum_{j<i} A_ij T_j (rows j < i are final already)
-        Tm = tl.where(eye, 1.0, 0.0)
-        for i in range(1, C):
-            a_i = tl.sum(tl.where(offs_c[:, None] == i, A, 0.0), axis=0)  # row i of A
-            Tm = tl.where(offs_c[:, None] == i, Tm - tl.sum(a_i[:, None] * Tm, axis=0)[None, :], Tm)
-
-        eG = tl.exp(G)
-        ks = tl.dot(b_k, S, input_precision="ieee")  # [C, BV]
-        U = tl.dot(Tm, b_beta[:, None] * (b_v - eG[:, None] * ks), input_precision="ieee")
-        qk = tl.dot(b_q, tl.trans(b_k), input_precision="ieee")
-        o = eG[:, None] * tl.dot(b_q, S, input_precision="ieee")
-        o += tl.dot(tl.where(causal, qk * decay, 0.0), U, input_precision="ieee")
+        if PER_CHANNEL_GATE:
+            b_g = tl.load(
+                g_ptr + offs_t[:, None] * stride_g_t + hv * stride_g_h + offs_k[None, :], mask=m_tk, other=0.0
+            ).to(tl.float32)
+            ks, o, P, S_kept, k_end, Tm = _per_channel_chunk(b_q, b_k, b_g, b_beta, S, offs_c, C)
+        else:
+            b_g = tl.load(g_ptr + offs_t * stride_g_t + hv * stride_g_h, mask=mask_t, other=0.0).to(tl.float32)
+            ks, o, P, S_kept, k_end, Tm = _scalar_chunk(b_q, b_k, b_g, b_beta, S, offs_c, C)
+        U = tl.dot(Tm, b_beta[:, None] * (b_v - ks), input_precision="ieee")  # [C, BV]
+        o += tl.dot(P, U, input_precision="ieee")
         o = tl.where(live, o, 0.0)
         tl.store(
             out_ptr + offs_t[:, None] * stride_o_t + hv * stride_o_h + offs_v[None, :],
             o.to(out_ptr.dtype.element_ty),
             mask=mask_t[:, None] & mask_v[None, :],
         )
-        k_end = b_k * tl.exp(G_last - G)[:, None]
-        S = tl.exp(G_last) * S + tl.dot(tl.trans(k_end), U, input_precision="ieee")
+        S = S_kept + tl.dot(tl.trans(k_end), U, input_precision="ieee")
 
     zero_tail_tokens(out_ptr, n, num_rows, eos, num_tokens, hv, offs_v, mask_v, stride_o_t, stride_o_h, BV)
     if STORE_FINAL:
@@ -172,7 +238,7 @@ def launch_chunked(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    g: torch.Tensor,
+    g: torch.Tensor | None,
     beta: torch.Tensor,
     state: torch.Tensor,
     state_indices: torch.Tensor,
@@ -185,10 +251,12 @@ def launch_chunked(
     pad_slot_id: int | None,
     chunk_size: int,
     state_layout: str = DEFAULT_STATE_LAYOUT,
+    gk: torch.Tensor | None = None,
     block_v: int | None = None,
     num_warps: int | None = None,
 ) -> object:
-    """Launch on validated tensors (ops.py). chunk_size: power of two >= 16. ``block_v`` / ``num_warps``
+    """Launch on validated tensors (ops.py). chunk_size: power of two >= 16. The gate: ``g`` [T, HV], or
+    ``gk`` [T, HV, K] per key channel (KDA; last dim contiguous; ``g`` then None). ``block_v`` / ``num_warps``
     override the defaults (``default_block_v``, ``DEFAULT_NUM_WARPS``). ``state`` is laid out as
     ``state_layout`` says: the kernel gets the strides of its K-first view.
     Returns the launch's compiled kernel (None in the interpreter), for its ``n_regs`` / ``n_spills``.
@@ -200,11 +268,14 @@ def launch_chunked(
         out.zero_()  # no row owns any token
         return None
     BV = block_v or default_block_v(V)
+    gate = gk if gk is not None else g
+    if gate is None or (g is not None and gk is not None):
+        raise ValueError("launch_chunked: give g or gk (with beta), not both")
     return _gdn_chunked_kernel[(N, HV, triton.cdiv(V, BV))](
         q_ptr=q,
         k_ptr=k,
         v_ptr=v,
-        g_ptr=g,
+        g_ptr=gate,
         b_ptr=beta,
         state_ptr=state,
         idx_ptr=state_indices,
@@ -215,7 +286,7 @@ def launch_chunked(
         pad_slot_id=kernel_pad_slot_id(pad_slot_id),
         num_rows=N,
         num_tokens=q.shape[0],
-        **token_strides(q=q, k=k, v=v, g=g, b=beta, o=out),
+        **token_strides(q=q, k=k, v=v, g=gate, b=beta, o=out),
         **named_strides("s", layout_view(state, state_layout, "k_first"), "nhkv"),
         K=K,
         V=V,
@@ -224,6 +295,7 @@ def launch_chunked(
         C=chunk_size,
         GROUP=HV // H,
         USE_L2NORM=use_qk_l2norm,
+        PER_CHANNEL_GATE=gk is not None,
         HAS_H0_FLAG=has_initial_state is not None,
         STORE_FINAL=not disable_state_update,
         num_warps=num_warps or DEFAULT_NUM_WARPS,

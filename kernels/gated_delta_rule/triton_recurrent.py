@@ -5,6 +5,10 @@ registers (float32), walks its sequence token by token, and writes the tile back
 are independent in this recurrence (S^T k, the rank-1 update and S^T q act per column), which is why a
 V-block split needs no communication between programs.
 
+KDA (``PER_CHANNEL_GATE``): the gate is a [K] vector per token and head (``gk``, read through ``g_ptr``); the
+decay scales row c of the tile by exp(gk[c]) instead of the whole tile by exp(g). Rows are split across no
+programs (every program holds all K rows), so this too needs no communication.
+
 State layout: the kernel addresses state element (k, v) as ``k * stride_s_k + v * stride_s_v`` (and the
 intermediate states likewise); the launcher passes the strides of the pool's K-first view
 (``kernels.conventions.layout_view``), so one kernel reads both layouts: k_first has ``stride_s_v == 1``,
@@ -43,7 +47,7 @@ def _gdn_recurrent_kernel(
     q_ptr,
     k_ptr,
     v_ptr,
-    g_ptr,  # g [T, HV], or the gate logits `a` when FUSED_GATING
+    g_ptr,  # g [T, HV]; gk [T, HV, K] when PER_CHANNEL_GATE; the gate logits `a` when FUSED_GATING
     b_ptr,  # beta [T, HV], or the logits `b` when FUSED_GATING
     A_log_ptr,
     dt_bias_ptr,
@@ -88,6 +92,7 @@ def _gdn_recurrent_kernel(
     GROUP: tl.constexpr,  # HV // H: value heads per q/k head
     USE_L2NORM: tl.constexpr,
     FUSED_GATING: tl.constexpr,
+    PER_CHANNEL_GATE: tl.constexpr,  # KDA: g_ptr holds gk [T, HV, K], its last dim contiguous
     HAS_H0_FLAG: tl.constexpr,
     STORE_FINAL: tl.constexpr,
     STORE_INTER: tl.constexpr,
@@ -115,20 +120,27 @@ def _gdn_recurrent_kernel(
         b_q = tl.load(q_ptr + t * stride_q_t + h * stride_q_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
         b_k = tl.load(k_ptr + t * stride_k_t + h * stride_k_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
         b_v = tl.load(v_ptr + t * stride_v_t + hv * stride_v_h + offs_v, mask=mask_v, other=0.0).to(tl.float32)
-        gate = tl.load(g_ptr + t * stride_g_t + hv * stride_g_h).to(tl.float32)
         beta = tl.load(b_ptr + t * stride_b_t + hv * stride_b_h).to(tl.float32)
-        if FUSED_GATING:
-            # torch softplus: x above threshold/beta, else log(1 + exp(beta x)) / beta
-            x = gate + dt_bias
-            bx = softplus_beta * x
-            soft = tl.log(1.0 + tl.exp(tl.minimum(bx, softplus_threshold))) / softplus_beta
-            gate = neg_A * tl.where(bx > softplus_threshold, x, soft)
-            beta = 1.0 / (1.0 + tl.exp(-beta))
+        if PER_CHANNEL_GATE:
+            # [BK, 1]: row c of the state decays by exp(gk[c]); padded channels (offs_k >= K) load 0, a
+            # factor of 1 on rows that stay zero
+            gk = tl.load(g_ptr + t * stride_g_t + hv * stride_g_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+            decay = tl.exp(gk)[:, None]
+        else:
+            gate = tl.load(g_ptr + t * stride_g_t + hv * stride_g_h).to(tl.float32)
+            if FUSED_GATING:
+                # torch softplus: x above threshold/beta, else log(1 + exp(beta x)) / beta
+                x = gate + dt_bias
+                bx = softplus_beta * x
+                soft = tl.log(1.0 + tl.exp(tl.minimum(bx, softplus_threshold))) / softplus_beta
+                gate = neg_A * tl.where(bx > softplus_threshold, x, soft)
+                beta = 1.0 / (1.0 + tl.exp(-beta))
+            decay = tl.exp(gate)
         if USE_L2NORM:
             b_q, b_k = l2norm(b_q, 0), l2norm(b_k, 0)
         b_q = b_q * scale
 
-        S = S * tl.exp(gate)
+        S = S * decay
         u = beta * (b_v - tl.sum(S * b_k[:, None], axis=0))  # [BV]
         S = S + b_k[:, None] * u[None, :]
         o = tl.sum(S * b_q[:, None], axis=0)
@@ -185,6 +197,7 @@ def launch_recurrent(
     b: torch.Tensor | None = None,
     A_log: torch.Tensor | None = None,
     dt_bias: torch.Tensor | None = None,
+    gk: torch.Tensor | None = None,
     softplus_beta: float = 1.0,
     softplus_threshold: float = 20.0,
     state_layout: str = DEFAULT_STATE_LAYOUT,
@@ -196,7 +209,8 @@ def launch_recurrent(
     their K-first views.
 
     With ``A_log`` given, the gates are computed in the kernel from the logits ``a``, ``b`` and ``A_log``,
-    ``dt_bias`` (``g`` and ``beta`` are then None); otherwise ``g`` and ``beta`` are read as they are.
+    ``dt_bias`` (``g`` and ``beta`` are then None); otherwise ``g`` and ``beta`` are read as they are, or
+    ``gk`` [T, HV, K] (last dim contiguous) and ``beta`` for the per-channel gate (KDA).
     ``block_v`` / ``num_warps`` override the defaults (the GPU benchmark sweeps them).
     Returns the launch's compiled kernel (None in the interpreter), for its ``n_regs`` / ``n_spills``.
     """
@@ -207,9 +221,10 @@ def launch_recurrent(
         out.zero_()  # no row owns any token
         return None
     fused = A_log is not None
-    gate, gate_b = (a, b) if fused else (g, beta)
-    if gate is None or gate_b is None:
-        raise ValueError("launch_recurrent: give g and beta, or a, b, A_log and dt_bias")
+    per_channel = gk is not None
+    gate, gate_b = (a, b) if fused else (gk if per_channel else g, beta)
+    if gate is None or gate_b is None or (fused and per_channel):
+        raise ValueError("launch_recurrent: give g and beta, gk and beta, or a, b, A_log and dt_bias")
     state_kv = layout_view(state, state_layout, "k_first")  # [num_slots, HV, K, V] view: strides only
     inter = None if intermediate_states is None else layout_view(intermediate_states, state_layout, "k_first")
     grid = (N, HV, triton.cdiv(V, _block_v(V, block_v)))
@@ -244,6 +259,7 @@ def launch_recurrent(
         GROUP=HV // H,
         USE_L2NORM=use_qk_l2norm,
         FUSED_GATING=fused,
+        PER_CHANNEL_GATE=per_channel,
         HAS_H0_FLAG=has_initial_state is not None,
         STORE_FINAL=not disable_state_update,
         STORE_INTER=inter is not None,
