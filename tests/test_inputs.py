@@ -181,7 +181,7 @@ def test_runner_arguments(layer) -> None:
         "state must be a LayerState (layer.new_state(num_slots)), got Tensor"
     )
     assert message(GraphRunner, layer, pool, state=layer.new_state(9)) == (
-        "state.conv: shape (9, 64, 3), expected (10, 64, 3) for the pool's 10 slots"
+        "state.conv: shape (9, 80, 3), expected (10, 80, 3) for the pool's 10 slots"
     )
 
 
@@ -191,10 +191,10 @@ def test_runner_memory(layer, machine_24gib) -> None:
         "draft_tokens=134217728 needs 64 GiB for static inputs of 536,870,912 tokens; this machine has 24 GiB free"
     )
     assert message(GraphRunner, layer, pool, modes=["target_verify"], buckets=[4], draft_tokens=2**22) == (
-        "draft_tokens=4194304 needs 28 GiB for verify buffers for 16,777,216 tokens; this machine has 24 GiB free"
+        "draft_tokens=4194304 needs 39 GiB for verify buffers for 16,777,216 tokens; this machine has 24 GiB free"
     )
     assert message(GraphRunner, layer, StatePool(30_000_000), modes=["decode"], buckets=[4]) == (
-        "pool.num_slots=30000000 needs 50 GiB for a layer state of 30,000,000 slots of 1,792 B; "
+        "pool.num_slots=30000000 needs 70 GiB for a layer state of 30,000,000 slots of 2,496 B; "
         "this machine has 24 GiB free"
     )
 

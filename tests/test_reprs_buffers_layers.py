@@ -68,7 +68,7 @@ def test_buffers_html_elides_a_long_bucket_list():
 @pytest.mark.parametrize(
     ("layer", "summary"),
     [
-        (GatedDeltaNetLayer(GDNConfig.small()), "hidden=32, heads k=2 v=4, head dims k=8 v=8, conv W=4"),
+        (GatedDeltaNetLayer(GDNConfig.small()), "hidden=32, heads k=2 v=4, head dims k=8 v=12, conv W=4"),
         (Mamba2Layer(Mamba2Config.small()), "hidden=32, heads=4 x 8, groups=2, state=8, conv W=4"),
     ],
     ids=["gdn", "mamba2"],

@@ -8,6 +8,7 @@ import textwrap
 from html.parser import HTMLParser
 
 import pytest
+import torch
 
 from workbench import contracts, zoo
 from workbench.cli import main
@@ -48,6 +49,7 @@ NAMES = [
     "mamba2_chunk_grid",
     "backward_post_copy",
     "running_block_publish",
+    "transposed_state_read",
 ]
 
 
@@ -255,6 +257,37 @@ def test_uninit_pad_evidence(runs):
     assert ev.report.nonzero_padded_outputs == [3]
     assert ev.report.output_mismatches == [] and ev.report.state_mismatches == []  # live rows exact
     assert not one(fixed.evidence, Propagation).broken
+
+
+def test_transposed_state_read_evidence(runs):
+    broken, fixed = runs["transposed_state_read"]
+    # at K == V the layout-blind kernel passes: its outputs are right on a pool it alone writes
+    for run in (broken, fixed):
+        control = one(run.evidence, RowsDiffer)
+        assert control.rows == [] and control.what.startswith("K == V (8)")
+    # at K != V (8, 12) the same kernel is refused: the V-first pool has the wrong shape for a K-first read
+    err = one(broken.evidence, RaisedError)
+    assert "state: [16, 4, 12, 8] is not [slots, HV=4, K=8, V=12] (state_layout='k_first')" in err.message
+    assert err.where.startswith("GraphRunner.capture at decode bucket 4")
+    ev = one(fixed.evidence, IntegrityEvidence)
+    assert not ev.broken and ev.live and ev.report.ok
+
+
+def test_transposed_state_read_is_wrong_at_k_equal_v_on_a_state_someone_else_wrote():
+    """What "passes at K == V" leaves out: a pool a correct writer filled is read transposed (values only)."""
+    from workbench.batch import Batch
+    from workbench.metadata import build_metadata
+    from workbench.pool import StatePool
+    from workbench.zoo.transposed_state_read import SQUARE, LayoutBlindGDN, variant
+
+    pool = StatePool(8, "vllm")
+    meta = build_metadata(Batch.decode(pool.alloc(2), [4, 5]), pool, bucket=None)
+    x = torch.randn(2, SQUARE.hidden_size, generator=torch.Generator().manual_seed(0))
+    outs = []
+    for fixed in (False, True):
+        layer = LayoutBlindGDN(SQUARE, seed=0, state_layout="v_first", kernel=variant(fixed))
+        outs.append(layer.forward(x, meta, layer.new_state(8, seed=3)))
+    assert outs[0].shape == outs[1].shape and not torch.allclose(outs[0], outs[1], atol=1e-3)
 
 
 def test_host_value_evidence(runs):

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 import kernels.causal_conv1d as conv1d
 import kernels.gated_delta_rule as gdn
 import kernels.mamba2 as mamba2
+from kernels.conventions import DEFAULT_STATE_LAYOUT, STATE_LAYOUTS, state_dims
 from kernels.padding import skipped_rows
 from workbench import html
 from workbench.devices import canonical_device
@@ -48,7 +49,9 @@ def _live_tokens(y: torch.Tensor, meta: Metadata) -> torch.Tensor:
 
 @dataclass
 class LayerState:
-    """A layer's state pool: conv windows ``[num_slots, conv_dim, W-1]`` and SSM states (float32)."""
+    """A layer's state pool: conv windows ``[num_slots, conv_dim, W-1]`` and SSM states (float32), the SSM
+    states in the layer's ``state_layout`` (GDN ``[num_slots, HV, K, V]`` k_first or ``[num_slots, HV, V, K]``
+    v_first)."""
 
     conv: torch.Tensor
     ssm: torch.Tensor
@@ -87,12 +90,21 @@ class _SeededLayer:
     """What both layer steps share: seeded weights, dtype/impl copies, a state pool of their shapes.
 
     Subclasses set ``config_class`` and ``supported_modes`` and define ``_draw_weights(config, gen)``,
-    ``state_shapes(config, num_slots)`` and ``token_macs(config)`` (static: read from a config alone, so the
-    registry (:data:`LAYERS`) sizes a layer without drawing its weights).
+    ``state_shapes(config, num_slots, state_layout=None)`` and ``token_macs(config)`` (static: read from a
+    config alone, so the registry (:data:`LAYERS`) sizes a layer without drawing its weights).
+
+    ``state_layouts``: the layouts of :data:`kernels.conventions.STATE_LAYOUTS` the layer's recurrent state may
+    take (a gated-delta-rule or linear-attention ``K x V`` state); empty for a state with no layout choice
+    (Mamba2's ``[H, headdim, dstate]``). A layer with a choice is built with ``state_layout`` (default
+    ``"k_first"``, so older callers keep their pools; the workbench builds a layer for a profile with
+    ``profile.state_layout``, "v_first" for the released engines) and keeps its pool, its verify buffers and
+    every kernel call in it. A layer without one has ``state_layout`` None and ignores the argument, so a
+    caller passes the profile's layout to any layer.
     """
 
     config_class: ClassVar[type]
     supported_modes: tuple[str, ...] = ()
+    state_layouts: ClassVar[tuple[str, ...]] = ()
     chunk_grid: str = "sequence"
     """How the layer's prefill kernel lays out its chunk states ``h``: "sequence" (one grid per sequence,
     GDN's chunked kernels) or "batch" (one grid over the flattened batch, Mamba2's scan:
@@ -106,20 +118,37 @@ class _SeededLayer:
         dtype: torch.dtype = torch.float32,
         device: str | torch.device = "cpu",
         impl: str = "auto",
+        state_layout: str | None = None,
     ) -> None:
         self.config = config or self.config_class()
         self.seed, self.impl = seed, impl
+        self.state_layout = self._layout_of(state_layout)
         w = self._draw_weights(self.config, torch.Generator().manual_seed(seed))
         self.dtype, self.device = dtype, canonical_device(device)
         self.weights = {k: v.to(dtype=dtype, device=self.device) for k, v in w.items()}
+
+    @classmethod
+    def _layout_of(cls, state_layout: str | None) -> str | None:
+        """The layout a layer of this class keeps: ``state_layout`` checked (default "k_first"), or None for a
+        class whose state has no layout choice (the argument ignored)."""
+        if not cls.state_layouts:
+            return None
+        if state_layout is None:
+            return DEFAULT_STATE_LAYOUT
+        if not isinstance(state_layout, str) or state_layout not in cls.state_layouts:
+            raise LayerError(f"state_layout: {state_layout!r} is not one of {_choices(cls.state_layouts)}")
+        return state_layout
 
     @staticmethod
     def _draw_weights(config: Any, gen: torch.Generator) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
     @staticmethod
-    def state_shapes(config: Any, num_slots: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """The pool's shapes for ``config``: conv windows ``[num_slots, ...]`` and SSM states ``[num_slots, ...]``."""
+    def state_shapes(
+        config: Any, num_slots: int, state_layout: str | None = None
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The pool's shapes for ``config``: conv windows ``[num_slots, ...]`` and SSM states ``[num_slots, ...]``
+        in ``state_layout`` (None: the default, "k_first"; ignored by a layer without a layout choice)."""
         raise NotImplementedError
 
     @staticmethod
@@ -128,12 +157,13 @@ class _SeededLayer:
         raise NotImplementedError
 
     def _state_shapes(self, num_slots: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        return self.state_shapes(self.config, num_slots)
+        return self.state_shapes(self.config, num_slots, self.state_layout)
 
     def to(self, dtype: torch.dtype | None = None, impl: str | None = None) -> Any:
         """A copy with other weight dtype and/or kernel implementation (same seed, same values)."""
         other = type(self).__new__(type(self))
         other.config, other.seed, other.impl = self.config, self.seed, impl or self.impl
+        other.state_layout = self.state_layout
         other.dtype = dtype or self.dtype
         other.device = self.device
         other.weights = {k: v.to(other.dtype) for k, v in self.weights.items()}
@@ -210,14 +240,18 @@ class _SeededLayer:
         idx = meta.state_indices[:r]
         acc = num_accepted.to(device=idx.device)
         gdn.scatter_accepted(
-            state.ssm, intermediate.ssm[:r], idx, acc, pad_slot_id=meta.profile.kernel_pad_slot_id, impl=self.impl
-        )
+            state.ssm, intermediate.ssm[:r], idx, acc, pad_slot_id=meta.profile.kernel_pad_slot_id, impl=self.impl,
+            state_layout=self.state_layout or DEFAULT_STATE_LAYOUT,
+        )  # fmt: skip
         windows = intermediate.conv[torch.arange(r, device=idx.device), acc.long() - 1]
         state.conv.index_copy_(0, idx.long(), windows.to(state.conv.dtype))
 
     def __repr__(self) -> str:
         dtype = str(self.dtype).removeprefix("torch.")
-        return f"{type(self).__name__}({self.config.summary()}, impl={self.impl!r}, {dtype}, device={self.device})"
+        layout = "" if self.state_layout in (None, DEFAULT_STATE_LAYOUT) else f", state_layout={self.state_layout!r}"
+        return (
+            f"{type(self).__name__}({self.config.summary()}, impl={self.impl!r}, {dtype}, device={self.device}{layout})"
+        )
 
     def _repr_html_(self) -> str:
         head = {
@@ -227,6 +261,8 @@ class _SeededLayer:
             "seed": self.seed,
             "modes": ", ".join(self.supported_modes),
         }
+        if self.state_layout is not None:
+            head["state layout"] = self.state_layout
         config = [[f.name, getattr(self.config, f.name)] for f in fields(self.config)]
         config.append(["conv_dim", self.config.conv_dim])
         weights = [[k, "x".join(map(str, w.shape))] for k, w in self.weights.items()]
@@ -253,17 +289,22 @@ class GDNConfig:
 
     @classmethod
     def small(cls) -> GDNConfig:
-        """A tiny layer for tests and the Triton interpreter."""
-        return cls(hidden_size=32, num_k_heads=2, num_v_heads=4, head_k_dim=8, head_v_dim=8)
+        """A tiny layer for tests and the Triton interpreter. ``head_k_dim`` (8) != ``head_v_dim`` (12) on
+        purpose: a state read in the other layout (``[V, K]`` for ``[K, V]``) then has the wrong shape or the
+        wrong values, where at K == V it would pass unseen."""
+        return cls(hidden_size=32, num_k_heads=2, num_v_heads=4, head_k_dim=8, head_v_dim=12)
 
     @classmethod
     def quarter(cls) -> GDNConfig:
-        """A quarter of the engine layer's value heads (half its width): its state pool fits a CPU bench."""
+        """A quarter of the engine layer's value heads (half its width): its state pool fits a CPU bench. Head
+        dims stay the engine's (K == V == 128): it is sized for timing, where the engine's shapes matter; the
+        layouts are told apart by ``small`` (K != V)."""
         return cls(hidden_size=1024, num_v_heads=8, num_k_heads=4)
 
     @classmethod
     def engine(cls) -> GDNConfig:
-        """The engine-like defaults (a Qwen3-Next-sized layer)."""
+        """The engine-like defaults (a Qwen3-Next-sized layer: K == V == 128, as the real model; at K == V a
+        transposed state read has the right shape, so layout bugs show only in values or at ``small``)."""
         return cls()
 
     @property
@@ -274,7 +315,7 @@ class GDNConfig:
         """The shapes on one line, for the layer's repr.
 
         >>> GDNConfig.small().summary()
-        'hidden=32, heads k=2 v=4, head dims k=8 v=8, conv W=4'
+        'hidden=32, heads k=2 v=4, head dims k=8 v=12, conv W=4'
         """
         return (
             f"hidden={self.hidden_size}, heads k={self.num_k_heads} v={self.num_v_heads}, "
@@ -290,10 +331,14 @@ class GatedDeltaNetLayer(_SeededLayer):
         seed: weights are drawn from this seed, so two layers with the same seed are identical.
         dtype, device: of the weights and activations (state pools are float32, or float64 for a reference).
         impl: kernel implementation, "auto" | "reference" | "triton".
+        state_layout: how the recurrent state pool (and the verify buffers) lay out a value head's state:
+            "k_first" ``[slots, HV, K, V]`` (the default) or "v_first" ``[slots, HV, V, K]`` (the released
+            engines' pools: ``Profile.state_layout``). Every kernel call gets it.
     """
 
     config_class = GDNConfig
     supported_modes: tuple[str, ...] = ("decode", "target_verify", "extend", "idle")
+    state_layouts = STATE_LAYOUTS
 
     @staticmethod
     def _draw_weights(c: GDNConfig, g: torch.Generator) -> dict[str, torch.Tensor]:
@@ -310,14 +355,24 @@ class GatedDeltaNetLayer(_SeededLayer):
         }
 
     @staticmethod
-    def state_shapes(c: GDNConfig, num_slots: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        return (num_slots, c.conv_dim, c.conv_kernel - 1), (num_slots, c.num_v_heads, c.head_k_dim, c.head_v_dim)
+    def state_shapes(
+        c: GDNConfig, num_slots: int, state_layout: str | None = None
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Conv windows ``(slots, conv_dim, W-1)``; states ``(slots, HV, K, V)`` k_first, ``(slots, HV, V, K)``
+        v_first."""
+        dims = state_dims(state_layout or DEFAULT_STATE_LAYOUT, c.head_k_dim, c.head_v_dim)
+        return (num_slots, c.conv_dim, c.conv_kernel - 1), (num_slots, c.num_v_heads, *dims)
 
     @staticmethod
     def token_macs(c: GDNConfig) -> int:
         hv, v = c.num_v_heads, c.head_v_dim
         proj = c.hidden_size * (c.conv_dim + hv * v + 2 * hv) + hv * v * c.hidden_size
         return proj + c.conv_dim * c.conv_kernel + 4 * hv * c.head_k_dim * v
+
+    def _recurrent(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """The recurrence: ``kernels.gated_delta_rule.recurrent`` with ``forward``'s arguments (``state_layout``
+        among them). The one call a subclass swaps for a candidate kernel (the zoo's ``transposed_state_read``)."""
+        return gdn.recurrent(*args, **kwargs)
 
     def forward(
         self, x: torch.Tensor, meta: Metadata, state: LayerState, intermediate: Intermediate | None = None
@@ -352,12 +407,13 @@ class GatedDeltaNetLayer(_SeededLayer):
                 disable_state_update=verify, pad_slot_id=pad, impl=self.impl,
             ).reshape(T, c.conv_dim)  # fmt: skip
         q, k, v = xc.split([H * K, H * K, HV * V], dim=-1)
-        o = gdn.recurrent(
+        o = self._recurrent(
             q.reshape(T, H, K), k.reshape(T, H, K), v.reshape(T, HV, V), a=a.contiguous(), b=b.contiguous(),
             A_log=w["A_log"], dt_bias=w["dt_bias"], state=state.ssm, state_indices=idx, cu_seqlens=qsl,
             use_qk_l2norm=True,
             has_initial_state=meta.has_initial_state if mode == "extend" else None,
             intermediate_states=inter_ssm, disable_state_update=verify, pad_slot_id=pad, impl=self.impl,
+            state_layout=self.state_layout or DEFAULT_STATE_LAYOUT,
         )  # fmt: skip
         if per_slot and inter_conv is not None and inter_ssm is not None:
             self._write_steps_to_slots(state, inter_conv, inter_ssm, meta.state_indices, pad, meta.profile.dummy_slot)
@@ -438,7 +494,10 @@ class Mamba2Layer(_SeededLayer):
         }
 
     @staticmethod
-    def state_shapes(c: Mamba2Config, num_slots: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def state_shapes(
+        c: Mamba2Config, num_slots: int, state_layout: str | None = None
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Conv windows and states ``(slots, H, headdim, dstate)``: no layout choice (``state_layout`` ignored)."""
         return (num_slots, c.conv_dim, c.conv_kernel - 1), (num_slots, c.num_heads, c.head_dim, c.state_size)
 
     @staticmethod
@@ -534,7 +593,9 @@ class LayerSpec:
 
     >>> spec = LAYERS["gdn"]
     >>> spec.layer_class.__name__, spec.presets, spec.chunk_grid, spec.slot_elements("small")
-    ('GatedDeltaNetLayer', ('small', 'quarter', 'engine'), 'sequence', 448)
+    ('GatedDeltaNetLayer', ('small', 'quarter', 'engine'), 'sequence', 624)
+    >>> spec.state_shapes("small", 9, "v_first")[1], spec.state_layouts
+    ((9, 4, 12, 8), ('k_first', 'v_first'))
     """
 
     name: str
@@ -554,6 +615,11 @@ class LayerSpec:
         return self.layer_class.chunk_grid
 
     @property
+    def state_layouts(self) -> tuple[str, ...]:
+        """The state layouts the layer may keep (empty: its state has no layout choice, Mamba2's)."""
+        return self.layer_class.state_layouts
+
+    @property
     def presets(self) -> tuple[str, ...]:
         return tuple(p for p in PRESET_NAMES if callable(getattr(self.config_class, p, None)))
 
@@ -566,9 +632,13 @@ class LayerSpec:
     def _config(self, config: Any) -> Any:
         return self.config(config) if isinstance(config, str) else config
 
-    def state_shapes(self, config: Any = "small", num_slots: int = 1) -> tuple[tuple[int, ...], ...]:
-        """The state pool's shapes (conv windows, SSM states) for a config or a preset's name."""
-        return self.layer_class.state_shapes(self._config(config), num_slots)
+    def state_shapes(
+        self, config: Any = "small", num_slots: int = 1, state_layout: str | None = None
+    ) -> tuple[tuple[int, ...], ...]:
+        """The state pool's shapes (conv windows, SSM states) for a config or a preset's name, the states in
+        ``state_layout`` (None: "k_first"; ignored by a layer without a layout choice)."""
+        layout = self.layer_class._layout_of(state_layout)
+        return self.layer_class.state_shapes(self._config(config), num_slots, layout)
 
     def slot_elements(self, config: Any = "small") -> int:
         """Elements of one state slot (conv window + SSM state) for a config or a preset's name."""
@@ -579,7 +649,8 @@ class LayerSpec:
         return self.layer_class.token_macs(self._config(config))
 
     def make(self, preset: str = "small", *, seed: int = 0, config: Any = None, **kwargs: Any) -> Any:
-        """A seeded layer at ``preset`` (or ``config``); ``kwargs``: ``dtype``, ``device``, ``impl``."""
+        """A seeded layer at ``preset`` (or ``config``); ``kwargs``: ``dtype``, ``device``, ``impl``,
+        ``state_layout`` (a profile's ``state_layout``; ignored by a layer without a layout choice)."""
         return self.layer_class(config if config is not None else self.config(preset), seed=seed, **kwargs)
 
 
@@ -611,8 +682,9 @@ def get_layer_spec(name: str | LayerSpec) -> LayerSpec:
 
 
 def make_layer(name: str, preset: str = "small", seed: int = 0, **kwargs: Any) -> Any:
-    """A seeded ``name`` layer at ``preset`` (``kwargs``: ``dtype``, ``device``, ``impl``): what a trace's
-    steps, an engine check and the zoo's cases run (the small preset, seed 0)."""
+    """A seeded ``name`` layer at ``preset`` (``kwargs``: ``dtype``, ``device``, ``impl``, ``state_layout``):
+    what a trace's steps, an engine check and the zoo's cases run (the small preset, seed 0), in the layout
+    of the profile they run under (``state_layout=profile.state_layout``)."""
     return get_layer_spec(name).make(preset, seed=seed, **kwargs)
 
 

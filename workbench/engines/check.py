@@ -136,10 +136,11 @@ def _engine_frame(exc: BaseException) -> str:
     return f"{frame.filename}:{frame.lineno} in {frame.name}"
 
 
-def _layer(name: str) -> Any:
-    """The small ``name`` layer (seed 0), as a trace replays; an unknown name is an ``EngineError``."""
+def _layer(name: str, profile: str) -> Any:
+    """The small ``name`` layer (seed 0), as a trace replays, its state in ``profile``'s layout; an unknown
+    name is an ``EngineError``."""
     try:
-        return make_layer(name)
+        return make_layer(name, state_layout=get_profile(profile).state_layout)
     except LayerError as e:
         raise EngineError(str(e)) from None
 
@@ -224,7 +225,7 @@ def _subject(
     """Capture every bucket through the engine's backend, then replay random batches, each compared."""
     graph_modes = [m for m in CAPTURED if m in modes] or ["decode"]
     runner = GraphRunner(
-        _layer(layer),
+        _layer(layer, profile),
         StatePool(64, profile, slots_per_request=get_profile(profile).slots_per_request(draft_tokens)),
         buckets=list(buckets),
         modes=graph_modes,

@@ -24,6 +24,7 @@ from workbench.report.sections import (
     metadata_section,
     replay_check_section,
     roofline_section,
+    state_layout_section,
     timing_section,
     zoo_section,
 )
@@ -51,7 +52,9 @@ def _build(dev: str, quick: bool, progress: bool) -> str:
     t0 = time.perf_counter()
     page = Page(f"linattn-workbench report ({dev}{', quick' if quick else ''})")
     metadata_section(page.section("metadata", "Metadata tour: padding per profile"), page)
-    replay_check_section(page.section("replay-check", "Capture / replay check and integrity"))
+    replay = page.section("replay-check", "Capture / replay check and integrity")
+    replay_check_section(replay)
+    state_layout_section(replay, page)
     zoo_section(page.section("zoo", "Bug zoo"))
     timing_section(page.section("timings", f"Timings on {dev}: eager vs replay"), page, dev, quick, progress)
     roofline_section(page.section("roofline", f"Roofline on {dev}"), page, dev, quick, progress)

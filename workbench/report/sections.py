@@ -53,14 +53,17 @@ def replay_check_section(parts: list[str]) -> None:
         "step run eagerly (bit for bit) and with the unpadded float64 reference (integrity: no foreign slot "
         "changed, live rows match, padded outputs zero).</p>"
     )
-    header = ["profile", "mode", "raw bs", "bucket", "replayed", "bitwise = eager", "max |out - eager|", "integrity"]
+    header = [
+        "profile", "state layout", "mode", "raw bs", "bucket", "replayed", "bitwise = eager", "max |out - eager|",
+        "integrity",
+    ]  # fmt: skip
     rows, classes = [], []
     torch.manual_seed(0)
     from workbench.profiles import PROFILES
 
     for name, profile in PROFILES.items():
         pool = StatePool(16, name, slots_per_request=profile.slots_per_request(D))
-        layer = GatedDeltaNetLayer(GDNConfig.small(), seed=3, impl="reference")
+        layer = GatedDeltaNetLayer(GDNConfig.small(), seed=3, impl="reference", state_layout=profile.state_layout)
         runner = GraphRunner(
             layer, pool, buckets=CHECK_BUCKETS, draft_tokens=D, backend="cpu", state=layer.new_state(16, seed=7)
         )
@@ -72,11 +75,31 @@ def replay_check_section(parts: list[str]) -> None:
             n = 3 * (D if mode == "target_verify" else 1)
             cmp = runner.compare(batch, torch.randn(n, layer.config.hidden_size))
             verdict = "clean" if cmp.integrity.ok else str(cmp.integrity).replace("\n", "; ")
-            rows.append([name, mode, cmp.raw_batch_size, cmp.bucket, cmp.replayed, cmp.bitwise_equal,
-                         f"{cmp.max_output_diff:.3g}", verdict])  # fmt: skip
+            rows.append([name, profile.state_layout, mode, cmp.raw_batch_size, cmp.bucket, cmp.replayed,
+                         cmp.bitwise_equal, f"{cmp.max_output_diff:.3g}", verdict])  # fmt: skip
             good = "good" if cmp.ok else "bad"
-            classes.append(["", "", "", "", "", good if cmp.bitwise_equal else "bad", "", good])
+            classes.append(["", "", "", "", "", "", good if cmp.bitwise_equal else "bad", "", good])
     parts.append(table(header, rows, classes=classes))
+
+
+def state_layout_section(parts: list[str], page: Page) -> None:
+    """Which recurrent-state layout each profile's pool keeps (``Profile.state_layout``; the layer above ran
+    in it), and what a K-first read of the first profile's slot takes, at the small layer's K and V."""
+    from workbench.layers import GDNConfig
+    from workbench.profiles import PROFILES
+    from workbench.viz.layout import state_layout_map
+
+    c = GDNConfig.small()
+    dims = {"k_first": "[slots, HV, K, V]", "v_first": "[slots, HV, V, K]"}
+    rows = [[name, p.state_layout, dims.get(p.state_layout, "")] for name, p in PROFILES.items()]
+    first = next(iter(PROFILES.values()))
+    parts.append(
+        "<p>Each profile's layer above kept its gated-delta-rule state the way the engine's pool does. A kernel "
+        f"that reads a {esc(first.state_layout)} slot K-first takes the elements below (the small layer: "
+        f"K={c.head_k_dim}, V={c.head_v_dim}; at K == V the shapes agree and only the values show it).</p>"
+    )
+    parts.append(table(["profile", "state layout", "pool shape"], rows))
+    parts.append(page.figure(state_layout_map(c.head_k_dim, c.head_v_dim, written=first.state_layout, read="k_first")))
 
 
 # -- bug zoo --------------------------------------------------------------------------------------------

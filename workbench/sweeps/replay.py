@@ -75,7 +75,7 @@ def sweep(
     bar = tqdm(total=len(todo), desc=f"replay sweep ({device})", disable=None if progress else True)
     for impl in impls:
         pool = StatePool(num_slots, "sglang", device=device)
-        lay: Any = spec.make(config=cfg, seed=0, device=device, impl=impl)
+        lay: Any = spec.make(config=cfg, seed=0, device=device, impl=impl, state_layout=pool.profile.state_layout)
         runner = GraphRunner(lay, pool, buckets=sizes, modes=["decode"], backend="auto", state_seed=1)
         if "replay" in modes:
             runner.capture(progress=False)

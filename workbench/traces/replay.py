@@ -199,11 +199,12 @@ class TraceResult:
         return html.block(*parts, title="Trace replay")
 
 
-def make_layer(name: str) -> Any:
-    """The small layer of ``name`` (seed 0): what the trace's steps run (``workbench.layers.make_layer``); an
-    unknown name is a ``TraceInputError`` naming the registry's choices."""
+def make_layer(name: str, state_layout: str | None = None) -> Any:
+    """The small layer of ``name`` (seed 0): what the trace's steps run (``workbench.layers.make_layer``), its
+    state in ``state_layout`` (the header profile's ``state_layout`` in a replay; None: "k_first"); an unknown
+    name is a ``TraceInputError`` naming the registry's choices."""
     try:
-        return make_registered_layer(name)
+        return make_registered_layer(name, state_layout=state_layout)
     except LayerError as e:
         raise TraceInputError(str(e)) from None
 
@@ -243,7 +244,9 @@ class TraceReplayer:
         self._mark: Callable[[str | None], None] = _untimed if timer is None else timer
         if timer is not None:
             self.result.seconds = timer.seconds
-        layer = make_layer(h.layer)
+        # the layer keeps its state as the trace's engine does (Profile.state_layout); its float64 reference,
+        # the shadow and the checkpoints follow it (float64_reference and new_state keep the layer's layout)
+        layer = make_layer(h.layer, get_profile(h.profile).state_layout)
         # everything the replay will hold, against what is free, before the pool's first byte
         self.budget = replay_budget(trace, layer)
         self.budget.check("cpu" if backend in ("cpu", "auto") else backend)

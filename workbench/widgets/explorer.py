@@ -130,7 +130,7 @@ class MetadataExplorer(W.VBox):
         )
         self.engine_table = W.HTML()
         self.errors = {name: W.HTML() for name in (*self.controls, "general")}
-        self.notes = {name: W.HTML() for name in SLIDERS}
+        self.notes = {name: W.HTML() for name in (*SLIDERS, "profile")}
         st = self.model.state
         metas = st.metas or self._placeholder()
         self.padding_fig = go.FigureWidget(vm.padding_map(metas))

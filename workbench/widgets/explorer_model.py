@@ -211,8 +211,9 @@ class ExplorerModel:
         )
 
     def notes(self) -> dict[str, str]:
-        """Control -> a line for a slider at its end: a larger value typed in its box was cut to it."""
-        out = {}
+        """Control -> a line beside it: for a slider at its end, that a larger value typed in its box was cut to
+        it; for ``profile``, the state layout of each profile shown (:meth:`layout_note`)."""
+        out = {"profile": self.layout_note()}
         for name, (_, top) in SLIDERS.items():
             value = getattr(self.params, name)
             limit = LIMITS.get(name, (0, top, ""))[1]
@@ -223,6 +224,17 @@ class ExplorerModel:
                     + (" or typed seq lens" if name == "raw_batch_size" else "")
                 )
         return out
+
+    def layout_note(self) -> str:
+        """The recurrent-state layout (``Profile.state_layout``) of each profile the explorer shows, e.g.
+        ``state layout: vllm v_first [slots, HV, V, K]``; an unknown profile choice shows all three."""
+        names = (self.params.profile,) if self.params.profile in PROFILE_NAMES else PROFILE_NAMES
+        dims = {"k_first": "[slots, HV, K, V]", "v_first": "[slots, HV, V, K]"}
+        parts = []
+        for name in names:
+            layout = get_profile(name).state_layout
+            parts.append(f"{name} {layout} {dims.get(layout, '')}".rstrip())
+        return "state layout: " + ", ".join(parts)
 
     def update(self, **changes: Any) -> ExplorerState:
         """Apply ``changes`` to the parameters and rebuild; returns (and keeps) the new state.

@@ -31,6 +31,7 @@ from workbench.limits import check_int
 from workbench.measure.integrity import DEFAULT_ATOL, DEFAULT_RTOL, changed_slots, snapshot
 from workbench.metadata import build_metadata
 from workbench.pool import StatePool
+from workbench.profiles import get_profile
 from workbench.runner import GraphRunner
 from workbench.widgets.explorer_model import kind_error, parse_int_list, shown
 from workbench.widgets.lab_plan import (
@@ -93,10 +94,13 @@ def backend_choices() -> list[tuple[str, str | None]]:
     return [("auto", None)] + [(b, None if avail.get(b) == "ok" else avail.get(b, "unknown")) for b in BACKENDS[1:]]
 
 
-def make_layer(layer: str, preset: str, impl: str = "reference", device: str = "cpu") -> Any:
-    """A seeded layer (seed 0): a name of ``LAYERS``, "small" (tests, interpreter) or "engine"."""
+def make_layer(
+    layer: str, preset: str, impl: str = "reference", device: str = "cpu", state_layout: str | None = None
+) -> Any:
+    """A seeded layer (seed 0): a name of ``LAYERS``, "small" (tests, interpreter) or "engine", its state in
+    ``state_layout`` (the lab passes its profile's; None: "k_first")."""
     cfg = layer_config(layer, preset)
-    return get_layer_spec(layer).make(config=cfg, seed=0, device=device, impl=impl)
+    return get_layer_spec(layer).make(config=cfg, seed=0, device=device, impl=impl, state_layout=state_layout)
 
 
 class LabModel:
@@ -217,7 +221,8 @@ class LabModel:
         try:
             dev = plan.device
             engine_backend = self._engine_backend(plan)
-            layer = make_layer(plan.layer, plan.preset, "reference" if dev == "cpu" else "auto", dev)
+            impl = "reference" if dev == "cpu" else "auto"
+            layer = make_layer(plan.layer, plan.preset, impl, dev, get_profile(plan.profile).state_layout)
             pool = StatePool(plan.num_slots, plan.profile, device=dev, slots_per_request=plan.per_request)
             runner = GraphRunner(
                 layer,

@@ -18,6 +18,7 @@ from workbench.layers import GatedDeltaNetLayer, LayerState, float64_reference, 
 from workbench.measure.integrity import IntegrityReport, changed_slots, check, snapshot
 from workbench.metadata import build_metadata
 from workbench.pool import StatePool
+from workbench.profiles import Profile, get_profile
 from workbench.runner import GraphRunner
 from workbench.traces.model import Trace, TraceStep
 from workbench.traces.replay import TraceDivergence, TraceReplayer
@@ -50,9 +51,10 @@ def resolve_backend(backend: str) -> tuple[str, torch.device]:
     return gb.name, gb.device
 
 
-def gdn_layer(device: torch.device) -> GatedDeltaNetLayer:
-    """The small Gated DeltaNet layer every GDN case uses (seed 0): ``workbench.layers.make_layer``."""
-    layer: GatedDeltaNetLayer = make_layer(GDN, device=device)
+def gdn_layer(device: torch.device, profile: str | Profile) -> GatedDeltaNetLayer:
+    """The small Gated DeltaNet layer every GDN case uses (seed 0): ``workbench.layers.make_layer``, its state
+    in ``profile``'s layout (``Profile.state_layout``), as the engine's pool keeps it."""
+    layer: GatedDeltaNetLayer = make_layer(GDN, device=device, state_layout=get_profile(profile).state_layout)
     return layer
 
 

@@ -165,7 +165,7 @@ def _routed(cls: type[MetadataBackend], base: type[EarlierBase], looped: bool) -
 def _capture(cls: type[MetadataBackend], profile: str, backend: str) -> tuple[Any, StatePool, Exception | None]:
     name, device = h.resolve_backend(backend)
     pool = StatePool(16, profile, device=device)
-    runner = h.make_runner(h.gdn_layer(device), pool, name, buckets=(2, 4), metadata_backend=cls)
+    runner = h.make_runner(h.gdn_layer(device, pool.profile), pool, name, buckets=(2, 4), metadata_backend=cls)
     try:
         runner.capture(progress=False)
     except TypeError as exc:

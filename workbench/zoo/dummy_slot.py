@@ -37,7 +37,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
     name, device = h.resolve_backend(backend)
     pool = StatePool(16, "sglang", device=device) if fixed else AllocatesDummySlot(16, "sglang", device=device)
     rows = pool.alloc(3)  # live before capture: the capture must not touch their slots
-    runner = h.make_runner(h.gdn_layer(device), pool, name)
+    runner = h.make_runner(h.gdn_layer(device, pool.profile), pool, name)
     before = runner.state.clone()
     runner.capture(progress=False)
     batch = Batch.decode(rows, [9, 10, 11], device=device)

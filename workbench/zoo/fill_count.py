@@ -71,7 +71,7 @@ def scenario(cls: type[MetadataBackend], profile: str, backend: str) -> list[Evi
     ``state_indices`` marked as padding."""
     name, device = h.resolve_backend(backend)
     pool = StatePool(16, profile, device=device)
-    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=cls)
+    runner = h.make_runner(h.gdn_layer(device, pool.profile), pool, name, metadata_backend=cls)
     runner.capture(progress=False)
     rows = pool.alloc(3)
     fill = pool.profile.seq_len_fill

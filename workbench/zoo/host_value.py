@@ -53,7 +53,7 @@ def scenario(cls: type[MetadataBackend], profile: str, backend: str) -> list[Evi
     requests and check it. Evidence of the bug: the recorder's refusal of a host read (op and line)."""
     name, device = h.resolve_backend(backend)
     pool = StatePool(16, profile, device=device)
-    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=cls)
+    runner = h.make_runner(h.gdn_layer(device, pool.profile), pool, name, metadata_backend=cls)
     try:
         runner.capture(progress=False)
     except RuntimeError as exc:  # CaptureError on the CPU recorder; torch's own error on a device

@@ -50,7 +50,7 @@ def scenario(cls: type[MetadataBackend], profile: str, backend: str) -> list[Evi
     of three requests and check it. Evidence of the bug: the ``TypeError`` about ``in_capture``."""
     name, device = h.resolve_backend(backend)
     pool = StatePool(16, profile, device=device)
-    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=cls)
+    runner = h.make_runner(h.gdn_layer(device, pool.profile), pool, name, metadata_backend=cls)
     try:
         runner.capture(progress=False)
     except TypeError as exc:

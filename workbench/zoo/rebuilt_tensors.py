@@ -54,7 +54,7 @@ def scenario(cls: type[MetadataBackend], profile: str, backend: str) -> list[Evi
     metadata tensor handed out at replay at another address than the graph recorded."""
     name, device = h.resolve_backend(backend)
     pool = StatePool(16, profile, device=device)
-    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=h.watched(cls))
+    runner = h.make_runner(h.gdn_layer(device, pool.profile), pool, name, metadata_backend=h.watched(cls))
     runner.capture(progress=False)
     rows = pool.alloc(3)
     batch = Batch.decode(rows, [5, 6, 7], device=device)

@@ -34,6 +34,7 @@ MODULES = (
     "mamba2_chunk_grid",
     "backward_post_copy",
     "running_block_publish",
+    "transposed_state_read",
 )
 
 

@@ -39,7 +39,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
     name, device = h.resolve_backend(backend)
     # unfixed: the old guard, and a request on slot 0 so the write lands somewhere visible
     pool = StatePool(16, "vllm", device=device) if fixed else AllocatesDummySlot(16, VLLM_OLD_GUARD, device=device)
-    runner = h.make_runner(h.gdn_layer(device), pool, name)
+    runner = h.make_runner(h.gdn_layer(device, pool.profile), pool, name)
     runner.capture(progress=False)  # at start, before any request: capture's own writes harm nobody
     rows = pool.alloc(4)
     first = Batch.decode(rows, [5, 6, 7, 8], device=device)

@@ -61,7 +61,7 @@ def scenario(cls: type[MetadataBackend], profile: str, backend: str) -> list[Evi
     ``state_indices`` still naming the fourth request."""
     name, device = h.resolve_backend(backend)
     pool = StatePool(16, profile, device=device)
-    runner = h.make_runner(h.gdn_layer(device), pool, name, metadata_backend=cls)
+    runner = h.make_runner(h.gdn_layer(device, pool.profile), pool, name, metadata_backend=cls)
     runner.capture(progress=False)
     rows = pool.alloc(4)
     first = Batch.decode(rows, [5, 6, 7, 8], device=device)

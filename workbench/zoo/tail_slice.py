@@ -61,7 +61,7 @@ def scenario(cls: type[MetadataBackend], profile: str, backend: str) -> list[Evi
     handed differ from what the step should hold."""
     name, device = h.resolve_backend(backend)
     pool = StatePool(16, profile, device=device)
-    runner = h.make_runner(h.gdn_layer(device), pool, name, buckets=(1, 2, 4, 8), metadata_backend=cls)
+    runner = h.make_runner(h.gdn_layer(device, pool.profile), pool, name, buckets=(1, 2, 4, 8), metadata_backend=cls)
     runner.capture(progress=False)
     rows = pool.alloc(8)
     first = Batch.decode(rows, list(range(5, 13)), device=device)

@@ -120,7 +120,7 @@ def scenario(cls: type[MetadataBackend], profile: str, backend: str) -> list[Evi
     (2, 1, 2) tokens and check. Evidence of the bug: a row's scratch index that is not its own row."""
     name, device = h.resolve_backend(backend)
     pool = StatePool(16, profile, device=device)
-    layer = ScratchRoutedGDN(GDNConfig.small(), seed=0, device=device)
+    layer = ScratchRoutedGDN(GDNConfig.small(), seed=0, device=device, state_layout=pool.profile.state_layout)
     runner = h.make_runner(layer, pool, name, buckets=(2, 4), modes=("target_verify",), metadata_backend=cls)
     runner.capture(progress=False)
     rows = pool.alloc(3)
