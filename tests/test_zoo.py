@@ -50,6 +50,8 @@ NAMES = [
     "backward_post_copy",
     "running_block_publish",
     "transposed_state_read",
+    "kda_sentinel_rows",
+    "kda_frozen_accept_lists",
 ]
 
 
@@ -288,6 +290,45 @@ def test_transposed_state_read_is_wrong_at_k_equal_v_on_a_state_someone_else_wro
         layer = LayoutBlindGDN(SQUARE, seed=0, state_layout="v_first", kernel=variant(fixed))
         outs.append(layer.forward(x, meta, layer.new_state(8, seed=3)))
     assert outs[0].shape == outs[1].shape and not torch.allclose(outs[0], outs[1], atol=1e-3)
+
+
+def test_kda_sentinel_rows_evidence(runs):
+    broken, fixed = runs["kda_sentinel_rows"]
+    ev = one(broken.evidence, IntegrityEvidence)
+    # the -1 row with a token wraps to the last slot (15), owned by request row 15, which sat the step out
+    assert sorted({s for _, s in ev.report.changed_slots}) == [15] and ev.owners == {15: 15}
+    assert ev.report.nonzero_padded_outputs == [3]  # the padded row's output is its state's, not zeros
+    assert ev.report.state_mismatches == [] and ev.report.output_mismatches == []  # live rows exact
+    assert one(fixed.evidence, IntegrityEvidence).report.ok
+
+
+def test_kda_sentinel_rows_skip_rule_is_what_keeps_it_clean(monkeypatch):
+    """The fixed run is clean because of the skip rule: with fla's rule in its place it breaks."""
+    from workbench.zoo import kda_sentinel_rows
+
+    monkeypatch.setattr(kda_sentinel_rows, "variant", lambda fixed: kda_sentinel_rows.skips_zero_length_only)
+    assert kda_sentinel_rows.CASE.run(True).broken
+
+
+def test_kda_frozen_accept_lists_evidence(runs):
+    broken, fixed = runs["kda_frozen_accept_lists"]
+    ev = one(broken.evidence, IntegrityEvidence)
+    # the three requests (slots 1, 2, 3) were seeded from the dummy slot's first checkpoint: all off
+    assert sorted({s for _, s, _ in ev.report.state_mismatches}) == [1, 2, 3] and ev.owners == {1: 1, 2: 2, 3: 3}
+    assert ev.report.changed_slots == []  # their checkpoints landed on the dummy slot, which may be written
+    nat, rows = [e for e in broken.evidence if isinstance(e, RowsDiffer)][:2]
+    assert (nat.rows, nat.got, nat.expected) == ([0, 2], [1, 1], [2, 2])  # accepted 2, 1, 2: warm-up's 1s
+    assert rows.got == [[0, 1]] * 3 and rows.expected == [[2, 3], [4, 5], [6, 7]]  # warm-up's dummy-slot rows
+    assert not any(e.broken for e in fixed.evidence)
+
+
+def test_kda_frozen_accept_lists_clearing_is_what_fixes_it(monkeypatch):
+    """The fixed model is clean because its in-graph hook clears the lists: without the clearing it breaks."""
+    from workbench.zoo import kda_frozen_accept_lists as case
+
+    monkeypatch.setattr(case.LazyAcceptBackend, "init_forward_metadata_in_graph", lambda self: None)
+    ev = case.model_run(True, "cpu")
+    assert any(e.broken for e in ev) and not ev[0].report.ok
 
 
 def test_host_value_evidence(runs):

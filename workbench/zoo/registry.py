@@ -35,6 +35,8 @@ MODULES = (
     "backward_post_copy",
     "running_block_publish",
     "transposed_state_read",
+    "kda_sentinel_rows",
+    "kda_frozen_accept_lists",
 )
 
 
