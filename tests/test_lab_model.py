@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from workbench.errors import CaptureError
-from workbench.layers import GatedDeltaNetLayer, Mamba2Layer
+from workbench.layers import GatedDeltaNetLayer, KDALayer, Mamba2Layer
 from workbench.profiles import PROFILES
 from workbench.runner import GraphRunner
 from workbench.widgets import lab_plan
@@ -27,7 +27,7 @@ def vllm():
 
 
 # -- accept ----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("layer", ["gdn", "mamba2"])
+@pytest.mark.parametrize("layer", ["gdn", "mamba2", "kda"])
 @pytest.mark.parametrize("profile", list(PROFILES))
 def test_accept_holds_the_reference_state_under_every_profile(profile, layer):
     m = captured(profile=profile, draft_tokens=3, layer=layer)
@@ -229,7 +229,7 @@ def test_an_engine_step_above_the_cpu_bound_is_refused():
         plan.check_step(17, "target_verify")
 
 
-@pytest.mark.parametrize("layer,cls", [("gdn", GatedDeltaNetLayer), ("mamba2", Mamba2Layer)])
+@pytest.mark.parametrize("layer,cls", [("gdn", GatedDeltaNetLayer), ("mamba2", Mamba2Layer), ("kda", KDALayer)])
 @pytest.mark.parametrize("preset", lab_plan.PRESETS)
 def test_slot_size_is_the_layers_own(layer, cls, preset):
     cfg = lab_plan.layer_config(layer, preset)

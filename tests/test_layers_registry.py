@@ -141,8 +141,8 @@ def test_an_unknown_layer_is_one_line_naming_the_choices(name):
     with pytest.raises(LayerError) as info:
         get_layer_spec(name)
     assert isinstance(info.value, WorkbenchError)
-    assert str(info.value) == f"layer: {name!r} is not one of ('gdn', 'mamba2')"
-    with pytest.raises(LayerError, match=r"^layer: .* is not one of \('gdn', 'mamba2'\)$"):
+    assert str(info.value) == f"layer: {name!r} is not one of ('gdn', 'mamba2', 'kda')"
+    with pytest.raises(LayerError, match=r"^layer: .* is not one of \('gdn', 'mamba2', 'kda'\)$"):
         make_layer(name)
 
 

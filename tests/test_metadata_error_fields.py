@@ -174,7 +174,13 @@ CASES: list[tuple[str, Callable[[], Any], str, str, int | None]] = [
         "seq_lens",
         1,
     ),
-    ("lab layer", lambda: layer_config("kda", "small"), "layer: 'kda' is not one of ['gdn', 'mamba2']", "layer", None),
+    (
+        "lab layer",
+        lambda: layer_config("rwkv", "small"),
+        "layer: 'rwkv' is not one of ['gdn', 'mamba2', 'kda']",
+        "layer",
+        None,
+    ),
     (
         "lab buckets order",
         lambda: parse_buckets("4, 2"),

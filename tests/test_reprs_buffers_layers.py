@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from workbench import Batch, MetadataBuffers, StatePool
-from workbench.layers import GatedDeltaNetLayer, GDNConfig, Mamba2Config, Mamba2Layer
+from workbench.layers import GatedDeltaNetLayer, GDNConfig, KDAConfig, KDALayer, Mamba2Config, Mamba2Layer
 
 
 class _Tables(HTMLParser):
@@ -70,8 +70,9 @@ def test_buffers_html_elides_a_long_bucket_list():
     [
         (GatedDeltaNetLayer(GDNConfig.small()), "hidden=32, heads k=2 v=4, head dims k=8 v=12, conv W=4"),
         (Mamba2Layer(Mamba2Config.small()), "hidden=32, heads=4 x 8, groups=2, state=8, conv W=4"),
+        (KDALayer(KDAConfig.small()), "hidden=32, heads k=2 v=4, head dims k=8 v=12, conv W=4, per-channel gate"),
     ],
-    ids=["gdn", "mamba2"],
+    ids=["gdn", "mamba2", "kda"],
 )
 def test_layer_repr_is_one_line_with_shapes_impl_dtype_and_device(layer, summary):
     name = type(layer).__name__
@@ -80,7 +81,9 @@ def test_layer_repr_is_one_line_with_shapes_impl_dtype_and_device(layer, summary
     assert repr(ref) == f"{name}({summary}, impl='reference', float64, device=cpu)"
 
 
-@pytest.mark.parametrize("layer", [GatedDeltaNetLayer(GDNConfig.small()), Mamba2Layer(Mamba2Config.small())])
+@pytest.mark.parametrize(
+    "layer", [GatedDeltaNetLayer(GDNConfig.small()), Mamba2Layer(Mamba2Config.small()), KDALayer(KDAConfig.small())]
+)
 def test_layer_html_tables_its_config_and_weights(layer):
     text = layer._repr_html_()
     config, weights = _Tables(text).tables

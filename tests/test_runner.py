@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workbench import Batch, CaptureError, StatePool, get_profile
-from workbench.layers import GatedDeltaNetLayer, GDNConfig, Mamba2Config, Mamba2Layer
+from workbench.layers import GatedDeltaNetLayer, GDNConfig, KDAConfig, KDALayer, Mamba2Config, Mamba2Layer, make_layer
 from workbench.measure.integrity import changed_slots, snapshot
 from workbench.runner import GraphRunner
 
@@ -94,12 +94,12 @@ def test_replay_keeps_every_static_address(captured):
     assert not torch.equal(out1, out2)  # the same tensor, overwritten with the new step
 
 
-@pytest.mark.parametrize("layer", ["gdn", "mamba2"])
+@pytest.mark.parametrize("layer", ["gdn", "mamba2", "kda"])
 @pytest.mark.parametrize("profile", ["sglang", "sglang-ascend"])
 @pytest.mark.parametrize("raw", [3, BUCKETS[-1] + 1], ids=["replayed", "eager-fallback"])
 def test_verify_then_accept_equals_decoding_one_by_one(profile, raw, layer):
-    mamba = Mamba2Layer(Mamba2Config.small(), seed=3, impl="reference") if layer == "mamba2" else None
-    runner = make_runner(profile, layer=mamba)
+    chosen = make_layer(layer, seed=3, impl="reference")
+    runner = make_runner(profile, layer=chosen)
     runner.capture(progress=False)
     rows = runner.pool.alloc(raw)
     x = torch.randn(raw * D, runner.layer.config.hidden_size)
@@ -109,7 +109,7 @@ def test_verify_then_accept_equals_decoding_one_by_one(profile, raw, layer):
     assert res.replayed == (raw <= BUCKETS[-1])
     runner.accept(acc)
     # reference: decode the accepted tokens of each request one by one, eagerly
-    ref = make_runner(profile, layer=mamba)
+    ref = make_runner(profile, layer=chosen)
     ref.state = ref_state
     ref.pool = runner.pool
     ref.meta_backend.pool = runner.pool
@@ -200,7 +200,9 @@ def test_accept_refuses_out_of_range_counts():
         assert torch.equal(t, before.tensors()[name]), name  # nothing half-written
 
 
-@pytest.mark.parametrize("layer_cls,config", [(GatedDeltaNetLayer, GDNConfig), (Mamba2Layer, Mamba2Config)])
+@pytest.mark.parametrize(
+    "layer_cls,config", [(GatedDeltaNetLayer, GDNConfig), (Mamba2Layer, Mamba2Config), (KDALayer, KDAConfig)]
+)
 def test_vllm_decode_only_runner_needs_no_spec_slots(layer_cls, config):
     pool = StatePool(NUM_SLOTS, "vllm")  # one slot per request: fine when no verify graph is captured
     layer = layer_cls(config.small(), seed=2, impl="reference")

@@ -254,7 +254,7 @@ def test_kernel_sweep_records_the_cost_functions_bytes_and_flops():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"layer": "rwkv"}, "layer: expected one of \\['gdn', 'mamba2'\\], got 'rwkv'"),
+        ({"layer": "rwkv"}, "layer: expected one of \\['gdn', 'mamba2', 'kda'\\], got 'rwkv'"),
         ({"preset": "huge"}, "preset: expected one of \\['small', 'quarter', 'engine'\\], got 'huge'"),
         ({"modes": ("eager", "graph")}, "modes: expected one of \\['eager', 'replay'\\], got 'graph'"),
         ({"batch_sizes": [0, 2]}, "batch_sizes: expected ints >= 1, got \\[0, 2\\]"),

@@ -3,10 +3,10 @@
 ``LAYER_NAMES`` are the keys of :data:`workbench.layers.LAYERS` (the registry itself imports torch;
 ``tests/test_layers_registry.py`` holds the two equal), so ``workbench trace --help``, the trace reader and
 every ``--layer`` flag name the layers without importing a tensor library. Code that needs a particular
-layer names it through ``GDN`` or ``MAMBA2``; code that works for any layer reads the registry.
+layer names it through ``GDN``, ``MAMBA2`` or ``KDA``; code that works for any layer reads the registry.
 
     >>> LAYER_NAMES, DEFAULT_LAYER, PRESET_NAMES
-    (('gdn', 'mamba2'), 'gdn', ('small', 'quarter', 'engine'))
+    (('gdn', 'mamba2', 'kda'), 'gdn', ('small', 'quarter', 'engine'))
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ GDN = "gdn"
 MAMBA2 = "mamba2"
 """Mamba2: ``workbench.layers.Mamba2Layer``."""
 
-LAYER_NAMES: tuple[str, ...] = (GDN, MAMBA2)
+KDA = "kda"
+"""Kimi Delta Attention (the gated delta rule with a per-key-channel gate): ``workbench.layers.KDALayer``."""
+
+LAYER_NAMES: tuple[str, ...] = (GDN, MAMBA2, KDA)
 """Every layer's name, in the registry's order (``tuple(workbench.layers.LAYERS)``)."""
 
 DEFAULT_LAYER = GDN
@@ -28,4 +31,4 @@ PRESET_NAMES: tuple[str, ...] = ("small", "quarter", "engine")
 a CPU), ``"quarter"`` (a quarter-width engine layer whose state pool still fits a CPU bench), ``"engine"``
 (engine-like, for a GPU). A layer's configs per preset: ``workbench.layers.LAYERS[name].presets``."""
 
-__all__ = ["DEFAULT_LAYER", "GDN", "LAYER_NAMES", "MAMBA2", "PRESET_NAMES"]
+__all__ = ["DEFAULT_LAYER", "GDN", "KDA", "LAYER_NAMES", "MAMBA2", "PRESET_NAMES"]

@@ -26,7 +26,7 @@ from kernels.padding import skipped_rows
 from workbench import html
 from workbench.devices import canonical_device
 from workbench.errors import MetadataError, WorkbenchError
-from workbench.layer_names import GDN, MAMBA2, PRESET_NAMES
+from workbench.layer_names import GDN, KDA, MAMBA2, PRESET_NAMES
 from workbench.metadata import Metadata
 
 
@@ -34,11 +34,14 @@ def _weight(gen: torch.Generator, *shape: int, fan_in: int) -> torch.Tensor:
     return torch.randn(*shape, generator=gen) / math.sqrt(fan_in)
 
 
-def _gated_rmsnorm(o: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMS-normalise the last dim of ``o``, scale, and gate with silu(z) (Gated DeltaNet / Mamba2 output norm)."""
+def _gated_rmsnorm(
+    o: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float, gate: Any = F.silu
+) -> torch.Tensor:
+    """RMS-normalise the last dim of ``o``, scale, and gate with ``gate(z)``: silu (Gated DeltaNet / Mamba2
+    output norm) or sigmoid (Kimi Linear's ``o_norm``)."""
     o32 = o.to(torch.promote_types(o.dtype, torch.float32))
     normed = o32 * torch.rsqrt(o32.pow(2).mean(-1, keepdim=True) + eps)
-    return (normed * weight * F.silu(z.to(normed.dtype))).to(o.dtype)
+    return (normed * weight * gate(z.to(normed.dtype))).to(o.dtype)
 
 
 def _live_tokens(y: torch.Tensor, meta: Metadata) -> torch.Tensor:
@@ -562,6 +565,172 @@ class Mamba2Layer(_SeededLayer):
         return _live_tokens(y @ w["w_out"], meta)
 
 
+# -- Kimi Delta Attention ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KDAConfig:
+    """Shapes of a Kimi Delta Attention layer (Kimi Linear's KDA: the gated delta rule with a per-key-channel
+    gate). Defaults are engine-like (``engine``)."""
+
+    hidden_size: int = 2304
+    num_k_heads: int = 32
+    num_v_heads: int = 32
+    head_k_dim: int = 128
+    head_v_dim: int = 128
+    conv_kernel: int = 4
+    rms_eps: float = 1e-6
+
+    @classmethod
+    def small(cls) -> KDAConfig:
+        """A tiny layer for tests and the Triton interpreter, K (8) != V (12) as ``GDNConfig.small`` (a state
+        read in the other layout then has the wrong shape), and fewer key heads than value heads (the gate is
+        per value head and key channel, ``[T, HV, K]``)."""
+        return cls(hidden_size=32, num_k_heads=2, num_v_heads=4, head_k_dim=8, head_v_dim=12)
+
+    @classmethod
+    def quarter(cls) -> KDAConfig:
+        """A quarter of the engine layer's heads (K == V == 128, the engine's head dims): a CPU bench's size."""
+        return cls(hidden_size=1152, num_k_heads=8, num_v_heads=8)
+
+    @classmethod
+    def engine(cls) -> KDAConfig:
+        """Kimi-Linear-48B-A3B's KDA layer: hidden 2304, 32 heads of 128 for q, k and v, a short conv of 4.
+        Not in the engines' code (sglang's ``KimiLinearConfig`` / vLLM's read ``linear_attn_config`` from the
+        checkpoint; their code defaults are generic): the sizes of the published checkpoint config."""
+        return cls()
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
+
+    def summary(self) -> str:
+        """The shapes on one line, for the layer's repr.
+
+        >>> KDAConfig.small().summary()
+        'hidden=32, heads k=2 v=4, head dims k=8 v=12, conv W=4, per-channel gate'
+        """
+        return (
+            f"hidden={self.hidden_size}, heads k={self.num_k_heads} v={self.num_v_heads}, "
+            f"head dims k={self.head_k_dim} v={self.head_v_dim}, conv W={self.conv_kernel}, per-channel gate"
+        )
+
+
+class KDALayer(_SeededLayer):
+    """Kimi Delta Attention: input projections -> q, k, v short convs -> per-channel gate ``gk`` and ``beta``
+    -> gated delta rule (``gated_delta_rule.recurrent(..., gk=, beta=)``) -> sigmoid-gated norm -> output.
+
+    Decode, target_verify (per-step buffers; sglang accepts with ``scatter_accepted``, vLLM writes each step's
+    slot) and extend (the recurrence with ``has_initial_state``, as the GDN layer) run the same kernels as
+    :class:`GatedDeltaNetLayer`; only the gate differs.
+
+    Conv state: one window per slot over the concatenated q, k, v channels, ``[slots, conv_dim, W-1]``
+    (``conv_dim = 2 * H * K + HV * V``), not three states. A depthwise conv is per channel, so three windows
+    and one over their concatenation hold the same numbers; one keeps ``LayerState`` / ``Intermediate`` (two
+    tensors) and every consumer of a layer's state (accept, vLLM's per-slot writes, prefix-cache copies,
+    integrity, the shadow) as they are. sglang 0.5.23 keeps it so too (``KimiLinearStateShape``: one conv
+    tensor over ``[q, k, v]``, one ``qkv_conv1d``); engines_in_motion.md counts four states (three convs and
+    the recurrent one) for fla's layer.
+
+    Gate (log space, per value head h and key channel c): ``gk = -exp(A_log[h]) * softplus(f + dt_bias[h, c])``
+    with ``f = (x @ w_fa) @ w_fb`` (Kimi Linear's low-rank ``f_a_proj``/``f_b_proj`` and fla's
+    ``fused_kda_gate``); ``A_log`` drawn as log U(1, 16), ``dt_bias`` as the inverse softplus of a log-uniform
+    dt in [1e-3, 1e-1] (fla's init), so channels range from nearly held to quickly forgotten.
+    ``beta = sigmoid(x @ w_b)``; q and k are L2-normalised in the kernel (``use_qk_l2norm``). The output norm
+    gates with sigmoid (Kimi Linear's ``o_norm``), the GDN layer's with silu.
+
+    Args: as :class:`GatedDeltaNetLayer` (``state_layout``: "k_first" ``[slots, HV, K, V]`` or "v_first"
+    ``[slots, HV, V, K]``, the released engines' KDA pools).
+    """
+
+    config_class = KDAConfig
+    supported_modes: tuple[str, ...] = ("decode", "target_verify", "extend", "idle")
+    state_layouts = STATE_LAYOUTS
+
+    @staticmethod
+    def _draw_weights(c: KDAConfig, g: torch.Generator) -> dict[str, torch.Tensor]:
+        vv, hk = c.num_v_heads * c.head_v_dim, c.num_v_heads * c.head_k_dim
+        dt = torch.exp(torch.empty(hk).uniform_(math.log(1e-3), math.log(1e-1), generator=g))
+        return {
+            "w_qkvz": _weight(g, c.hidden_size, c.conv_dim + vv, fan_in=c.hidden_size),
+            "w_fa": _weight(g, c.hidden_size, c.head_k_dim, fan_in=c.hidden_size),
+            "w_fb": _weight(g, c.head_k_dim, hk, fan_in=c.head_k_dim),
+            "w_b": _weight(g, c.hidden_size, c.num_v_heads, fan_in=c.hidden_size),
+            "conv_w": _weight(g, c.conv_dim, c.conv_kernel, fan_in=c.conv_kernel),
+            "conv_b": 0.1 * torch.randn(c.conv_dim, generator=g),
+            "A_log": torch.log(torch.empty(c.num_v_heads).uniform_(1.0, 16.0, generator=g)),
+            "dt_bias": dt + torch.log(-torch.expm1(-dt)),  # softplus(dt_bias) == dt
+            "norm_w": 1.0 + 0.1 * torch.randn(c.head_v_dim, generator=g),
+            "w_out": _weight(g, vv, c.hidden_size, fan_in=vv),
+        }
+
+    @staticmethod
+    def state_shapes(
+        c: KDAConfig, num_slots: int, state_layout: str | None = None
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Conv windows ``(slots, conv_dim, W-1)`` (q, k, v channels concatenated); states ``(slots, HV, K, V)``
+        k_first, ``(slots, HV, V, K)`` v_first."""
+        dims = state_dims(state_layout or DEFAULT_STATE_LAYOUT, c.head_k_dim, c.head_v_dim)
+        return (num_slots, c.conv_dim, c.conv_kernel - 1), (num_slots, c.num_v_heads, *dims)
+
+    @staticmethod
+    def token_macs(c: KDAConfig) -> int:
+        hv, k, v = c.num_v_heads, c.head_k_dim, c.head_v_dim
+        proj = c.hidden_size * (c.conv_dim + hv * v + k + hv) + k * hv * k + hv * v * c.hidden_size
+        return proj + c.conv_dim * c.conv_kernel + 4 * hv * k * v
+
+    def gates(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The per-channel log-decay ``gk`` ``[T, HV, K]`` and ``beta`` ``[T, HV]`` of tokens ``x``."""
+        c, w = self.config, self.weights
+        HV, K = c.num_v_heads, c.head_k_dim
+        f = ((x @ w["w_fa"]) @ w["w_fb"]).reshape(-1, HV, K)
+        gk = -torch.exp(w["A_log"])[:, None] * F.softplus(f + w["dt_bias"].reshape(HV, K))
+        return gk.contiguous(), torch.sigmoid(x @ w["w_b"]).contiguous()
+
+    def forward(
+        self, x: torch.Tensor, meta: Metadata, state: LayerState, intermediate: Intermediate | None = None
+    ) -> torch.Tensor:
+        """One step. ``x``: ``[T, hidden]`` -> ``[T, hidden]``; updates ``state`` (or, in verify,
+        ``intermediate``) in place. Reads only metadata tensors: safe to capture."""
+        c, w, mode = self.config, self.weights, meta.forward_mode
+        if mode not in self.supported_modes:
+            raise MetadataError(f"forward_mode: {mode!r} not supported by {type(self).__name__}", field="forward_mode")
+        T, N = x.shape[0], meta.state_indices.shape[0]
+        if N == 0:
+            return x.new_zeros(0, c.hidden_size)
+        pad = meta.profile.kernel_pad_slot_id
+        verify = mode == "target_verify"
+        idx, per_slot = self._read_slots(meta, intermediate)
+        H, HV, K, V = c.num_k_heads, c.num_v_heads, c.head_k_dim, c.head_v_dim
+        mixed, z = (x @ w["w_qkvz"]).split([c.conv_dim, HV * V], dim=-1)
+        gk, beta = self.gates(x)
+        qsl = meta.query_start_loc
+        inter_conv = intermediate.conv[:N] if intermediate is not None and verify else None
+        inter_ssm = intermediate.ssm[:N] if intermediate is not None and verify else None
+        if mode == "extend":
+            xc = conv1d.varlen(
+                mixed, w["conv_w"], w["conv_b"], conv_state=state.conv, state_indices=idx,
+                has_initial_state=meta.has_initial_state, cu_seqlens=qsl, activation="silu",
+                pad_slot_id=pad, impl=self.impl,
+            )  # fmt: skip
+        else:
+            xc = conv1d.update(
+                mixed.reshape(N, T // N, c.conv_dim), state.conv, w["conv_w"], w["conv_b"],
+                state_indices=idx, activation="silu", intermediate_conv_windows=inter_conv,
+                disable_state_update=verify, pad_slot_id=pad, impl=self.impl,
+            ).reshape(T, c.conv_dim)  # fmt: skip
+        q, k, v = xc.split([H * K, H * K, HV * V], dim=-1)
+        o = gdn.recurrent(
+            q.reshape(T, H, K), k.reshape(T, H, K), v.reshape(T, HV, V), gk=gk, beta=beta, state=state.ssm,
+            state_indices=idx, cu_seqlens=qsl, use_qk_l2norm=True,
+            has_initial_state=meta.has_initial_state if mode == "extend" else None,
+            intermediate_states=inter_ssm, disable_state_update=verify, pad_slot_id=pad, impl=self.impl,
+            state_layout=self.state_layout or DEFAULT_STATE_LAYOUT,
+        )  # fmt: skip
+        if per_slot and inter_conv is not None and inter_ssm is not None:
+            self._write_steps_to_slots(state, inter_conv, inter_ssm, meta.state_indices, pad, meta.profile.dummy_slot)
+        o = _gated_rmsnorm(o, z.reshape(T, HV, V), w["norm_w"], c.rms_eps, gate=torch.sigmoid)
+        return _live_tokens(o.reshape(T, HV * V) @ w["w_out"], meta)
+
+
 _L = TypeVar("_L", bound=_SeededLayer)
 
 
@@ -659,6 +828,7 @@ LAYERS: dict[str, LayerSpec] = {
     for spec in (
         LayerSpec(GDN, "Gated DeltaNet", GatedDeltaNetLayer),
         LayerSpec(MAMBA2, "Mamba2", Mamba2Layer),
+        LayerSpec(KDA, "Kimi Delta Attention", KDALayer),
     )
 }
 """Every layer, by name: a trace header's ``layer``, every ``--layer`` flag, the widgets' and the sweeps'
@@ -671,7 +841,7 @@ def get_layer_spec(name: str | LayerSpec) -> LayerSpec:
     >>> get_layer_spec("mamba").name
     Traceback (most recent call last):
     ...
-    workbench.layers.LayerError: layer: 'mamba' is not one of ('gdn', 'mamba2')
+    workbench.layers.LayerError: layer: 'mamba' is not one of ('gdn', 'mamba2', 'kda')
     """
     if isinstance(name, LayerSpec):
         return name
@@ -694,6 +864,8 @@ __all__ = [
     "GDNConfig",
     "GatedDeltaNetLayer",
     "Intermediate",
+    "KDAConfig",
+    "KDALayer",
     "LayerError",
     "LayerSpec",
     "LayerState",

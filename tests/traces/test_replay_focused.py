@@ -101,7 +101,7 @@ def test_make_layer_names_the_two_layers_seeded_with_zero():
         assert type(got) is type(want) and got.config == want.config
         assert got.weights.keys() == want.weights.keys()
         assert all(torch.equal(got.weights[k], want.weights[k]) for k in want.weights)
-    with pytest.raises(TraceInputError, match=r"^layer: 'mamba' is not one of \('gdn', 'mamba2'\)"):
+    with pytest.raises(TraceInputError, match=r"^layer: 'mamba' is not one of \('gdn', 'mamba2', 'kda'\)"):
         make_layer("mamba")
 
 

@@ -78,7 +78,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
     step_rows = rows[:3].tolist()  # three requests decode; the one on the last slot sits this step out
     live = [pool.slots_of(int(r))[0] for r in step_rows]
     state = torch.randn(NUM_SLOTS, HV, K, V, generator=torch.Generator().manual_seed(1)).to(device)
-    pre = snapshot({"kda": state})
+    pre = snapshot({"ssm": state})
     x = _inputs(4, device, seed=2)  # four token rows: three live, one padded with a token
     idx = torch.tensor([*live, -1], dtype=torch.int32, device=device)
     qsl = torch.arange(5, dtype=torch.int32, device=device)  # one token per row, the padded row too
@@ -87,24 +87,24 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
         pad_slot_id=-1,
     )  # fmt: skip
     # the reference: the three live rows alone, in float64, from the state before the step
-    ref_state = pre["kda"].double()
+    ref_state = pre["ssm"].double()
     ref_out = gdn.recurrent(
         x["q"][:3].double(), k=x["k"][:3].double(), v=x["v"][:3].double(), gk=x["gk"][:3].double(),
         beta=x["beta"][:3].double(), state=ref_state, state_indices=idx[:3], cu_seqlens=qsl[:4], impl="reference",
     )  # fmt: skip
     report = check(
         pre,
-        {"kda": state},
+        {"ssm": state},
         allowed_slots=live,
         live_slots=live,
-        reference_state={"kda": ref_state},
+        reference_state={"ssm": ref_state},
         live_outputs=out[:3],
         reference_outputs=ref_out,
         padded_outputs=out[3:],
         padded_offset=3,
     )
     what = "KDA decode, 3 requests + 1 padded row (-1, one token)"
-    return [h.integrity_evidence(what, report, pool, pre, {"kda": state}, live)]
+    return [h.integrity_evidence(what, report, pool, pre, {"ssm": state}, live)]
 
 
 CASE = ZooCase(
