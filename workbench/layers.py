@@ -595,7 +595,8 @@ class KDAConfig:
     def engine(cls) -> KDAConfig:
         """Kimi-Linear-48B-A3B's KDA layer: hidden 2304, 32 heads of 128 for q, k and v, a short conv of 4.
         Not in the engines' code (sglang's ``KimiLinearConfig`` / vLLM's read ``linear_attn_config`` from the
-        checkpoint; their code defaults are generic): the sizes of the published checkpoint config."""
+        checkpoint; their code defaults are generic): the sizes of the published checkpoint config, as recalled,
+        not checked here (no checkpoint offline)."""
         return cls()
 
     @property

@@ -17,11 +17,11 @@ from workbench.engines.wheels import release_tree
 
 pytestmark = [pytest.mark.engines, pytest.mark.network]
 
-RELEASES = [(engine, version) for engine, versions in VERIFIED.items() for version in versions]
+LAYERS = {"sglang": ("gdn", "mamba2", "kda"), "vllm": ("gdn", "mamba2")}  # vLLM's KDA builder is model-local
+RELEASES = [(e, v, layer) for e, versions in VERIFIED.items() for v in versions for layer in LAYERS[e]]
 
 
-@pytest.mark.parametrize("layer", ["gdn", "mamba2"])
-@pytest.mark.parametrize(("engine", "version"), RELEASES)
+@pytest.mark.parametrize(("engine", "version", "layer"), RELEASES)
 def test_each_verified_release_passes_engine_check_from_its_own_wheel(engine: str, version: str, layer: str):
     if installed_version(engine) is None:
         pytest.skip(f"{engine} is not installed: its dependencies come from make engines")

@@ -38,3 +38,15 @@ def test_zoo_case_runs_the_engine_where_installed():
     res = case.CASE.run(False)
     assert any("KDAAttnBackend" in e.what for e in res.evidence if isinstance(e, RowsDiffer))
     assert not case.CASE.run(True).broken
+
+
+def test_engine_check_runs_sglangs_kda_backend_as_oracle_and_subject():
+    """``engine-check sglang --layer kda``: the KDA layer captured and replayed through sglang's own
+    ``KDAAttnBackend``, and its metadata equal to the profile's on random batches."""
+    from workbench.engines.check import engine_check
+
+    adapter = get_adapter("sglang")
+    assert "kda" in adapter.layers
+    result = engine_check(adapter, layer="kda", batches=30)
+    assert result.ok and result.label.endswith("KDAAttnBackend (real code)"), str(result)
+    assert result.oracle is not None and result.oracle.ok and result.replays > 0

@@ -46,7 +46,7 @@ from workbench.engines.probes import Probe, config_leaves, fields, has, run_prob
 from workbench.engines.standins import NoActiveDriver, StandinFinder, install, module
 from workbench.engines.versions import EngineError
 from workbench.errors import MetadataError
-from workbench.layer_names import DEFAULT_LAYER, GDN, MAMBA2
+from workbench.layer_names import DEFAULT_LAYER, GDN, KDA, MAMBA2
 from workbench.metadata import Metadata
 from workbench.pool import StatePool
 from workbench.profiles import get_profile
@@ -56,7 +56,7 @@ VERSION = "0.5.23"
 PROBED: dict[str, int] = {}
 """Engine -> how many probes its last :func:`load` ran (all passed)."""
 
-BACKENDS = {GDN: "GDNAttnBackend", MAMBA2: "Mamba2AttnBackend"}
+BACKENDS = {GDN: "GDNAttnBackend", MAMBA2: "Mamba2AttnBackend", KDA: "KDAAttnBackend"}
 """The workbench layers (names of ``workbench.layers.LAYERS``) sglang has a backend for, and its class."""
 
 STANDIN_PACKAGES: tuple[tuple[str, str], ...] = (
@@ -106,17 +106,30 @@ STANDIN_OBJECTS: tuple[tuple[str, str], ...] = (
 """Engine objects the adapter builds (what the model runner would hold)."""
 
 STANDIN_CONFIG: dict[str, dict[str, Any]] = {
-    "get_spec()": {"speculative_eagle_topk": None},
-    "get_memory()": {"enable_unified_memory": False, "enable_page_major_kv_layout": False},
+    "get_spec()": {"speculative_eagle_topk": None, "speculative_algorithm": None},
+    "get_memory()": {
+        "enable_unified_memory": False,
+        "enable_page_major_kv_layout": False,
+        "disable_radix_cache": False,
+    },
     "get_exec()": {
         "features": {"enable_mis": False},
         "deterministic": {"enable_deterministic_inference": False},
-        "mamba": {"mamba_track_interval": 256, "enable_mamba_extra_buffer": False},
+        "mamba": {
+            "mamba_track_interval": 256,
+            "enable_mamba_extra_buffer": False,
+            "enable_linear_replayssm_spec": False,
+        },
+        "overlap": {"enable_two_batch_overlap": False},
+        "graph": {"cuda_graph_config": {"prefill": {"backend": None}}},
     },
     "get_schedule()": {},
 }
 """The runtime-config leaves the backends read, as a server without speculation tree, MIS or unified memory
-publishes them. A leaf not listed raises ``AttributeError`` naming it."""
+publishes them. A leaf not listed raises ``AttributeError`` naming it. KDA's ``speculative_algorithm``,
+``disable_radix_cache``, ``enable_linear_replayssm_spec``, ``enable_two_batch_overlap`` and the prefill graph
+backend are read only behind its FlashInfer kernels (CUDA), never on the CPU's Triton path: they carry the
+values of a server without those features, so the probe finds every leaf the driven code can read answered."""
 
 _CONFIG_GETTERS = ("get_spec", "get_memory", "get_exec", "get_schedule")
 _MAMBA_CHUNK = 64
@@ -154,6 +167,7 @@ class Engine:
     """The imported engine: the classes and modules the adapter drives (``Any``: sglang is optional)."""
 
     gdn: Any  # GDNAttnBackend
+    kda: Any  # KDAAttnBackend
     mamba2: Any  # Mamba2AttnBackend
     forward_batch: Any  # ForwardBatch
     forward_mode: Any  # ForwardMode
@@ -260,7 +274,7 @@ def _table_as_is(table: torch.Tensor, req_pool_indices: torch.Tensor, valid: tor
     return table
 
 
-def probes(hlab: Any, gdnb: Any, utils: Any, fbi: Any, pools: Any, metadata: Any) -> list[Probe]:
+def probes(hlab: Any, gdnb: Any, utils: Any, fbi: Any, pools: Any, metadata: Any, kdab: Any) -> list[Probe]:
     """What the adapter needs of the imported sglang (:mod:`workbench.engines.probes`): the hooks it calls
     with the parameters it passes, the ``ForwardBatch`` fields it sets, the pool's mapping, the forward
     metadata fields it reads, the config leaves the backend files read."""
@@ -269,10 +283,14 @@ def probes(hlab: Any, gdnb: Any, utils: Any, fbi: Any, pools: Any, metadata: Any
     out = [
         Probe("the GDN backend", has(gdnb, "GDNAttnBackend")),
         Probe("the Mamba2 backend", has(hlab, "Mamba2AttnBackend")),
+        Probe("the KDA backend", has(kdab, "KDAAttnBackend")),
     ]
-    if not (hasattr(gdnb, "GDNAttnBackend") and hasattr(hlab, "Mamba2AttnBackend")):
+    if not all(
+        hasattr(m, n) for m, n in ((gdnb, "GDNAttnBackend"), (hlab, "Mamba2AttnBackend"), (kdab, "KDAAttnBackend"))
+    ):
         return out  # they fail; nothing below can be asked
-    for cls in (gdnb.GDNAttnBackend, hlab.Mamba2AttnBackend):
+    backends = (gdnb.GDNAttnBackend, hlab.Mamba2AttnBackend, kdab.KDAAttnBackend)
+    for cls in backends:
         name = cls.__name__
         out += [
             Probe(f"{name}(model_runner)", takes(cls, "model_runner")),
@@ -308,7 +326,7 @@ def probes(hlab: Any, gdnb: Any, utils: Any, fbi: Any, pools: Any, metadata: Any
         Probe(
             "the config leaves the driven backend code reads are stood in",
             config_leaves(
-                [(cls, DRIVEN_METHODS) for cls in (gdnb.GDNAttnBackend, hlab.Mamba2AttnBackend)],
+                [(cls, DRIVEN_METHODS) for cls in backends],
                 _CONFIG_GETTERS,
                 STANDIN_CONFIG,
                 package="sglang.",
@@ -336,13 +354,16 @@ def load() -> Engine:
     fbi = _import("sglang.srt.model_executor.forward_batch_info")
     pools = _import("sglang.srt.mem_cache.memory_pool")
     metadata = _import("sglang.srt.layers.attention.mamba.mamba2_metadata")
-    PROBED["sglang"] = run_probes(f"sglang {ident.version}", probes(hlab, gdnb, utils, fbi, pools, metadata))
-    for mod in (hlab, gdnb):
+    kdab = _import("sglang.srt.layers.attention.linear.kda_backend")
+    found = probes(hlab, gdnb, utils, fbi, pools, metadata, kdab)
+    PROBED["sglang"] = run_probes(f"sglang {ident.version}", found)
+    for mod in (hlab, gdnb, kdab):
         bind_config(vars(mod))
     setattr(common, "get_eager_max_batch_size", lambda max_batch_size: max_batch_size)  # noqa: B010
     setattr(fbi, "mamba_cache_chunk_size", lambda: _MAMBA_CHUNK)  # noqa: B010
     return Engine(
         gdn=gdnb.GDNAttnBackend,
+        kda=kdab.KDAAttnBackend,
         mamba2=hlab.Mamba2AttnBackend,
         forward_batch=fbi.ForwardBatch,
         forward_mode=fbi.ForwardMode,
@@ -476,7 +497,7 @@ class Adapter(EngineAdapter):
         if not self.buckets:
             raise MetadataError("buckets: empty list; capture at least one batch size", field="buckets")
         self._engine = load()
-        cls = backend_class or {GDN: self._engine.gdn, MAMBA2: self._engine.mamba2}[layer]
+        cls = backend_class or {GDN: self._engine.gdn, MAMBA2: self._engine.mamba2, KDA: self._engine.kda}[layer]
         for namespace in _class_globals(cls):  # a user's copy of a backend file imports the getters too
             bind_config(namespace)
         self._req_pool = _hybrid_pool(self._engine, pool)
