@@ -747,7 +747,7 @@ def test_cli_runs_align(simulated, capsys):
     "kw, field, value",
     [
         (dict(profile="sglang-ascend"), "profile", "'sglang-ascend'"),
-        (dict(layer="kda"), "layer", "'kda'"),
+        (dict(layer="rwkv"), "layer", "'rwkv'"),
         (dict(block_size=0), "block_size", "0"),
         (dict(block_size=True), "block_size", "True"),
         (dict(block_size=64), "block_size", "64"),  # past chunk_size = 32
