@@ -21,23 +21,18 @@ engine running, unless ``strict``.
 
 from __future__ import annotations
 
-import atexit
 import importlib
-import json
-import logging
 import os
 import types
 from typing import Any
 
-from workbench.engines.versions import EngineError
+from workbench.engines.live_dump import ENV, Dumpers, TraceFile, plug, stopped, unplug
 from workbench.engines.vllm_recorder import Recorder, _commit
 
-ENV = "LINATTN_TRACE"
-"""The environment variable :func:`vllm_plugin` reads: the trace file's path (``{pid}``: the process id)."""
+SCHEDULER_MODULE = "vllm.v1.core.sched.scheduler"
 
-log = logging.getLogger(__name__)
-
-_DUMPERS: list[Dumper] = []
+DUMPERS = Dumpers()
+"""The vLLM dumpers of this process."""
 
 
 def vllm_names() -> Any:
@@ -64,10 +59,12 @@ class Dumper(Recorder):
         super().__init__(v, sched, **kwargs)
         self.path, self.strict = path, strict
         self.error: str | None = None
-        self.lines = 0  # step lines written
-        self.file = open(path, "w", encoding="utf-8")  # noqa: SIM115 -- open until uninstall
-        self.file.write(next(self.trace.lines()) + "\n")
-        self.file.flush()
+        self.file = TraceFile(path, next(self.trace.lines()))
+
+    @property
+    def lines(self) -> int:
+        """Step lines written so far."""
+        return self.file.lines
 
     def _final(self) -> int:
         """How many of ``trace.steps`` no later step can change: all before the last (a preemption appends
@@ -79,28 +76,17 @@ class Dumper(Recorder):
                 return i
         return max(len(steps) - 1, 0)
 
-    def _write(self, n: int) -> None:
-        for step in self.trace.steps[:n]:
-            self.file.write(json.dumps(step, separators=(",", ":")) + "\n")
-        self.lines += n
-        del self.trace.steps[:n]
-        self.file.flush()
-
     def written(self) -> None:
-        self._write(self._final())
+        self.file.write(self.trace.steps, self._final())
 
     def failed(self, error: Exception) -> None:
-        if self.strict:
-            raise error
-        self.error = f"{type(error).__name__}: {error}"
-        log.error("linattn trace %s: recording stopped at step %d: %s", self.path, self.number - 1, self.error)
-        self.close()
+        stopped(self, error, f"step {self.number - 1}")
 
     def close(self) -> None:
         """Detach and write what is left (the last steps), then close the file."""
         self.detach()
         if not self.file.closed:
-            self._write(len(self.trace.steps))
+            self.file.write(self.trace.steps)
             self.file.close()
 
 
@@ -120,51 +106,26 @@ def install(
     the slots (None: the first mamba group); ``strict``: an error while recording is raised in the engine
     (default: logged, recording stops); ``v``: the vLLM names (default :func:`vllm_names`)."""
     path = os.fspath(path)
-    if any(d.path == path and not d.file.closed for d in _DUMPERS):
-        raise EngineError(f"{path}: a dumper of this process writes there already")
-    dumper = Dumper(v or vllm_names(), scheduler, path, strict=strict, spec=spec, seed=seed, group=group)
-    dumper.attach()
-    _DUMPERS.append(dumper)
-    return dumper
+    return DUMPERS.add(
+        path, lambda: Dumper(v or vllm_names(), scheduler, path, strict=strict, spec=spec, seed=seed, group=group)
+    )
 
 
 def uninstall(dumper: Dumper | None = None) -> None:
     """Detach ``dumper`` (None: every dumper of this process), write its last steps and close its file."""
-    for d in [dumper] if dumper is not None else list(_DUMPERS):
-        d.close()
-        if d in _DUMPERS:
-            _DUMPERS.remove(d)
+    DUMPERS.remove(dumper)
 
 
 def vllm_plugin() -> None:
     """vLLM's ``vllm.general_plugins`` entry point: with ``LINATTN_TRACE`` set, every ``Scheduler`` made from
     now on in this process gets a dumper (:func:`install`) writing there; without it, nothing happens.
     Idempotent (vLLM loads plugins more than once per process)."""
-    target = os.environ.get(ENV)
-    if not target:
-        return
-    cls = importlib.import_module("vllm.v1.core.sched.scheduler").Scheduler
-    if getattr(cls.__init__, "_linattn_dump", False):
-        return
-    original = cls.__init__
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        if getattr(self, "_linattn_dumper", None) is None:  # a subclass's __init__ runs this once
-            self._linattn_dumper = install(self, target.replace("{pid}", str(os.getpid())))
-
-    __init__._linattn_dump = True  # type: ignore[attr-defined]
-    __init__._linattn_original = original  # type: ignore[attr-defined]
-    cls.__init__ = __init__
-    atexit.register(uninstall)
+    plug(SCHEDULER_MODULE, install, uninstall)
 
 
 def vllm_unplug() -> None:
     """Undo :func:`vllm_plugin`'s patch of ``Scheduler.__init__`` (dumpers already installed stay)."""
-    cls = importlib.import_module("vllm.v1.core.sched.scheduler").Scheduler
-    original = getattr(cls.__init__, "_linattn_original", None)
-    if original is not None:
-        cls.__init__ = original
+    unplug(SCHEDULER_MODULE)
 
 
 __all__ = ["ENV", "Dumper", "install", "uninstall", "vllm_names", "vllm_plugin", "vllm_unplug"]

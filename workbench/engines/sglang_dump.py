@@ -35,23 +35,20 @@ running, unless ``strict``.
 
 from __future__ import annotations
 
-import atexit
 import importlib
-import json
-import logging
 import os
 import runpy
 import sys
 import types
 from typing import Any
 
-from workbench.engines.dump import ENV
+from workbench.engines.live_dump import ENV, Dumpers, TraceFile, plug, stopped, unplug
 from workbench.engines.sglang_recorder import Recorder
-from workbench.engines.versions import EngineError
 
-log = logging.getLogger(__name__)
+SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
 
-_DUMPERS: list[Dumper] = []
+DUMPERS = Dumpers()
+"""The sglang dumpers of this process."""
 
 
 def sglang_names() -> Any:
@@ -75,25 +72,18 @@ class Dumper(Recorder):
         super().__init__(sg, sched, **kwargs)
         self.path, self.strict = path, strict
         self.error: str | None = None
-        self.lines = 0  # step lines written
-        self.file = open(path, "w", encoding="utf-8")  # noqa: SIM115 -- open until uninstall
-        self.file.write(next(self.trace.lines()) + "\n")
-        self.file.flush()
+        self.file = TraceFile(path, next(self.trace.lines()))
+
+    @property
+    def lines(self) -> int:
+        """Step lines written so far."""
+        return self.file.lines
 
     def written(self) -> None:
-        steps = self.trace.steps
-        for step in steps:
-            self.file.write(json.dumps(step, separators=(",", ":")) + "\n")
-        self.lines += len(steps)
-        steps.clear()
-        self.file.flush()
+        self.file.write(self.trace.steps)
 
     def failed(self, error: Exception) -> None:
-        if self.strict:
-            raise error
-        self.error = f"{type(error).__name__}: {error}"
-        log.error("linattn trace %s: recording stopped at round %d: %s", self.path, self.round, self.error)
-        self.close()
+        stopped(self, error, f"round {self.round}")
 
     def close(self) -> None:
         """Detach; without an error, write the last step; close the file."""
@@ -121,50 +111,25 @@ def install(
     :func:`sglang_names`). Raises :class:`EngineError` for a deployment the recorder cannot follow (the
     overlap scheduler, ``extra_buffer_lazy``, a speculative tree or another algorithm than EAGLE: named)."""
     path = os.fspath(path)
-    if any(d.path == path and not d.file.closed for d in _DUMPERS):
-        raise EngineError(f"{path}: a dumper of this process writes there already")
-    dumper = Dumper(sg or sglang_names(), scheduler, path, strict=strict, seed=seed, backend=backend)
-    dumper.attach()
-    _DUMPERS.append(dumper)
-    return dumper
+    return DUMPERS.add(
+        path, lambda: Dumper(sg or sglang_names(), scheduler, path, strict=strict, seed=seed, backend=backend)
+    )
 
 
 def uninstall(dumper: Dumper | None = None) -> None:
     """Detach ``dumper`` (None: every dumper of this process), write its last step and close its file."""
-    for d in [dumper] if dumper is not None else list(_DUMPERS):
-        d.close()
-        if d in _DUMPERS:
-            _DUMPERS.remove(d)
+    DUMPERS.remove(dumper)
 
 
 def sglang_plugin() -> None:
     """With ``LINATTN_TRACE`` set, every ``Scheduler`` made from now on in this process gets a dumper
     (:func:`install`) writing there; without it, nothing happens. Idempotent."""
-    target = os.environ.get(ENV)
-    if not target:
-        return
-    cls = importlib.import_module("sglang.srt.managers.scheduler").Scheduler
-    if getattr(cls.__init__, "_linattn_dump", False):
-        return
-    original = cls.__init__
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        if getattr(self, "_linattn_dumper", None) is None:  # a subclass's __init__ runs this once
-            self._linattn_dumper = install(self, target.replace("{pid}", str(os.getpid())))
-
-    __init__._linattn_dump = True  # type: ignore[attr-defined]
-    __init__._linattn_original = original  # type: ignore[attr-defined]
-    cls.__init__ = __init__
-    atexit.register(uninstall)
+    plug(SCHEDULER_MODULE, install, uninstall)
 
 
 def sglang_unplug() -> None:
     """Undo :func:`sglang_plugin`'s patch of ``Scheduler.__init__`` (dumpers already installed stay)."""
-    cls = importlib.import_module("sglang.srt.managers.scheduler").Scheduler
-    original = getattr(cls.__init__, "_linattn_original", None)
-    if original is not None:
-        cls.__init__ = original
+    unplug(SCHEDULER_MODULE)
 
 
 def main(argv: list[str]) -> int:
