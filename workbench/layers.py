@@ -372,6 +372,18 @@ class GatedDeltaNetLayer(_SeededLayer):
         proj = c.hidden_size * (c.conv_dim + hv * v + 2 * hv) + hv * v * c.hidden_size
         return proj + c.conv_dim * c.conv_kernel + 4 * hv * c.head_k_dim * v
 
+    @staticmethod
+    def _norm_gate(z: torch.Tensor) -> torch.Tensor:
+        """The output norm's gate: silu (Gated DeltaNet)."""
+        return F.silu(z)
+
+    def _gating(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The recurrence's gate arguments for tokens ``x``: the raw inputs the kernel gates itself (``a``,
+        ``b`` ``[T, HV]``, ``A_log``, ``dt_bias``)."""
+        HV, w = self.config.num_v_heads, self.weights
+        b, a = (x @ w["w_ba"]).split([HV, HV], dim=-1)
+        return {"a": a.contiguous(), "b": b.contiguous(), "A_log": w["A_log"], "dt_bias": w["dt_bias"]}
+
     def _recurrent(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         """The recurrence: ``kernels.gated_delta_rule.recurrent`` with ``forward``'s arguments (``state_layout``
         among them). The one call a subclass swaps for a candidate kernel (the zoo's ``transposed_state_read``)."""
@@ -393,7 +405,7 @@ class GatedDeltaNetLayer(_SeededLayer):
         idx, per_slot = self._read_slots(meta, intermediate)
         H, HV, K, V = c.num_k_heads, c.num_v_heads, c.head_k_dim, c.head_v_dim
         mixed, z = (x @ w["w_qkvz"]).split([c.conv_dim, HV * V], dim=-1)
-        b, a = (x @ w["w_ba"]).split([HV, HV], dim=-1)
+        gating = self._gating(x)
         qsl = meta.query_start_loc
         inter_conv = intermediate.conv[:N] if intermediate is not None and verify else None
         inter_ssm = intermediate.ssm[:N] if intermediate is not None and verify else None
@@ -411,16 +423,15 @@ class GatedDeltaNetLayer(_SeededLayer):
             ).reshape(T, c.conv_dim)  # fmt: skip
         q, k, v = xc.split([H * K, H * K, HV * V], dim=-1)
         o = self._recurrent(
-            q.reshape(T, H, K), k.reshape(T, H, K), v.reshape(T, HV, V), a=a.contiguous(), b=b.contiguous(),
-            A_log=w["A_log"], dt_bias=w["dt_bias"], state=state.ssm, state_indices=idx, cu_seqlens=qsl,
-            use_qk_l2norm=True,
+            q.reshape(T, H, K), k.reshape(T, H, K), v.reshape(T, HV, V), **gating, state=state.ssm,
+            state_indices=idx, cu_seqlens=qsl, use_qk_l2norm=True,
             has_initial_state=meta.has_initial_state if mode == "extend" else None,
             intermediate_states=inter_ssm, disable_state_update=verify, pad_slot_id=pad, impl=self.impl,
             state_layout=self.state_layout or DEFAULT_STATE_LAYOUT,
         )  # fmt: skip
         if per_slot and inter_conv is not None and inter_ssm is not None:
             self._write_steps_to_slots(state, inter_conv, inter_ssm, meta.state_indices, pad, meta.profile.dummy_slot)
-        o = _gated_rmsnorm(o, z.reshape(T, HV, V), w["norm_w"], c.rms_eps)
+        o = _gated_rmsnorm(o, z.reshape(T, HV, V), w["norm_w"], c.rms_eps, gate=self._norm_gate)
         return _live_tokens(o.reshape(T, HV * V) @ w["w_out"], meta)
 
 
@@ -567,9 +578,9 @@ class Mamba2Layer(_SeededLayer):
 
 # -- Kimi Delta Attention ------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class KDAConfig:
+class KDAConfig(GDNConfig):
     """Shapes of a Kimi Delta Attention layer (Kimi Linear's KDA: the gated delta rule with a per-key-channel
-    gate). Defaults are engine-like (``engine``)."""
+    gate): a Gated DeltaNet's shapes, its own defaults, engine-like (``engine``)."""
 
     hidden_size: int = 2304
     num_k_heads: int = 32
@@ -599,29 +610,22 @@ class KDAConfig:
         not checked here (no checkpoint offline)."""
         return cls()
 
-    @property
-    def conv_dim(self) -> int:
-        return 2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
-
     def summary(self) -> str:
         """The shapes on one line, for the layer's repr.
 
         >>> KDAConfig.small().summary()
         'hidden=32, heads k=2 v=4, head dims k=8 v=12, conv W=4, per-channel gate'
         """
-        return (
-            f"hidden={self.hidden_size}, heads k={self.num_k_heads} v={self.num_v_heads}, "
-            f"head dims k={self.head_k_dim} v={self.head_v_dim}, conv W={self.conv_kernel}, per-channel gate"
-        )
+        return f"{super().summary()}, per-channel gate"
 
 
-class KDALayer(_SeededLayer):
+class KDALayer(GatedDeltaNetLayer):
     """Kimi Delta Attention: input projections -> q, k, v short convs -> per-channel gate ``gk`` and ``beta``
     -> gated delta rule (``gated_delta_rule.recurrent(..., gk=, beta=)``) -> sigmoid-gated norm -> output.
 
-    Decode, target_verify (per-step buffers; sglang accepts with ``scatter_accepted``, vLLM writes each step's
-    slot) and extend (the recurrence with ``has_initial_state``, as the GDN layer) run the same kernels as
-    :class:`GatedDeltaNetLayer`; only the gate differs.
+    The step is :class:`GatedDeltaNetLayer`'s (decode, target_verify with its per-step buffers, extend with
+    ``has_initial_state``; its state shapes and layouts): only the gate arguments (:meth:`_gating`), the
+    output norm's gate and the weights differ.
 
     Conv state: one window per slot over the concatenated q, k, v channels, ``[slots, conv_dim, W-1]``
     (``conv_dim = 2 * H * K + HV * V``), not three states. A depthwise conv is per channel, so three windows
@@ -643,11 +647,14 @@ class KDALayer(_SeededLayer):
     """
 
     config_class = KDAConfig
-    supported_modes: tuple[str, ...] = ("decode", "target_verify", "extend", "idle")
-    state_layouts = STATE_LAYOUTS
 
     @staticmethod
-    def _draw_weights(c: KDAConfig, g: torch.Generator) -> dict[str, torch.Tensor]:
+    def _norm_gate(z: torch.Tensor) -> torch.Tensor:
+        """Kimi Linear's ``o_norm`` gates with sigmoid."""
+        return torch.sigmoid(z)
+
+    @staticmethod
+    def _draw_weights(c: GDNConfig, g: torch.Generator) -> dict[str, torch.Tensor]:
         vv, hk = c.num_v_heads * c.head_v_dim, c.num_v_heads * c.head_k_dim
         dt = torch.exp(torch.empty(hk).uniform_(math.log(1e-3), math.log(1e-1), generator=g))
         return {
@@ -664,19 +671,15 @@ class KDALayer(_SeededLayer):
         }
 
     @staticmethod
-    def state_shapes(
-        c: KDAConfig, num_slots: int, state_layout: str | None = None
-    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Conv windows ``(slots, conv_dim, W-1)`` (q, k, v channels concatenated); states ``(slots, HV, K, V)``
-        k_first, ``(slots, HV, V, K)`` v_first."""
-        dims = state_dims(state_layout or DEFAULT_STATE_LAYOUT, c.head_k_dim, c.head_v_dim)
-        return (num_slots, c.conv_dim, c.conv_kernel - 1), (num_slots, c.num_v_heads, *dims)
-
-    @staticmethod
-    def token_macs(c: KDAConfig) -> int:
+    def token_macs(c: GDNConfig) -> int:
         hv, k, v = c.num_v_heads, c.head_k_dim, c.head_v_dim
         proj = c.hidden_size * (c.conv_dim + hv * v + k + hv) + k * hv * k + hv * v * c.hidden_size
         return proj + c.conv_dim * c.conv_kernel + 4 * hv * k * v
+
+    def _gating(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The recurrence's gate arguments: the per-channel ``gk`` and ``beta`` (:meth:`gates`)."""
+        gk, beta = self.gates(x)
+        return {"gk": gk, "beta": beta}
 
     def gates(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The per-channel log-decay ``gk`` ``[T, HV, K]`` and ``beta`` ``[T, HV]`` of tokens ``x``."""
@@ -685,51 +688,6 @@ class KDALayer(_SeededLayer):
         f = ((x @ w["w_fa"]) @ w["w_fb"]).reshape(-1, HV, K)
         gk = -torch.exp(w["A_log"])[:, None] * F.softplus(f + w["dt_bias"].reshape(HV, K))
         return gk.contiguous(), torch.sigmoid(x @ w["w_b"]).contiguous()
-
-    def forward(
-        self, x: torch.Tensor, meta: Metadata, state: LayerState, intermediate: Intermediate | None = None
-    ) -> torch.Tensor:
-        """One step. ``x``: ``[T, hidden]`` -> ``[T, hidden]``; updates ``state`` (or, in verify,
-        ``intermediate``) in place. Reads only metadata tensors: safe to capture."""
-        c, w, mode = self.config, self.weights, meta.forward_mode
-        if mode not in self.supported_modes:
-            raise MetadataError(f"forward_mode: {mode!r} not supported by {type(self).__name__}", field="forward_mode")
-        T, N = x.shape[0], meta.state_indices.shape[0]
-        if N == 0:
-            return x.new_zeros(0, c.hidden_size)
-        pad = meta.profile.kernel_pad_slot_id
-        verify = mode == "target_verify"
-        idx, per_slot = self._read_slots(meta, intermediate)
-        H, HV, K, V = c.num_k_heads, c.num_v_heads, c.head_k_dim, c.head_v_dim
-        mixed, z = (x @ w["w_qkvz"]).split([c.conv_dim, HV * V], dim=-1)
-        gk, beta = self.gates(x)
-        qsl = meta.query_start_loc
-        inter_conv = intermediate.conv[:N] if intermediate is not None and verify else None
-        inter_ssm = intermediate.ssm[:N] if intermediate is not None and verify else None
-        if mode == "extend":
-            xc = conv1d.varlen(
-                mixed, w["conv_w"], w["conv_b"], conv_state=state.conv, state_indices=idx,
-                has_initial_state=meta.has_initial_state, cu_seqlens=qsl, activation="silu",
-                pad_slot_id=pad, impl=self.impl,
-            )  # fmt: skip
-        else:
-            xc = conv1d.update(
-                mixed.reshape(N, T // N, c.conv_dim), state.conv, w["conv_w"], w["conv_b"],
-                state_indices=idx, activation="silu", intermediate_conv_windows=inter_conv,
-                disable_state_update=verify, pad_slot_id=pad, impl=self.impl,
-            ).reshape(T, c.conv_dim)  # fmt: skip
-        q, k, v = xc.split([H * K, H * K, HV * V], dim=-1)
-        o = gdn.recurrent(
-            q.reshape(T, H, K), k.reshape(T, H, K), v.reshape(T, HV, V), gk=gk, beta=beta, state=state.ssm,
-            state_indices=idx, cu_seqlens=qsl, use_qk_l2norm=True,
-            has_initial_state=meta.has_initial_state if mode == "extend" else None,
-            intermediate_states=inter_ssm, disable_state_update=verify, pad_slot_id=pad, impl=self.impl,
-            state_layout=self.state_layout or DEFAULT_STATE_LAYOUT,
-        )  # fmt: skip
-        if per_slot and inter_conv is not None and inter_ssm is not None:
-            self._write_steps_to_slots(state, inter_conv, inter_ssm, meta.state_indices, pad, meta.profile.dummy_slot)
-        o = _gated_rmsnorm(o, z.reshape(T, HV, V), w["norm_w"], c.rms_eps, gate=torch.sigmoid)
-        return _live_tokens(o.reshape(T, HV * V) @ w["w_out"], meta)
 
 
 _L = TypeVar("_L", bound=_SeededLayer)
