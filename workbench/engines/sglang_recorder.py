@@ -55,6 +55,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.engines.instance_hooks import Hooked, patch
 from workbench.engines.scheduler_base import SchedulerTrace, TraceIds, step_mode, trace_header
 from workbench.engines.versions import EngineError
 from workbench.layer_names import GDN
@@ -75,21 +76,6 @@ class _Event:
     ids: tuple[int, ...] = ()
     finished: bool = False
     forward: bool = False  # during the fake forward (copy-on-write), not the cache's own work
-
-
-def _patch(obj: Any, name: str, new: Any) -> Callable[[], None]:
-    """Set ``obj.name = new`` on the instance; returns the function that puts back what was there."""
-    own = name in vars(obj)
-    old = vars(obj).get(name)
-    setattr(obj, name, new)
-
-    def restore() -> None:
-        if own:
-            setattr(obj, name, old)
-        else:
-            delattr(obj, name)
-
-    return restore
 
 
 class _CacheEvents:
@@ -141,10 +127,10 @@ class _CacheEvents:
             return free(index)
 
         self._restore = [
-            _patch(cache, "checkpoint_into_tree", checkpoint_into_tree),
-            _patch(cache, "insert", insert_),
-            _patch(pool.mamba_pool, "copy_from", copy_from_),
-            _patch(pool.mamba_allocator, "free", free_),
+            patch(cache, "checkpoint_into_tree", checkpoint_into_tree),
+            patch(cache, "insert", insert_),
+            patch(pool.mamba_pool, "copy_from", copy_from_),
+            patch(pool.mamba_allocator, "free", free_),
         ]
 
     def restore(self) -> None:
@@ -275,7 +261,7 @@ def linear_backend(sched: Any) -> Any:
 
 
 # -- the recorder -------------------------------------------------------------------------------------
-class Recorder:
+class Recorder(Hooked):
     """Attached to one sglang ``Scheduler`` instance, writes down what it does as a trace (the module docstring:
     the mapping). The CPU driver records with it, and so does ``workbench.engines.sglang_dump`` in a live
     scheduler process.
@@ -376,9 +362,9 @@ class Recorder:
         self.events = _CacheEvents(self.tree_cache, self.pool, self.ids, self._published)
         self._restore = [
             self.events.restore,
-            _patch(sched, "get_next_batch_to_run", get_next_batch_to_run),
-            _patch(sched, "run_batch", run_batch_),
-            _patch(sched, "process_batch_result", process_batch_result_),
+            patch(sched, "get_next_batch_to_run", get_next_batch_to_run),
+            patch(sched, "run_batch", run_batch_),
+            patch(sched, "process_batch_result", process_batch_result_),
             *self._attach_worker(),
             *self._attach_backend(),
         ]
@@ -396,7 +382,7 @@ class Recorder:
             self._guarded(self.verified, batch, result)
             return result
 
-        return [_patch(worker, "verify", verify_)]
+        return [patch(worker, "verify", verify_)]
 
     def _attach_backend(self) -> list[Callable[[], None]]:
         backend = self.backend
@@ -416,23 +402,9 @@ class Recorder:
             return out
 
         return [
-            _patch(backend, "init_forward_metadata", init_forward_metadata),
-            _patch(backend, "init_forward_metadata_out_graph", init_forward_metadata_out_graph),
+            patch(backend, "init_forward_metadata", init_forward_metadata),
+            patch(backend, "init_forward_metadata_out_graph", init_forward_metadata_out_graph),
         ]
-
-    def detach(self) -> None:
-        """Put back what :meth:`attach` wrapped (in reverse order); the recorder stops."""
-        self.active = False
-        for restore in reversed(self._restore):
-            restore()
-        self._restore = []
-
-    def failed(self, error: Exception) -> None:
-        """An error while recording a step: raised (the driver's rule; the dumper overrides)."""
-        raise error
-
-    def written(self) -> None:
-        """Called after steps reached ``trace.steps`` (all of them final)."""
 
     def _published(self, e: _Event) -> None:
         if self.on_publish is not None:

@@ -54,6 +54,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.engines.instance_hooks import Hooked, patch
 from workbench.engines.scheduler_base import RowAllocator, SchedulerTrace, TraceIds, step_mode, trace_header
 from workbench.engines.versions import EngineError
 from workbench.layer_names import GDN
@@ -144,10 +145,10 @@ def _observe(pool: Any, events: _PoolEvents) -> list[Any]:
         return removed
 
     return [
-        _patch(pool, "cache_full_blocks", with_request(cache_full)),
-        _patch(pool, "cache_partial_block", with_request(cache_partial)),
-        _patch(pool, "_insert_block_hash", insert_block_hash),
-        _patch(pool, "_remove_cached_block_hashes", remove_cached_block_hashes),
+        patch(pool, "cache_full_blocks", with_request(cache_full)),
+        patch(pool, "cache_partial_block", with_request(cache_partial)),
+        patch(pool, "_insert_block_hash", insert_block_hash),
+        patch(pool, "_remove_cached_block_hashes", remove_cached_block_hashes),
     ]
 
 
@@ -383,21 +384,6 @@ class _TraceWriter:
 
 
 # -- the recorder: one scheduler, observed --------------------------------------------------------------
-def _patch(obj: Any, name: str, new: Any) -> Any:
-    """Set ``obj.name = new`` on the instance; returns the function that puts back what was there."""
-    own = name in vars(obj)
-    old = vars(obj).get(name)
-    setattr(obj, name, new)
-
-    def restore() -> None:
-        if own:
-            setattr(obj, name, old)
-        else:
-            delattr(obj, name)
-
-    return restore
-
-
 def _mamba_group(v: Any, kvc: Any) -> int:
     """The first KV-cache group of GDN mamba layers: the group whose blocks are the trace's slots."""
     for i, g in enumerate(kvc.kv_cache_groups):
@@ -411,7 +397,7 @@ def _finished(engine_out: Any) -> list[str]:
     return [o.request_id for outs in engine_out.values() for o in outs.outputs if o.finish_reason is not None]
 
 
-class Recorder:
+class Recorder(Hooked):
     """Attached to one vLLM ``Scheduler`` instance, writes down what it does as a trace (the module docstring:
     the mapping). The driver records with it, and so does ``workbench.engines.dump`` in a live process.
 
@@ -506,25 +492,11 @@ class Recorder:
             return engine_out
 
         self._restore = [
-            _patch(sched, "schedule", scheduled),
-            _patch(sched, "update_from_output", updated),
+            patch(sched, "schedule", scheduled),
+            patch(sched, "update_from_output", updated),
             *_observe(sched.kv_cache_manager.block_pool, self.events),
         ]
         self.active = True
-
-    def detach(self) -> None:
-        """Put back what :meth:`attach` wrapped (in reverse order); the recorder stops."""
-        self.active = False
-        for restore in reversed(self._restore):
-            restore()
-        self._restore = []
-
-    def failed(self, error: Exception) -> None:
-        """An error while recording a step: raised (the driver's rule; the dumper overrides)."""
-        raise error
-
-    def written(self) -> None:
-        """Called after each step reaches ``trace.steps`` (and after a preemption changed the last one)."""
 
     # -- after schedule --------------------------------------------------------------------------------
     def scheduled(self, so: Any) -> None:
