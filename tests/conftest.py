@@ -9,6 +9,12 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from workbench import threads  # noqa: E402
+
+# One intra-op thread, as the commands run (workbench.threads): on a shared 2-core machine torch's default
+# pool costs the replay and the CPU kernels 3-4x the CPU time (issue 33). LINATTN_THREADS=default keeps it.
+threads.configure()
+
 
 @pytest.fixture(autouse=True)
 def _seed():
