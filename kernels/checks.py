@@ -141,6 +141,60 @@ class ArgChecker:
         if not (pad_slot_id is None or (isinstance(pad_slot_id, int) and not isinstance(pad_slot_id, bool))):
             self.fail(f"pad_slot_id must be an int or None, got {pad_slot_id!r}")
 
+    def tree(
+        self,
+        parents: object,
+        N: int,
+        depth: int | None,
+        *,
+        intermediate: str,
+        has_intermediate: bool,
+        disable_state_update: bool,
+        dev: torch.device,
+    ) -> torch.Tensor:
+        """``retrieve_parent_token`` of a tree verify, metadata only: ``[N, D']`` int on ``dev``, given with the
+        intermediate buffer (``has_intermediate``; its argument is named ``intermediate``) and
+        ``disable_state_update=True``. ``depth``: the width D' must reach when the op knows its rows' length
+        without reading values (every row L tokens), else None. :meth:`tree_values` checks the values."""
+        parents = self.layout("retrieve_parent_token", parents, f"[N={N}, D] (each draft node's parent)", 2, length=N)
+        self.tensor("retrieve_parent_token", parents, (N, None), INDEX_DTYPES, dev)
+        if depth is not None and parents.shape[1] < depth:
+            self.fail(
+                f"retrieve_parent_token: {list(parents.shape)} has D={parents.shape[1]} columns for rows of "
+                f"{depth} nodes; D must be >= every row's length"
+            )
+        if not has_intermediate:
+            self.fail(
+                f"retrieve_parent_token: a tree verify needs {intermediate}: each node starts from its parent's "
+                "state, read back from there"
+            )
+        if not disable_state_update:
+            self.fail(
+                "retrieve_parent_token: a tree verify needs disable_state_update=True: its last node is a leaf of "
+                "one branch, not the sequence's final state (commit the accepted node's state afterwards)"
+            )
+        return parents
+
+    def tree_values(self, parents: torch.Tensor, lengths: Sequence[int], skipped: Sequence[bool]) -> None:
+        """The parents of each processed row's nodes (call where :func:`value_checks`): ``parents[n, t]`` in
+        ``0..t-1`` for ``1 <= t < lengths[n]`` (node 0 starts from the slot: ``parents[n, 0]`` is ignored), and
+        the width ``D' >= lengths[n]`` of every row. Skipped rows' parents are never read."""
+        width = parents.shape[1]
+        for n, length in enumerate(lengths):
+            if length > width:
+                self.fail(
+                    f"retrieve_parent_token: D={width} columns < length {length} of row {n}; "
+                    "D must be >= every row's length"
+                )
+        for n, (row, length, skip) in enumerate(zip(parents.tolist(), lengths, skipped, strict=True)):
+            if skip:
+                continue
+            for t in range(1, length):
+                if not 0 <= row[t] < t:
+                    self.fail(
+                        f"retrieve_parent_token[{n}, {t}] = {row[t]}: a node's parent must come before it (0..{t - 1})"
+                    )
+
     def varlen_rows(
         self,
         state: object,

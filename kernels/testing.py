@@ -15,6 +15,9 @@ of a public op (``kernels.<op>``) on a padded batch under one padding convention
   read-modify-write of a NaN slot stores NaN again, bit for bit what was there, and would pass.
 - Inputs are drawn on the host from ``seed`` (the same values on every device), never zeros; outputs are
   NaN-poisoned before every call, so an unwritten row shows.
+- Tree variants (``"tree"``: sglang's topk > 1 verify) draw a random draft tree per row from the seed
+  (:meth:`_Draw.tree`: node t's parent uniform in 0..t-1; a row may come out a chain), passed as
+  ``retrieve_parent_token``; the scatter's ``"accepted_steps"`` commits any step (a tree's node).
 - Ops with a K x V state (``OpSpec.state_layouts``) build their pools and intermediate states in the
   case's ``state_layout`` (:data:`kernels.conventions.STATE_LAYOUTS`): one seed, the same states in either.
 
@@ -142,17 +145,19 @@ OPS: dict[str, OpSpec] = {
     spec.name: spec
     for spec in (
         OpSpec("gated_delta_rule.recurrent", "kernels.gated_delta_rule:recurrent",
-               ("decode", "gating", "verify", "extend"),
+               ("decode", "gating", "verify", "tree", "extend"),
                "kernels.gated_delta_rule.triton_recurrent:launch_recurrent", "value head", STATE_LAYOUTS),
         OpSpec("gated_delta_rule.chunked", "kernels.gated_delta_rule:chunked", ("extend",),
                "kernels.gated_delta_rule.triton_chunked:launch_chunked", "value head", STATE_LAYOUTS),
-        OpSpec("gated_delta_rule.scatter_accepted", "kernels.gated_delta_rule:scatter_accepted", ("accept",),
+        OpSpec("gated_delta_rule.scatter_accepted", "kernels.gated_delta_rule:scatter_accepted",
+               ("accept", "accepted_steps"),
                "kernels.gated_delta_rule.triton_recurrent:launch_scatter_accepted", "value head", STATE_LAYOUTS),
-        OpSpec("causal_conv1d.update", "kernels.causal_conv1d:update", ("decode", "verify"),
+        OpSpec("causal_conv1d.update", "kernels.causal_conv1d:update", ("decode", "verify", "tree"),
                "kernels.causal_conv1d.triton_conv:update_triton", "channel"),
         OpSpec("causal_conv1d.varlen", "kernels.causal_conv1d:varlen", ("extend",),
                "kernels.causal_conv1d.triton_conv:varlen_triton", "channel"),
-        OpSpec("mamba2.selective_state_update", "kernels.mamba2:selective_state_update", ("decode", "verify"),
+        OpSpec("mamba2.selective_state_update", "kernels.mamba2:selective_state_update",
+               ("decode", "verify", "tree"),
                "kernels.mamba2.triton_ssu:selective_state_update_triton", "head"),
         OpSpec("mamba2.chunk_scan", "kernels.mamba2:chunk_scan", ("extend",),
                "kernels.mamba2.triton_scan:chunk_scan_triton", "head"),
@@ -534,6 +539,14 @@ class _Draw:
     def nan(self, *shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
         return torch.full(shape, float("nan"), device=self.device, dtype=dtype or self.dtype)
 
+    def tree(self, rows: int, nodes: int) -> torch.Tensor:
+        """int32 ``[rows, nodes]`` ``retrieve_parent_token``: a random draft tree per row, node t's parent
+        uniform in 0..t-1 (node 0, the root, holds 0, as sglang writes it). A row may come out a chain."""
+        parents = torch.zeros(rows, nodes, dtype=torch.int32)
+        for t in range(1, nodes):
+            parents[:, t] = torch.randint(0, t, (rows,), generator=self.g, dtype=torch.int32)
+        return parents.to(self.device)
+
 
 @dataclass
 class _Batch:
@@ -625,7 +638,8 @@ def _gdn_recurrent(c: _Ctx, variant: str, chunked: bool = False) -> tuple[dict[s
 
     s, d, b = c.spec, c.draw, c.batch
     H, HV, K, V, D = s["H"], s["HV"], s["K"], s["V"], s["D"]
-    L: int | list[int] = {"decode": 1, "gating": 1, "verify": D}.get(variant, 0) or _extend_lens(b.rows, s["extend"])
+    verify = variant in ("verify", "tree")  # tree: a verify whose tokens are the nodes of a draft tree
+    L: int | list[int] = 1 if variant in ("decode", "gating") else D if verify else _extend_lens(b.rows, s["extend"])
     lens = _lens(b, L, c.padded_tokens)
     T = sum(lens) + c.tail
     storage, state = c.kv_pool(HV, K, V)
@@ -641,7 +655,8 @@ def _gdn_recurrent(c: _Ctx, variant: str, chunked: bool = False) -> tuple[dict[s
         "pad_slot_id": b.convention.pad_slot_id,
         "out": d.nan(T, HV, V),
     }
-    if variant == "gating":  # the engine's raw inputs, gated inside the kernel (what the layers call)
+    fused = variant in ("gating", "tree")  # sglang's tree verify gates in the kernel too
+    if fused:  # the engine's raw inputs, gated inside the kernel (what the layers call)
         f32 = torch.float32
         args.update(
             a=d.randn(T, HV, scale=2.0, dtype=f32),
@@ -653,11 +668,13 @@ def _gdn_recurrent(c: _Ctx, variant: str, chunked: bool = False) -> tuple[dict[s
         args.update(g=-d.uniform(T, HV, lo=0.02, hi=0.5), beta=d.uniform(T, HV, lo=0.1, hi=0.9))
     row_of = {"out": _token_rows(lens, b.rows, T, c.padded_tokens)}
     built: dict[str, Any] = {"args": args, "storage": {"state": storage}}
-    if variant == "verify":
+    if verify:
         args["intermediate_states"] = c.kv_state(b.n, D, HV, K=K, V=V, nan=True)
         args["disable_state_update"] = True
         row_of["intermediate_states"] = list(range(b.n))
         built["transfers"] = 1 + D  # the slot read once, D per-step states written
+    if variant == "tree":
+        args["retrieve_parent_token"] = d.tree(b.n, D)
     if variant == "extend":
         args["has_initial_state"] = d.ints([i % 3 != 1 for i in range(b.n)], dtype=torch.bool)
     n_tok = sum(lens[: b.rows])
@@ -665,10 +682,9 @@ def _gdn_recurrent(c: _Ctx, variant: str, chunked: bool = False) -> tuple[dict[s
         args["chunk_size"] = DEFAULT_CHUNK_SIZE
         cost = chunked_cost(n_tok, b.rows, H, HV, K, V, d.dtype, chunk_size=DEFAULT_CHUNK_SIZE)
     else:
-        verify = variant == "verify"
         cost = recurrent_cost(
             n_tok, b.rows, H, HV, K, V, d.dtype, num_intermediate=b.rows * D if verify else 0,
-            fused_gating=variant == "gating", use_qk_l2norm=True, state_update=not verify,
+            fused_gating=fused, use_qk_l2norm=True, state_update=not verify, tree=variant == "tree",
         )  # fmt: skip
     return built, row_of, cost
 
@@ -687,6 +703,9 @@ def _gdn_scatter(c: _Ctx, variant: str) -> tuple[dict[str, Any], dict[str, list[
         "num_accepted": d.ints(accepted),
         "pad_slot_id": b.convention.pad_slot_id,
     }
+    if variant == "accepted_steps":  # any step, a tree's accepted node: sglang's last_correct_step_indices
+        args["accepted_steps"] = d.ints(torch.randint(0, D, (b.n,), generator=d.g).tolist())
+        del args["num_accepted"]
     return {"args": args, "storage": {"state": storage}}, {}, scatter_accepted_cost(b.rows, HV, K, V)
 
 
@@ -695,7 +714,8 @@ def _conv_update(c: _Ctx, variant: str) -> tuple[dict[str, Any], dict[str, list[
 
     s, d, b = c.spec, c.draw, c.batch
     dim, W = s["dim"], s["width"]
-    L = s["D"] if variant == "verify" else 1
+    verify = variant in ("verify", "tree")
+    L = s["D"] if verify else 1
     storage, pool = _pool(d, b, c.guard, dim, W - 1, scale=1.0)
     args: dict[str, Any] = {
         "x": d.randn(b.n, L, dim),
@@ -709,13 +729,15 @@ def _conv_update(c: _Ctx, variant: str) -> tuple[dict[str, Any], dict[str, list[
     }
     row_of = {"out": list(range(b.n))}
     built: dict[str, Any] = {"args": args, "storage": {"conv_state": storage}}
-    if variant == "verify":  # per-step windows for the accept step; the pool itself is left alone
+    if verify:  # per-step windows for the accept step; the pool itself is left alone
         args["intermediate_conv_windows"] = d.nan(b.n, L, dim, W - 1, dtype=torch.float32)
         args["disable_state_update"] = True
         row_of["intermediate_conv_windows"] = list(range(b.n))
         built["transfers"] = 1 + L
-    cost = update_cost(b.rows, L, dim, W, d.dtype, state_dtype=torch.float32, intermediate=variant == "verify",
-                       state_update=variant != "verify")  # fmt: skip
+    if variant == "tree":
+        args["retrieve_parent_token"] = d.tree(b.n, L)
+    cost = update_cost(b.rows, L, dim, W, d.dtype, state_dtype=torch.float32, intermediate=verify,
+                       state_update=not verify, tree=variant == "tree")  # fmt: skip
     return built, row_of, cost
 
 
@@ -749,7 +771,7 @@ def _mamba2(c: _Ctx, variant: str) -> tuple[dict[str, Any], dict[str, list[int]]
 
     s, d, b = c.spec, c.draw, c.batch
     nh, hd, ds, ng = s["nheads"], s["headdim"], s["dstate"], s["ngroups"]
-    verify = variant == "verify"
+    verify = variant in ("verify", "tree")
     lead = (b.n, s["D"]) if verify else (b.n,)  # a verify's D draft tokens per row
     storage, state = _pool(d, b, c.guard, nh, hd, ds, scale=0.3)
     f32 = torch.float32
@@ -776,9 +798,12 @@ def _mamba2(c: _Ctx, variant: str) -> tuple[dict[str, Any], dict[str, list[int]]
         args["disable_state_update"] = True
         row_of["intermediate_states"] = list(range(b.n))
         built["transfers"] = 1 + s["D"]
+    if variant == "tree":
+        args["retrieve_parent_token"] = d.tree(b.n, s["D"])
     cost = selective_state_update_cost(
-        b.rows, nh, hd, ds, ng, d.dtype, steps=s["D"] if verify else 1, state_update=not verify, intermediate=verify
-    )
+        b.rows, nh, hd, ds, ng, d.dtype, steps=s["D"] if verify else 1, state_update=not verify, intermediate=verify,
+        tree=variant == "tree",
+    )  # fmt: skip
     return built, row_of, cost
 
 

@@ -179,12 +179,14 @@ def test_every_variant_is_checked_by_default_and_each_is_reported_by_name():
         gdn.recurrent(**{**kw, "disable_state_update": False}, impl="reference")
 
     res = check_kernel(ignores_disable_state_update, capture=False)
-    assert res.names == list(OPS["gated_delta_rule.recurrent"].variants) == ["decode", "gating", "verify", "extend"]
-    assert {f.split(":")[0] for f in res.failures} == {"verify"}
-    assert all(v.ok for v in res.variants if v.variant != "verify")
+    variants = ["decode", "gating", "verify", "tree", "extend"]
+    assert res.names == list(OPS["gated_delta_rule.recurrent"].variants) == variants
+    assert {f.split(":")[0] for f in res.failures} == {"verify", "tree"}  # a tree refuses a state update outright
+    assert all(v.ok for v in res.variants if v.variant not in ("verify", "tree"))
     assert "live slot(s)" in res["verify"]["sglang"].summary()
+    assert "a tree verify needs disable_state_update=True" in res["tree"]["sglang"].summary()
     summary = res.summary().splitlines()
-    assert summary[0].endswith(": PROBLEMS (4 variants: decode, gating, verify, extend)")
+    assert summary[0].endswith(": PROBLEMS (5 variants: decode, gating, verify, tree, extend)")
     assert "  verify: PROBLEMS" in summary and "  decode: OK" in summary
     assert check_kernel("reference", variants=["extend", "decode"], capture=False).names == ["extend", "decode"]
 
@@ -199,7 +201,7 @@ def test_a_kernel_without_an_argument_of_a_variant_fails_that_variant_naming_it(
                       has_initial_state=has_initial_state, impl="reference")  # fmt: skip
 
     res = check_kernel(no_gating)
-    assert res.failures == ["gating: signature"]
+    assert res.failures == ["gating: signature", "tree: signature"]  # the tree variant gates in the kernel too
     gating = res["gating"]
     assert gating.conventions == [] and gating.capture is None
     assert gating.unfit == (
@@ -278,8 +280,8 @@ def test_one_error_raised_by_every_check_is_one_line_with_a_shape_to_try():
             raise ValueError("arange's range must be a power of 2")
         conv.update(**kw, impl="reference")
 
-    mixed = check_kernel(raises_on_verify, "causal_conv1d.update", capture=False)
-    assert mixed.raised is None and len(mixed.lines()) == 6 and (mixed.num_checks, mixed.num_failed) == (6, 3)
+    mixed = check_kernel(raises_on_verify, "causal_conv1d.update", capture=False)  # verify and tree raise
+    assert mixed.raised is None and len(mixed.lines()) == 9 and (mixed.num_checks, mixed.num_failed) == (9, 6)
 
 
 def test_a_kernel_returning_a_new_tensor_is_told_to_write_out():
@@ -339,8 +341,8 @@ def test_capture_refuses_a_host_read_and_catches_a_frozen_value():
     [
         ({"op": "gdn_recurrent"}, "op: unknown op 'gdn_recurrent'; choose one of \\['gated_delta_rule.recurrent'"),
         ({"variants": "prefill"}, "variants: gated_delta_rule.recurrent has no variant 'prefill'; choose one of"),
-        ({"variants": ["decode", "tree"]}, "variants: gated_delta_rule.recurrent has no variant 'tree'"),
-        ({"variants": []}, "variants: name at least one of \\['decode', 'gating', 'verify', 'extend'\\]"),
+        ({"variants": ["decode", "medusa"]}, "variants: gated_delta_rule.recurrent has no variant 'medusa'"),
+        ({"variants": []}, "variants: name at least one of \\['decode', 'gating', 'verify', 'tree', 'extend'\\]"),
         ({"conventions": ("sglang", "trtllm")}, "conventions: unknown convention 'trtllm'; choose from \\['sglang'"),
         ({"conventions": ()}, "conventions: name at least one of"),
         ({"shapes": "huge"}, "shapes: unknown preset 'huge'; choose one of \\['small', 'quarter', 'engine'\\]"),
@@ -403,13 +405,13 @@ def test_html_shows_one_row_per_convention_failures_vermillion_passes_green():
     page = res._repr_html_()
     tags = _parse(page)
     body_rows = tags.rows[1:]  # the header row first
-    assert body_rows == ["wb-fail" if not c.ok else "wb-ok" for c in res.results] and len(body_rows) == 6
+    assert body_rows == ["wb-fail" if not c.ok else "wb-ok" for c in res.results] and len(body_rows) == 9
     assert "#D55E00" in page and "#009E73" in page  # vermillion failures, a green pass (Ascend)
     assert "unguarded" in page and "slot(s) [0] of conv_state changed" in page
-    assert "FAIL: decode: sglang, decode: vllm, verify: sglang, verify: vllm" in page
+    assert "FAIL: decode: sglang, decode: vllm, verify: sglang, verify: vllm, tree: sglang, tree: vllm" in page
     _parse(res["verify"]["vllm"]._repr_html_())
     good = check_kernel("reference", "causal_conv1d.update")
-    assert "#D55E00" not in good._repr_html_() and _parse(good._repr_html_()).rows.count("wb-ok") == 6
+    assert "#D55E00" not in good._repr_html_() and _parse(good._repr_html_()).rows.count("wb-ok") == 9
     cap = good["verify"].capture
     assert cap is not None and "#009E73" in cap._repr_html_() and "verify capture: ok" in good._repr_html_()
 
@@ -429,7 +431,7 @@ def test_results_read_in_words():
     rows, heads, err = res["sglang"].error_map()
     assert len(rows) == len(err) == 3 + 2 + 1 and rows[-1] == "padding tokens"  # rows, padded rows, the tail
     assert heads[0] == "value head 0" and len(err[0]) == len(heads) == 2
-    assert check_kernel("reference", "gated_delta_rule.scatter_accepted")["sglang"].error_map() is None
+    assert check_kernel("reference", "gated_delta_rule.scatter_accepted", "accept")["sglang"].error_map() is None
 
 
 def test_candidate_names_are_readable():

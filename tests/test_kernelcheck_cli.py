@@ -137,12 +137,13 @@ CONV_KERNELS = textwrap.dedent(
 
 
     def zeroing(x, conv_state, weight, bias=None, *, state_indices, activation=None, intermediate_conv_windows=None,
-                disable_state_update=False, pad_slot_id=-1, out=None, fill=0.0, live_fill=None):
+                disable_state_update=False, pad_slot_id=-1, out=None, fill=0.0, live_fill=None,
+                retrieve_parent_token=None):
         if intermediate_conv_windows is not None:
             intermediate_conv_windows.fill_(fill)
         update(x, conv_state, weight, bias, state_indices=state_indices, activation=activation,
                intermediate_conv_windows=intermediate_conv_windows, disable_state_update=disable_state_update,
-               pad_slot_id=pad_slot_id, out=out, impl="reference")
+               pad_slot_id=pad_slot_id, out=out, retrieve_parent_token=retrieve_parent_token, impl="reference")
         if intermediate_conv_windows is not None and live_fill is not None:
             intermediate_conv_windows[0] = live_fill
 
@@ -178,7 +179,7 @@ def test_a_conv_update_that_zeros_the_padded_rows_intermediate_windows_passes(tm
     argv = ["check-kernel", "--op", "causal_conv1d.update", "--no-capture"]
     code, out, err = run([*argv, f"{path}:zeroing"])
     assert code == 0 and not err, out
-    assert out.splitlines()[-1] == "causal_conv1d.update [zeroing]: OK, 6 checks passed (decode, verify)"
+    assert out.splitlines()[-1] == "causal_conv1d.update [zeroing]: OK, 9 checks passed (decode, verify, tree)"
     code, out, _ = run([*argv, f"{path}:scribbles", "--variant", "verify"])
     fails = [line for line in out.splitlines() if line.startswith("FAIL")]
     assert code == 1 and len(fails) == 2, out  # sglang and vllm skip the padded rows; Ascend processes them

@@ -166,7 +166,7 @@ def test_playground_model_offers_every_op_and_variant_of_the_one_registry():
 
     m = PlaygroundModel(op="causal_conv1d.update", variant="verify", impl="reference")
     assert m.ops() == list(OPS) and m.presets() == list(SHAPES)
-    assert m.variants("gated_delta_rule.recurrent") == ["decode", "gating", "verify", "extend"]
+    assert m.variants("gated_delta_rule.recurrent") == ["decode", "gating", "verify", "tree", "extend"]
     res = m.run()
     assert res is not None and res.ok and m.error is None, m.error
     assert (res.op, res.names) == ("causal_conv1d.update", ["verify"])  # the variant chosen, not every one

@@ -4,7 +4,8 @@ Layout: activations channels last (``x`` is ``[N, L, dim]`` for decode/verify, `
 prefill); ``conv_state`` is a pool ``[num_slots, dim, W-1]`` holding each request's W-1 previous
 inputs, oldest first; ``weight`` is ``[dim, W]`` with the last column on the newest input.
 
-- ``update``: decode (L = 1) and target-verify (L = D, optional per-step windows by batch row).
+- ``update``: decode (L = 1) and target-verify (L = D, optional per-step windows by batch row), along a
+  chain or a draft tree (``retrieve_parent_token``: a node convolves its ancestors' inputs).
 - ``varlen``: prefill over ``cu_seqlens``, optional initial state per sequence.
 - ``update_cost`` / ``varlen_cost``: bytes and FLOPs.
 

@@ -31,11 +31,13 @@ def update_cost(
     activation: str | None = "silu",
     intermediate: bool = False,
     state_update: bool = True,
+    tree: bool = False,
 ) -> Cost:
     """Cost of ``update``: x [N, L, dim] and out in ``dtype``, conv state in ``state_dtype`` (default dtype).
 
     Reads x, weight, bias and each row's W-1 stored inputs; writes out, the new state (unless
-    ``state_update`` is False) and, for verify, L intermediate windows per row.
+    ``state_update`` is False) and, for verify, L intermediate windows per row. ``tree``: a tree verify, whose
+    nodes past the first read their parent's window back (L - 1 per row) and each its parent index (int32).
     """
     es = dtype.itemsize
     ss = (state_dtype or dtype).itemsize
@@ -45,6 +47,7 @@ def update_cost(
         + dim * (W + int(has_bias)) * es  # weight, bias
         + window * (1 + int(state_update))  # state in (+ out)
         + (L * window if intermediate else 0)
+        + ((L - 1) * window + N * L * 4 if tree else 0)
     )
     return Cost(bytes=nbytes, flops=N * L * dim * _per_output_flops(W, has_bias, activation))
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from kernels.checks import ArgChecker
+from kernels.checks import ArgChecker, value_checks
 from kernels.dispatch import implementation, inplace_custom_op
 from kernels.dtypes import FLOAT_DTYPES, INDEX_DTYPES
+from kernels.padding import skipped_rows
 
 from .reference import update_reference, varlen_reference
 
@@ -32,6 +33,7 @@ def _update_op(
     disable_state_update: bool,
     pad_slot_id: int | None,
     impl: str,
+    retrieve_parent_token: torch.Tensor | None = None,  # last, with a default: positional callers keep working
 ) -> None:
     run = implementation(impl, reference=update_reference, triton="kernels.causal_conv1d.triton_conv:update_triton")
     run(
@@ -41,6 +43,7 @@ def _update_op(
         bias=bias,
         state_indices=state_indices,
         intermediate_conv_windows=intermediate_conv_windows,
+        retrieve_parent_token=retrieve_parent_token,
         out=out,
         activation=activation,
         disable_state_update=disable_state_update,
@@ -138,9 +141,10 @@ def update(
     disable_state_update: bool = False,
     pad_slot_id: int | None = -1,
     out: torch.Tensor | None = None,
+    retrieve_parent_token: torch.Tensor | None = None,
     impl: str = "auto",
 ) -> torch.Tensor:
-    """Causal conv1d step for decode (``L == 1``) and speculative target-verify (``L == D``).
+    """Causal conv1d step for decode (``L == 1``) and speculative target-verify (``L == D``), chain or tree.
 
     Args:
         x: [N, L, dim] float (fp16/bf16/fp32/fp64), channels last; row ``n`` has L new tokens.
@@ -153,6 +157,14 @@ def update(
         intermediate_conv_windows: [N, L, dim, W-1] or None; receives, by batch row, the window after
             each step (what the state would be had the row accepted exactly t+1 tokens).
         disable_state_update: leave ``conv_state`` untouched (verify keeps the pool until acceptance).
+        retrieve_parent_token: [N, D'] int32/int64 (D' >= L) or None: a tree verify (sglang's topk > 1
+            drafts). Row n's L tokens are the nodes of a draft tree in topological order; node t >= 1 convolves
+            over its ancestors' inputs: the window of node ``retrieve_parent_token[n, t]`` (in 0..t-1), read
+            back from ``intermediate_conv_windows[n, parent]``, shifted by one, with x[n, t] appended; node 0
+            over the slot's window as a chain. ``intermediate_conv_windows[n, t]`` gets node t's window, as a
+            chain's. Needs ``intermediate_conv_windows`` and ``disable_state_update=True``; a chain
+            (``parent[t] = t - 1``) gives the chain verify's results bit for bit. ``[n, 0]`` is ignored;
+            parents are range-checked on CPU tensors only (on a device an out-of-range parent reads zeros).
         pad_slot_id: the padding sentinel; None processes every row.
         out: [N, L, dim] float, written in full; allocated like x when None. Must not alias x.
         impl: "auto" | "reference" | "triton" (see ``kernels.dispatch.resolve_impl``).
@@ -169,6 +181,14 @@ def update(
     check.tensor("state_indices", state_indices, (N,), INDEX_DTYPES, x.device)
     if intermediate_conv_windows is not None:
         check.tensor("intermediate_conv_windows", intermediate_conv_windows, (N, L, dim, W - 1), FLOAT_DTYPES, x.device)
+    if retrieve_parent_token is not None:
+        parents = check.tree(
+            retrieve_parent_token, N, L, intermediate="intermediate_conv_windows",
+            has_intermediate=intermediate_conv_windows is not None, disable_state_update=disable_state_update,
+            dev=x.device,
+        )  # fmt: skip
+        if value_checks(x.device):
+            check.tree_values(parents, [L] * N, skipped_rows(state_indices, pad_slot_id).tolist())
     out = _out(check, out, x)
     _update_op(
         x=x,
@@ -177,6 +197,7 @@ def update(
         bias=bias,
         state_indices=state_indices,
         intermediate_conv_windows=intermediate_conv_windows,
+        retrieve_parent_token=retrieve_parent_token,
         out=out,
         activation=activation,
         disable_state_update=bool(disable_state_update),

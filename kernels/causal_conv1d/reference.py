@@ -21,6 +21,18 @@ def _activate(y: torch.Tensor, activation: str | None) -> torch.Tensor:
     return F.silu(y) if activation == "silu" else y
 
 
+def _convolve(windows: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``b + sum_j w[c, j] * windows[r, c, t, j]``: windows [R, dim, L, W], w [dim, W] -> [R, dim, L].
+
+    Written as W elementwise multiply-adds, oldest input first (as the Triton kernel accumulates), not as a
+    matmul: elementwise arithmetic rounds the same whatever the windows' memory layout, so a tree verify's
+    windows (gathered) and a chain's (a strided view) give bit-equal outputs where their values agree."""
+    acc = windows[..., 0] * w[:, 0, None]
+    for j in range(1, windows.shape[-1]):
+        acc = acc + windows[..., j] * w[:, j, None]
+    return acc + b.unsqueeze(-1)
+
+
 def update_reference(
     x: torch.Tensor,
     conv_state: torch.Tensor,
@@ -32,11 +44,13 @@ def update_reference(
     activation: str | None,
     disable_state_update: bool,
     pad_slot_id: int | None,
+    retrieve_parent_token: torch.Tensor | None = None,
 ) -> None:
     """Decode (``L == 1``) / verify (``L == D``) steps of every row at once; writes ``out`` in place.
 
     x [N, L, dim]; conv_state [num_slots, dim, W-1]; weight [dim, W]; bias [dim] or None;
-    state_indices [N] int; intermediate_conv_windows [N, L, dim, W-1] or None; out [N, L, dim].
+    state_indices [N] int; intermediate_conv_windows [N, L, dim, W-1] or None; out [N, L, dim];
+    retrieve_parent_token [N, D'] int or None: a tree verify (`_tree_windows`).
     """
     ct = compute_dtype(x, conv_state, weight, bias)
     w = weight.to(ct)  # [dim, W]
@@ -47,10 +61,16 @@ def update_reference(
     rows, slots = live_rows_and_slots(state_indices, pad_slot_id, conv_state.shape[0])
 
     W = weight.shape[1]
+    if retrieve_parent_token is not None:
+        if intermediate_conv_windows is None or not disable_state_update:
+            raise ValueError("causal_conv1d reference: a tree verify needs the intermediate windows, no state update")
+        windows = _tree_windows(x, conv_state, intermediate_conv_windows, retrieve_parent_token, rows, slots, ct)
+        out[rows] = _activate(_convolve(windows, w, b), activation).transpose(1, 2).to(out.dtype)
+        return
     # Every step at once, as `varlen_reference` does a sequence: W-1 older inputs, then the L new ones.
     ext = torch.cat([conv_state[slots].to(ct), x[rows].to(ct).transpose(1, 2)], dim=-1)  # [R, dim, W-1+L]
-    # window t (ext[..., t : t+W]) times the channel's weights: a length-W dot product; [R, dim, L]
-    y = (ext.unfold(-1, W, 1) @ w.unsqueeze(-1)).squeeze(-1) + b.unsqueeze(-1)
+    # window t is ext[..., t : t+W], times the channel's weights: a length-W dot product; [R, dim, L]
+    y = _convolve(ext.unfold(-1, W, 1), w, b)
     out[rows] = _activate(y, activation).transpose(1, 2).to(out.dtype)
     if intermediate_conv_windows is not None:
         # the window after step t is ext[..., t+1 : t+W]; indexed by batch row, not by slot: the engine
@@ -59,6 +79,33 @@ def update_reference(
         intermediate_conv_windows[rows] = after.to(intermediate_conv_windows.dtype)
     if not disable_state_update:
         conv_state[slots] = ext[..., -(W - 1) :].to(conv_state.dtype)
+
+
+def _tree_windows(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    intermediate_conv_windows: torch.Tensor,
+    retrieve_parent_token: torch.Tensor,
+    rows: torch.Tensor,
+    slots: torch.Tensor,
+    ct: torch.dtype,
+) -> torch.Tensor:
+    """The W-input window of every node of a tree verify, node by node; writes each node's last W-1 inputs to
+    ``intermediate_conv_windows[row, t]``. Returns [R, dim, L, W] in ``ct``.
+
+    Node 0 convolves the slot's W-1 inputs and x_0, as a chain's step 0. Node t >= 1 convolves its parent's
+    stored window (``intermediate_conv_windows[row, parent[row, t]]``, read back) and x_t: its ancestors'
+    inputs, oldest first. A chain's parent t-1 holds exactly the chain's inputs t-W+1 .. t-1."""
+    L = x.shape[1]
+    parents = retrieve_parent_token.to(torch.long)[rows]  # [R, D']
+    windows = []
+    for t in range(L):
+        # the W-1 older inputs: the slot's (node 0) or the parent's stored window; [R, dim, W-1]
+        before = (conv_state[slots] if t == 0 else intermediate_conv_windows[rows, parents[:, t]]).to(ct)
+        window = torch.cat([before, x[rows, t].to(ct).unsqueeze(-1)], dim=-1)  # [R, dim, W]
+        intermediate_conv_windows[rows, t] = window[..., 1:].to(intermediate_conv_windows.dtype)
+        windows.append(window)
+    return torch.stack(windows, dim=2)
 
 
 def varlen_reference(

@@ -9,6 +9,11 @@ registers. That costs W cached loads per output but keeps each channel's loads a
 lanes, in program order, so the final state can be written over the slot that was read without a
 barrier between reading and writing, and it works for any constexpr width ``W``.
 
+Tree verify (``IS_TREE``, sglang's topk > 1 drafts): node t >= 1 of a row convolves its parent node's
+window, read back from the intermediate windows the program stored at step ``retrieve_parent_token[n, t]``,
+with x_t appended; node 0 reads the slot as a chain's step 0 does. A ``tl.debug_barrier`` orders each
+node's reads after the earlier nodes' stores. Without IS_TREE none of this is compiled.
+
 Computation is float32 whatever the storage dtype (bf16 arithmetic is wrong in Triton's interpreter).
 Only masked ``tl.load``/``tl.store``, ``tl.exp`` and plain control flow are used, so that triton-ascend
 could compile it; that has not been tried without Ascend hardware.
@@ -55,6 +60,7 @@ def _causal_conv1d_kernel(
     has_init_ptr,
     inter_ptr,
     out_ptr,
+    parent_ptr,  # retrieve_parent_token [N, D'] when IS_TREE
     num_rows,
     num_tokens,
     dim,
@@ -75,6 +81,8 @@ def _causal_conv1d_kernel(
     stride_o_n,
     stride_o_t,
     stride_o_d,
+    stride_p_n,
+    stride_p_t,
     W: tl.constexpr,
     BLOCK_D: tl.constexpr,
     HAS_BIAS: tl.constexpr,
@@ -83,6 +91,7 @@ def _causal_conv1d_kernel(
     VARLEN: tl.constexpr,
     HAS_INTER: tl.constexpr,
     UPDATE_STATE: tl.constexpr,
+    IS_TREE: tl.constexpr,  # a tree verify (needs HAS_INTER, not UPDATE_STATE, not VARLEN)
 ):
     n = tl.program_id(0)
     c = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -128,9 +137,23 @@ def _causal_conv1d_kernel(
     for t in range(0, seq_len):
         # Window after step t (verify scratch, indexed by batch row) = the last W-1 inputs of step t.
         inter_chans = inter_ptr + n.to(tl.int64) * stride_i_n + t * stride_i_t + c * stride_i_d
+        if IS_TREE:
+            # node t >= 1: its parent's window, stored by this program (other threads maybe: barrier first)
+            tl.debug_barrier()
+            parent = tl.load(parent_ptr + n.to(tl.int64) * stride_p_n + t * stride_p_t).to(tl.int64)
+            node = (t + zero) > 0
+            # an out-of-range parent (unvalidated on a device) reads zeros, never outside the row's steps
+            parent_ok = c_mask & live & node & ((parent + zero) >= 0) & ((parent + zero) < t)
+            parent_chans = inter_ptr + n.to(tl.int64) * stride_i_n + parent * stride_i_t + c * stride_i_d
         acc = bias
         for j in tl.static_range(W):
-            v = _ext_at(state_cols, x_chans, t + j, zero, state_ok, c_mask, stride_s_w, stride_x_t, W)
+            if IS_TREE and j < W - 1:
+                # the W-1 older inputs: the parent's window (node t >= 1) or the slot's (node 0)
+                from_parent = tl.load(parent_chans + j * stride_i_w, mask=parent_ok, other=0.0).to(tl.float32)
+                from_slot = tl.load(state_cols + j * stride_s_w, mask=state_ok & ~node, other=0.0).to(tl.float32)
+                v = tl.where(node, from_parent, from_slot)
+            else:
+                v = _ext_at(state_cols, x_chans, t + j, zero, state_ok, c_mask, stride_s_w, stride_x_t, W)
             acc += tl.load(w_chans + j * stride_w_w, mask=c_mask, other=0.0).to(tl.float32) * v
             if HAS_INTER and j >= 1:
                 tl.store(inter_chans + (j - 1) * stride_i_w, v.to(inter_ptr.dtype.element_ty), mask=c_mask & live)
@@ -165,8 +188,10 @@ def update_triton(
     activation: str | None,
     disable_state_update: bool,
     pad_slot_id: int | None,
+    retrieve_parent_token: torch.Tensor | None = None,
 ) -> object:
-    """Launch for decode/verify; same arguments and shapes as ``reference.update_reference``.
+    """Launch for decode/verify (chain, or a tree with ``retrieve_parent_token``); same arguments and shapes
+    as ``reference.update_reference``.
 
     Returns the launch's compiled kernel (None in the interpreter), for its ``n_regs`` / ``n_spills``.
     """
@@ -174,6 +199,9 @@ def update_triton(
     if N == 0:
         return None
     inter = intermediate_conv_windows
+    tree = retrieve_parent_token is not None
+    if tree and (inter is None or not disable_state_update):
+        raise ValueError("update_triton: a tree verify needs intermediate_conv_windows and disable_state_update")
     block_d = _block_d(dim)
     return _causal_conv1d_kernel[(N, triton.cdiv(dim, block_d))](
         x_ptr=x,
@@ -185,6 +213,7 @@ def update_triton(
         has_init_ptr=state_indices,  # unread without VARLEN
         inter_ptr=inter if inter is not None else x,  # unwritten without HAS_INTER
         out_ptr=out,
+        parent_ptr=retrieve_parent_token if tree else state_indices,  # unread without IS_TREE
         num_rows=N,
         num_tokens=N * L,
         dim=dim,
@@ -195,6 +224,7 @@ def update_triton(
         **named_strides("s", conv_state, "ndw"),
         **named_strides("i", inter, "ntdw"),
         **named_strides("o", out, "ntd"),
+        **named_strides("p", retrieve_parent_token, "nt"),
         W=weight.shape[1],
         BLOCK_D=block_d,
         HAS_BIAS=bias is not None,
@@ -203,6 +233,7 @@ def update_triton(
         VARLEN=False,
         HAS_INTER=inter is not None,
         UPDATE_STATE=not disable_state_update,
+        IS_TREE=tree,
     )
 
 
@@ -234,6 +265,9 @@ def varlen_triton(
         has_init_ptr=has_initial_state,
         inter_ptr=x,  # no intermediate windows in prefill
         out_ptr=out,
+        parent_ptr=state_indices,  # no tree in prefill
+        stride_p_n=0,
+        stride_p_t=0,
         num_rows=N,
         num_tokens=T,
         dim=dim,
@@ -254,4 +288,5 @@ def varlen_triton(
         VARLEN=True,
         HAS_INTER=False,
         UPDATE_STATE=True,
+        IS_TREE=False,
     )

@@ -7,7 +7,9 @@ Public ops (see ops.py for the full contract; all tokens packed along T; the poo
     recurrent(q, k, v, *, gk=, beta=, state=, ...) -> out                          KDA: gate per key channel
     chunked(q, k, v, g, beta, *, state, state_indices, cu_seqlens, chunk_size=...)  prefill (WY / UT)
     chunked(q, k, v, *, gk=, beta=, state=, ...)                                   KDA prefill
+    recurrent(..., intermediate_states=, disable_state_update=True, retrieve_parent_token=)  tree verify
     scatter_accepted(state, intermediate_states, state_indices, num_accepted)     after target-verify
+    scatter_accepted(state, intermediate_states, state_indices, accepted_steps=)  a tree's accepted node
 Each is one `torch.ops.linattn.*` custom op. Cost models: recurrent_cost, chunked_cost, scatter_accepted_cost.
 chunked's default chunk is `ops.DEFAULT_CHUNK_SIZE` (16 tokens: what the Triton kernel keeps in registers
 without spilling much; see ops.py).

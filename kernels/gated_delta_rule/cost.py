@@ -46,6 +46,7 @@ def recurrent_cost(
     use_qk_l2norm: bool = False,
     state_update: bool = True,
     per_channel_gate: bool = False,
+    tree: bool = False,
 ) -> Cost:
     """Cost of `recurrent` on T tokens in N rows (decode: T = N).
 
@@ -53,6 +54,8 @@ def recurrent_cost(
     written (verify: N * D); fused_gating: the engine gating inside the kernel (a, b, A_log, dt_bias read);
     state_update=False: ``disable_state_update=True`` (verify), the slots are read but not written;
     per_channel_gate: KDA's ``gk`` [T, HV, K] read instead of ``g`` [T, HV] (K exps per token and head, not one).
+    tree: a tree verify (``retrieve_parent_token``): every node past a row's first reads its parent's state
+    back from the intermediate buffer (T - N states) and each token its parent's index (int32).
     FLOPs per token and value head: decay K*V, S^T k 2KV, u 2V, rank-1 update 2KV, S^T q 2KV.
     """
     flops = T * HV * (7 * K * V + 2 * V)
@@ -67,6 +70,8 @@ def recurrent_cost(
     )
     if fused_gating:
         nbytes += 2 * HV * _size(gate_dtype)  # A_log, dt_bias
+    if tree:
+        nbytes += (T - N) * HV * K * V * _size(state_dtype) + T * 4
     return Cost(bytes=nbytes, flops=flops)
 
 
@@ -102,5 +107,5 @@ def chunked_cost(
 
 
 def scatter_accepted_cost(N: int, HV: int, K: int, V: int, state_dtype: torch.dtype = torch.float32) -> Cost:
-    """One intermediate state read and one slot written per row."""
+    """One intermediate state read and one slot written per row (num_accepted or accepted_steps alike)."""
     return Cost(bytes=2 * N * HV * K * V * _size(state_dtype) + 3 * N * 4, flops=0)

@@ -70,6 +70,28 @@ def _check_intermediate(
                 )
 
 
+def _check_tree(
+    check: ArgChecker,
+    parents,
+    N: int,
+    inter: torch.Tensor | None,
+    disable_state_update: bool,
+    state_indices: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    pad_slot_id: int | None,
+    dev: torch.device,
+) -> None:
+    """``retrieve_parent_token`` [N, D'] of a tree verify (``ArgChecker.tree``); where values may be read,
+    D' >= every row's length and each processed row's parents in ``0..t-1`` (``ArgChecker.tree_values``)."""
+    parents = check.tree(
+        parents, N, None, intermediate="intermediate_states", has_intermediate=inter is not None,
+        disable_state_update=disable_state_update, dev=dev,
+    )  # fmt: skip
+    if value_checks(dev):
+        lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
+        check.tree_values(parents, lengths, skipped_rows(state_indices, pad_slot_id).tolist())
+
+
 def _resolve_scale(check: ArgChecker, scale: float | None, K: int) -> float:
     if scale is None:
         return K**-0.5
@@ -102,6 +124,8 @@ def _validate(
     scale,
     impl,
     gk=None,
+    retrieve_parent_token=None,
+    disable_state_update=False,
 ):
     """Validation shared by recurrent / chunked; gates: the [T, HV] inputs by name (g and beta, a and b, or
     beta alone beside the per-channel gate gk [T, HV, K]). Returns (T, HV, V, scale, impl)."""
@@ -119,6 +143,11 @@ def _validate(
     )  # fmt: skip
     if intermediate_states is not None:
         _check_intermediate(check, intermediate_states, N, HV, K, V, cu_seqlens, dev, layout)
+    if retrieve_parent_token is not None:
+        _check_tree(
+            check, retrieve_parent_token, N, intermediate_states, disable_state_update, state_indices, cu_seqlens,
+            pad_slot_id, dev,
+        )  # fmt: skip
     scale = _resolve_scale(check, scale, K)
     impl = check.impl(impl, dev)
     if impl == "triton":
@@ -249,6 +278,7 @@ def _gdn_recurrent_op(
     softplus_beta: float,
     softplus_threshold: float,
     impl: str,
+    retrieve_parent_token: torch.Tensor | None = None,  # last, with a default: positional callers keep working
 ) -> None:
     run = implementation(
         impl,
@@ -274,6 +304,7 @@ def _gdn_recurrent_op(
         cu_seqlens=cu_seqlens,
         out=out,
         intermediate_states=intermediate_states,
+        retrieve_parent_token=retrieve_parent_token,
         has_initial_state=has_initial_state,
         scale=scale,
         use_qk_l2norm=use_qk_l2norm,
@@ -333,9 +364,10 @@ def _gdn_scatter_accepted_op(
     state_layout: str,
     intermediate_states: torch.Tensor,
     state_indices: torch.Tensor,
-    num_accepted: torch.Tensor,
+    num_accepted: torch.Tensor | None,
     pad_slot_id: int | None,
     impl: str,
+    accepted_steps: torch.Tensor | None = None,  # instead of num_accepted; last: positional callers keep working
 ) -> None:
     run = implementation(
         impl,
@@ -348,6 +380,7 @@ def _gdn_scatter_accepted_op(
         intermediate_states=intermediate_states,
         state_indices=state_indices,
         num_accepted=num_accepted,
+        accepted_steps=accepted_steps,
         pad_slot_id=pad_slot_id,
     )
 
@@ -380,6 +413,7 @@ def recurrent(
     disable_state_update: bool = False,
     pad_slot_id: int | None = -1,
     out: torch.Tensor | None = None,
+    retrieve_parent_token: torch.Tensor | None = None,
     impl: str = "auto",
 ) -> torch.Tensor:
     """Gated delta rule, token by token, over a pool of states (decode, target-verify, short extends).
@@ -406,6 +440,15 @@ def recurrent(
         intermediate_states: optional [N, D, HV, K, V] (v_first: [N, D, HV, V, K]); the state after step t
             of row n goes to [n, t] (batch row, not slot). D must be >= every row's length.
         disable_state_update: leave the pool untouched (target-verify; see scatter_accepted).
+        retrieve_parent_token: optional [N, D'] int32/int64 (D' >= every row's length): a tree verify (sglang's
+            topk > 1 drafts). Row n's tokens are the nodes of a draft tree in topological order; node t >= 1
+            starts from the state after node ``retrieve_parent_token[n, t]`` (in 0..t-1), read back from
+            ``intermediate_states[n, parent]``; node 0 starts from the slot (``[n, 0]`` is ignored). The state
+            after node t goes to ``intermediate_states[n, t]`` and token t's output is computed from it.
+            Needs ``intermediate_states`` and ``disable_state_update=True`` (the last node is a leaf of one
+            branch, not a final state: commit with ``scatter_accepted(accepted_steps=)``). A chain
+            (``parent[t] = t - 1``) gives the chain verify's results bit for bit. Parents are range-checked
+            on CPU tensors only (like the other value checks); on a device an out-of-range parent reads zeros.
         pad_slot_id: rows with state_indices <= pad_slot_id are skipped (no state read or write, zero
             outputs); None processes every row (see kernels/padding.py).
         out: optional [T, HV, V] buffer of v's dtype, fully overwritten (tokens of skipped rows and
@@ -433,6 +476,8 @@ def recurrent(
         scale=scale,
         impl=impl,
         gk=gk,
+        retrieve_parent_token=retrieve_parent_token,
+        disable_state_update=disable_state_update,
     )
     if A_log is not None:  # then dt_bias is given too (_gate_inputs)
         A_log = check.tensor("A_log", A_log, (HV,), FLOAT_DTYPES, q.device).contiguous()
@@ -458,6 +503,7 @@ def recurrent(
         cu_seqlens=cu_seqlens,
         out=out,
         intermediate_states=intermediate_states,
+        retrieve_parent_token=retrieve_parent_token,
         has_initial_state=has_initial_state,
         scale=scale,
         use_qk_l2norm=bool(use_qk_l2norm),
@@ -557,13 +603,16 @@ def scatter_accepted(
     state: torch.Tensor,
     intermediate_states: torch.Tensor,
     state_indices: torch.Tensor,
-    num_accepted: torch.Tensor,
+    num_accepted: torch.Tensor | None = None,
     *,
+    accepted_steps: torch.Tensor | None = None,
     state_layout: str = DEFAULT_STATE_LAYOUT,
     pad_slot_id: int | None = -1,
     impl: str = "auto",
 ) -> None:
-    """After target-verify: state[state_indices[n]] = intermediate_states[n, num_accepted[n] - 1], live rows.
+    """After target-verify: state[state_indices[n]] = intermediate_states[n, step[n]], live rows, where step[n]
+    is ``num_accepted[n] - 1`` (a chain verify: the last accepted token) or ``accepted_steps[n]`` (any node:
+    the accepted leaf of a tree verify, sglang's ``last_correct_step_indices``). Give exactly one of the two.
 
     Args:
         state: [num_slots, HV, K, V]; intermediate_states: [N, D, HV, K, V] (batch-row indexed), both laid out
@@ -571,11 +620,14 @@ def scatter_accepted(
             as `recurrent` wrote the intermediate states. A slot is copied whole, so the op needs the layout
             for the shapes only; a buffer in the other layout is refused where K != V and copied transposed
             where K == V.
-        state_indices: [N] int; num_accepted: [N] int, in 1..D for live rows (padded rows: any value).
+        state_indices: [N] int.
+        num_accepted: [N] int, in 1..D for live rows (padded rows: any value).
+        accepted_steps: [N] int, in 0..D-1 for live rows (padded rows: any value): the step (a tree's node id)
+            whose state each row commits.
         pad_slot_id: padding rule of kernels/padding.py.
 
-    num_accepted is range-checked (ValueError naming the row) only for CPU tensors (and not under a
-    TorchDispatchMode, see `kernels.checks.value_checks`): on an accelerator the
+    num_accepted / accepted_steps are range-checked (ValueError naming the row) only for CPU tensors (and
+    not under a TorchDispatchMode, see `kernels.checks.value_checks`): on an accelerator the
     check would need a host read, so there the triton kernel writes nothing for an out-of-range row and
     the reference (boolean-mask selection, one host sync) raises an indexing error.
     """
@@ -587,22 +639,31 @@ def scatter_accepted(
     K, V = state_dims(layout, *intermediate_states.shape[3:])  # (K, V) read back from the layout's order
     check.states("state", state, _state_dims(HV, K, V), layout, FLOAT_DTYPES, dev)
     check.tensor("state_indices", state_indices, (N,), INDEX_DTYPES, dev)
-    check.tensor("num_accepted", num_accepted, (N,), INDEX_DTYPES, dev)
+    if (num_accepted is None) == (accepted_steps is None):
+        got = "both" if num_accepted is not None else "neither"
+        check.fail(
+            f"accepted_steps: give num_accepted (a chain) or accepted_steps (any step, a tree's node), got {got}"
+        )
+    name, picked = ("num_accepted", num_accepted) if num_accepted is not None else ("accepted_steps", accepted_steps)
+    picked = check.tensor(name, picked, (N,), INDEX_DTYPES, dev)
     impl = check.impl(impl, dev)
     if impl == "triton":
         _check_triton_dtypes(check, state, intermediate_states)
-        for name, t in (("state", state), ("intermediate_states", intermediate_states)):
+        for what, t in (("state", state), ("intermediate_states", intermediate_states)):
             if t.stride(-1) != 1 or t.stride(-2) != t.shape[-1]:
-                check.fail(f"{name}: impl='triton' needs contiguous last two (K, V) dims, got strides {t.stride()}")
+                check.fail(f"{what}: impl='triton' needs contiguous last two (K, V) dims, got strides {t.stride()}")
     if value_checks(dev):
         num_slots = state.shape[0]
+        lo, hi = (1, D) if name == "num_accepted" else (0, D - 1)  # steps num_accepted - 1, or the step itself
         skipped = skipped_rows(state_indices, pad_slot_id).tolist()
-        rows = zip(state_indices.tolist(), num_accepted.tolist(), skipped, strict=True)
+        rows = zip(state_indices.tolist(), picked.tolist(), skipped, strict=True)
         for n, (slot, acc, skip) in enumerate(rows):
             if skip:
                 continue
-            if not 1 <= acc <= D:
-                check.fail(f"num_accepted: row {n} has {acc}, must be in 1..D={D} for a live row")
+            if not lo <= acc <= hi:
+                check.fail(
+                    f"{name}: row {n} has {acc}, must be in {lo}..{'D' if hi == D else 'D-1'}={hi} for a live row"
+                )
             if not 0 <= slot < num_slots:
                 check.fail(f"state_indices: row {n} has slot {slot}, outside [0, {num_slots})")
     torch.ops.linattn.gdn_scatter_accepted(
@@ -611,6 +672,7 @@ def scatter_accepted(
         intermediate_states=intermediate_states,
         state_indices=state_indices,
         num_accepted=num_accepted,
+        accepted_steps=accepted_steps,
         pad_slot_id=pad_slot_id,
         impl=impl,
     )

@@ -147,6 +147,7 @@ def recurrent_reference(
     pad_slot_id: int | None = -1,
     state_layout: str = DEFAULT_STATE_LAYOUT,
     gk: torch.Tensor | None = None,
+    retrieve_parent_token: torch.Tensor | None = None,
 ) -> None:
     """Token-by-token recurrence; writes `out`, `state` (unless disabled) and `intermediate_states` in place.
 
@@ -155,6 +156,10 @@ def recurrent_reference(
     `state` and `intermediate_states` are laid out as `state_layout` says; everything below works on their
     K-first views (`layout_view`: the same memory, last two dims swapped for "v_first").
     The gate is `g` [T, HV], or `gk` [T, HV, K] per key channel (then `g` is None).
+
+    Tree verify (`retrieve_parent_token` [N, D'] int, with `intermediate_states` and `disable_state_update`):
+    token t >= 1 of row n is a node that starts from the state after node `retrieve_parent_token[n, t]`,
+    read back from `intermediate_states[n, parent]`; node 0 starts from the slot. Otherwise as a chain.
     """
     state = layout_view(state, state_layout, "k_first")
     if intermediate_states is not None:
@@ -175,9 +180,14 @@ def recurrent_reference(
     )
     _zero_unowned_tokens(out, batch.bounds, batch.skipped)
 
+    parents = None
+    if retrieve_parent_token is not None:
+        if intermediate_states is None or not disable_state_update:
+            raise ValueError("gated delta rule reference: a tree verify needs intermediate_states and no state update")
+        parents = retrieve_parent_token.tolist()
     work = [n for n in range(len(batch.slots)) if not batch.skipped[n] and batch.bounds[n + 1] > batch.bounds[n]]
     if work:
-        _recurrent_rows_together(work, batch, state, out, intermediate_states, disable_state_update)
+        _recurrent_rows_together(work, batch, state, out, intermediate_states, disable_state_update, parents)
 
 
 # States of at most this many bytes per slot (in the arithmetic dtype) are gathered into one tensor; larger
@@ -192,6 +202,7 @@ def _recurrent_rows_together(
     out: torch.Tensor,
     intermediate_states: torch.Tensor | None,
     disable_state_update: bool,
+    parents: list[list[int]] | None = None,
 ) -> None:
     """Token step t of every row at once (decode: 1 step, verify: D, extend: the longest row's length).
 
@@ -206,6 +217,10 @@ def _recurrent_rows_together(
     ones (an engine layer: MBs per slot) are otherwise updated where they live, row by row on their slot:
     there the passes over the state are the cost, and a gather plus a scatter back would add two, plus page
     faults on fresh memory (NOTES.md).
+
+    A tree verify (`parents`: host rows of `retrieve_parent_token`) is the same walk, but before step t >= 1
+    each running row's state is replaced by its parent node's, read back from `intermediate_states` (where
+    step parent stored it): a chain (parent t-1) reads back what it holds, bit for bit.
     """
     q, k, v, g, beta = batch.q, batch.k, batch.v, batch.g, batch.beta
     dtype, device = q.dtype, q.device
@@ -232,6 +247,8 @@ def _recurrent_rows_together(
     steps = [packed] if len(pairs) == 1 else zip(*(x.split_with_sizes(pairs) for x in packed), strict=True)
 
     gathered = state.dtype != dtype or disable_state_update or HV * K * V * dtype.itemsize <= GATHER_MAX_SLOT_BYTES
+    if parents is not None and not (gathered and intermediate_states is not None):
+        raise ValueError("gated delta rule reference: a tree verify reads its nodes back from intermediate_states")
     if gathered:
         slots = torch.tensor([batch.slots[n] for n in rows], device=device)
         S_rows = state.index_select(0, slots).to(dtype)  # [R, HV, K, V], a private copy
@@ -250,6 +267,12 @@ def _recurrent_rows_together(
 
     for t, step in enumerate(steps):
         live = running[t]
+        if parents is not None and t > 0:
+            # node t of each running row starts from its parent node's state, as step parent stored it
+            assert intermediate_states is not None  # checked above: a tree reads its nodes back from there
+            node_rows = rows[:live]
+            parent_steps = torch.tensor([parents[n][t] for n in node_rows], device=device)
+            S_rows[:live] = intermediate_states[batch_rows[:live], parent_steps].to(dtype)
         if gathered:
             _token_step(running_states[pairs[t]], *step)
             if intermediate_states is not None:
@@ -415,18 +438,26 @@ def scatter_accepted_reference(
     state: torch.Tensor,
     intermediate_states: torch.Tensor,
     state_indices: torch.Tensor,
-    num_accepted: torch.Tensor,
+    num_accepted: torch.Tensor | None = None,
     *,
+    accepted_steps: torch.Tensor | None = None,
     pad_slot_id: int | None = -1,
     state_layout: str = DEFAULT_STATE_LAYOUT,
 ) -> None:
-    """state[state_indices[i]] = intermediate_states[i, num_accepted[i] - 1] for non-skipped rows.
+    """state[state_indices[i]] = intermediate_states[i, step[i]] for non-skipped rows, where step is
+    `num_accepted - 1` or `accepted_steps` (exactly one given; [N] int each).
 
     Both tensors are laid out as `state_layout` says, the same layout: a slot is copied whole, so the layout
     changes nothing here. Boolean-mask selection: one host sync on an accelerator (it is inside a custom op)."""
     del state_layout  # both in the same layout: the copy is the same either way
+    if (num_accepted is None) == (accepted_steps is None):
+        raise ValueError("scatter_accepted reference: give exactly one of num_accepted and accepted_steps")
     live = ~skipped_rows(state_indices, pad_slot_id)
     rows = torch.nonzero(live).flatten()
-    steps = num_accepted.to(torch.long)[rows] - 1
+    if accepted_steps is not None:
+        steps = accepted_steps.to(torch.long)[rows]
+    else:
+        assert num_accepted is not None
+        steps = num_accepted.to(torch.long)[rows] - 1
     picked = intermediate_states[rows, steps]  # [R, HV, K, V]
     state.index_copy_(0, state_indices.to(torch.long)[rows], picked.to(state.dtype))

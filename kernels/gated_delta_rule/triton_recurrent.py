@@ -14,6 +14,13 @@ intermediate states likewise); the launcher passes the strides of the pool's K-f
 (``kernels.conventions.layout_view``), so one kernel reads both layouts: k_first has ``stride_s_v == 1``,
 v_first ``stride_s_k == 1`` and ``stride_s_v == K`` (a program's tile is then BV contiguous runs of K).
 
+Tree verify (``IS_TREE``, sglang's topk > 1 drafts): a row's tokens are the nodes of a draft tree, node t
+starting from the state after its parent node ``retrieve_parent_token[n, t]``. Before each node t >= 1 the
+program reloads its tile from the intermediate buffer at step parent, where it stored that node's state
+(float32: a chain's reload is what it holds, bit for bit); node 0 starts from the slot tile as a chain does.
+A ``tl.debug_barrier`` comes first: the threads that stored the parent's tile need not be those that load it.
+Without IS_TREE none of this is compiled.
+
 Portability (see NOTES.md): only masked tl.load / tl.store on pointer arithmetic, tl.sum / tl.where /
 tl.exp / tl.log, a dynamic `for` over the sequence's tokens and scalar branches on constexpr flags. No
 block pointers, no libdevice, no inline asm, no atomics. bf16 inputs are upcast to float32 on load.
@@ -57,6 +64,7 @@ def _gdn_recurrent_kernel(
     h0_ptr,
     out_ptr,
     inter_ptr,
+    parent_ptr,  # retrieve_parent_token [N, D'] when IS_TREE
     scale,
     pad_slot_id,
     num_rows,
@@ -85,6 +93,8 @@ def _gdn_recurrent_kernel(
     stride_i_h,
     stride_i_k,
     stride_i_v,
+    stride_p_n,
+    stride_p_t,
     K: tl.constexpr,
     V: tl.constexpr,
     BK: tl.constexpr,
@@ -96,6 +106,7 @@ def _gdn_recurrent_kernel(
     HAS_H0_FLAG: tl.constexpr,
     STORE_FINAL: tl.constexpr,
     STORE_INTER: tl.constexpr,
+    IS_TREE: tl.constexpr,  # a tree verify: node t >= 1 starts from its parent's stored state (needs STORE_INTER)
 ):
     n = tl.program_id(0)
     hv = tl.program_id(1)
@@ -117,6 +128,24 @@ def _gdn_recurrent_kernel(
         dt_bias = tl.load(dt_bias_ptr + hv).to(tl.float32)
 
     for t in range(bos, eos):
+        if IS_TREE:
+            step = t - bos
+            # the parent's tile was stored by this program, but maybe by other threads: order it first
+            tl.debug_barrier()
+            parent = tl.load(parent_ptr + n.to(tl.int64) * stride_p_n + step * stride_p_t, mask=live, other=0)
+            parent = parent.to(tl.int64)
+            # an out-of-range parent (unvalidated on a device) reads zeros, never outside the row's steps
+            p_lim = tl.where(live & (step > 0) & (parent >= 0) & (parent < step), K, 0)
+            p_ptrs = (
+                inter_ptr
+                + n.to(tl.int64) * stride_i_n
+                + parent * stride_i_d
+                + hv * stride_i_h
+                + offs_k[:, None] * stride_i_k
+                + offs_v[None, :] * stride_i_v
+            )
+            S_parent = tl.load(p_ptrs, mask=(offs_k < p_lim)[:, None] & mask_v[None, :], other=0.0)
+            S = tl.where(step > 0, S_parent.to(tl.float32), S)  # node 0 keeps the slot's tile
         b_q = tl.load(q_ptr + t * stride_q_t + h * stride_q_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
         b_k = tl.load(k_ptr + t * stride_k_t + h * stride_k_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
         b_v = tl.load(v_ptr + t * stride_v_t + hv * stride_v_h + offs_v, mask=mask_v, other=0.0).to(tl.float32)
@@ -201,12 +230,14 @@ def launch_recurrent(
     softplus_beta: float = 1.0,
     softplus_threshold: float = 20.0,
     state_layout: str = DEFAULT_STATE_LAYOUT,
+    retrieve_parent_token: torch.Tensor | None = None,
     block_v: int | None = None,
     num_warps: int | None = None,
 ) -> object:
     """Launch the kernel on validated tensors (see ops.py). Last dims of q, k, v, out must be contiguous.
     ``state`` and ``intermediate_states`` are laid out as ``state_layout`` says: the kernel gets the strides of
-    their K-first views.
+    their K-first views. ``retrieve_parent_token`` [N, D'] int (with ``intermediate_states`` and
+    ``disable_state_update``): a tree verify (see the module docstring).
 
     With ``A_log`` given, the gates are computed in the kernel from the logits ``a``, ``b`` and ``A_log``,
     ``dt_bias`` (``g`` and ``beta`` are then None); otherwise ``g`` and ``beta`` are read as they are, or
@@ -227,6 +258,9 @@ def launch_recurrent(
         raise ValueError("launch_recurrent: give g and beta, gk and beta, or a, b, A_log and dt_bias")
     state_kv = layout_view(state, state_layout, "k_first")  # [num_slots, HV, K, V] view: strides only
     inter = None if intermediate_states is None else layout_view(intermediate_states, state_layout, "k_first")
+    tree = retrieve_parent_token is not None
+    if tree and (inter is None or not disable_state_update):
+        raise ValueError("launch_recurrent: a tree verify needs intermediate_states and disable_state_update")
     grid = (N, HV, triton.cdiv(V, _block_v(V, block_v)))
     return _gdn_recurrent_kernel[grid](
         q_ptr=q,
@@ -242,6 +276,7 @@ def launch_recurrent(
         h0_ptr=h0_flags(has_initial_state, state_indices),
         out_ptr=out,
         inter_ptr=inter if inter is not None else state,  # unwritten without STORE_INTER
+        parent_ptr=retrieve_parent_token if tree else state_indices,  # unread without IS_TREE
         scale=float(scale),
         pad_slot_id=kernel_pad_slot_id(pad_slot_id),
         num_rows=N,
@@ -252,6 +287,7 @@ def launch_recurrent(
         **token_strides(q=q, k=k, v=v, g=gate, b=gate_b, o=out),
         **named_strides("s", state_kv, "nhkv"),
         **named_strides("i", inter, "ndhkv"),
+        **named_strides("p", retrieve_parent_token, "nt"),
         K=K,
         V=V,
         BK=triton.next_power_of_2(K),
@@ -263,6 +299,7 @@ def launch_recurrent(
         HAS_H0_FLAG=has_initial_state is not None,
         STORE_FINAL=not disable_state_update,
         STORE_INTER=inter is not None,
+        IS_TREE=tree,
         num_warps=num_warps or DEFAULT_NUM_WARPS,
     )
 
@@ -274,6 +311,7 @@ def _scatter_accepted_kernel(
     idx_ptr,
     acc_ptr,
     pad_slot_id,
+    step_offset,
     depth,
     stride_s_n,
     stride_s_h,
@@ -287,11 +325,12 @@ def _scatter_accepted_kernel(
     hv = tl.program_id(1)
     ib = tl.program_id(2)
     slot = tl.load(idx_ptr + n).to(tl.int64)
-    acc = tl.load(acc_ptr + n).to(tl.int64)
-    # out-of-range num_accepted (unvalidated on accelerators) writes nothing rather than garbage
-    ok = (slot > pad_slot_id) & (acc >= 1) & (acc <= depth)
+    # the step to commit: num_accepted - 1 (step_offset 1) or accepted_steps itself (step_offset 0)
+    step = tl.load(acc_ptr + n).to(tl.int64) - step_offset
+    # an out-of-range step (unvalidated on accelerators) writes nothing rather than garbage
+    ok = (slot > pad_slot_id) & (step >= 0) & (step < depth)
     slot = tl.where(ok, slot, 0)
-    step = tl.where(ok, acc - 1, 0)
+    step = tl.where(ok, step, 0)
     offs = ib * BLOCK + tl.arange(0, BLOCK)
     m = offs < tl.where(ok, KV, 0)  # scalar condition folded into the bound
     src = inter_ptr + n.to(tl.int64) * stride_i_n + step * stride_i_d + hv * stride_i_h + offs
@@ -304,17 +343,21 @@ def launch_scatter_accepted(
     state: torch.Tensor,
     intermediate_states: torch.Tensor,
     state_indices: torch.Tensor,
-    num_accepted: torch.Tensor,
     pad_slot_id: int | None,
+    num_accepted: torch.Tensor | None = None,
+    accepted_steps: torch.Tensor | None = None,
     state_layout: str = DEFAULT_STATE_LAYOUT,
     block: int = 1024,
 ) -> object:
-    """Copy intermediate_states[n, num_accepted[n]-1] to state[state_indices[n]] for live rows, sync-free.
+    """Copy intermediate_states[n, step] to state[state_indices[n]] for live rows, sync-free, where step is
+    num_accepted[n] - 1 or accepted_steps[n] (exactly one given).
 
     The last two dims (K, V) of both tensors must be contiguous (checked by ops.py). Both are laid out as
     ``state_layout`` says, the same layout: a head's K * V elements are copied as they lie, so the layout
     changes nothing here."""
     del state_layout  # the same layout on both sides: a flat copy
+    if (num_accepted is None) == (accepted_steps is None):
+        raise ValueError("launch_scatter_accepted: give exactly one of num_accepted and accepted_steps")
     N, D, HV = intermediate_states.shape[:3]
     if N == 0:
         return None
@@ -324,8 +367,9 @@ def launch_scatter_accepted(
         state_ptr=state,
         inter_ptr=intermediate_states,
         idx_ptr=state_indices,
-        acc_ptr=num_accepted,
+        acc_ptr=num_accepted if num_accepted is not None else accepted_steps,
         pad_slot_id=kernel_pad_slot_id(pad_slot_id),
+        step_offset=1 if num_accepted is not None else 0,
         depth=D,
         **named_strides("s", state, "nh"),
         **named_strides("i", intermediate_states, "ndh"),

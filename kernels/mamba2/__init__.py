@@ -2,7 +2,8 @@
 
 - ``selective_state_update``: state ``[num_slots, nheads, headdim, dstate]`` float32, one token per row (a
   decode) or L of them (a verify, with the state after each in ``intermediate_states`` and the pool left
-  alone under ``disable_state_update``), ``ngroups`` groups of B/C shared by ``nheads // ngroups`` heads each.
+  alone under ``disable_state_update``; a draft tree's nodes with ``retrieve_parent_token``), ``ngroups``
+  groups of B/C shared by ``nheads // ngroups`` heads each.
 - ``chunk_scan``: a packed prefill batch (``cu_seqlens``), each row from its slot or zeros, optionally
   writing the chunk states on one grid over the flattened batch (``chunk_grid``: the grid sglang issue
   31833 misread).

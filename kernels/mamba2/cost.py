@@ -31,6 +31,7 @@ def selective_state_update_cost(
     steps: int = 1,
     state_update: bool = True,
     intermediate: bool = False,
+    tree: bool = False,
 ) -> Cost:
     """Cost of one ``selective_state_update`` call of ``N`` rows of ``steps`` tokens each.
 
@@ -38,10 +39,14 @@ def selective_state_update_cost(
     are per-head scalars expanded over headdim (and dstate for A), as engines pass them, so only
     ``nheads`` values are read (dt: ``N * nheads`` per step). A verify (``steps`` = D) reads each slot once,
     writes it back only with ``state_update`` and, with ``intermediate``, writes the state after every step.
+    ``tree``: a tree verify, whose steps past the first read their parent's state back (``steps - 1`` per
+    row) and each its parent index (int32).
     """
     es, ss, ps = dtype.itemsize, state_dtype.itemsize, param_dtype.itemsize
     slot = nheads * headdim * dstate * ss
     state_bytes = (1 + int(state_update)) * N * slot + (N * steps * slot if intermediate else 0)
+    if tree:
+        state_bytes += N * (steps - 1) * slot + N * steps * 4
     N = N * steps  # the per-token inputs and work below
     chan = N * nheads * headdim
     per_head = nheads if tied else nheads * headdim

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from kernels.checks import ArgChecker
+from kernels.checks import ArgChecker, value_checks
 from kernels.dispatch import implementation, inplace_custom_op
 from kernels.dtypes import FLOAT_DTYPES, INDEX_DTYPES, STATE_DTYPES
+from kernels.padding import skipped_rows
 
 from .chunk_grid import grid_size
 from .reference import chunk_scan_reference, selective_state_update_reference
@@ -38,6 +39,7 @@ def _ssu_op(
     intermediate_states: torch.Tensor | None,
     disable_state_update: bool,
     impl: str,
+    retrieve_parent_token: torch.Tensor | None = None,  # last, with a default: positional callers keep working
 ) -> None:
     run = implementation(
         impl,
@@ -59,6 +61,7 @@ def _ssu_op(
         pad_slot_id=pad_slot_id,
         out=out,
         intermediate_states=intermediate_states,
+        retrieve_parent_token=retrieve_parent_token,
         disable_state_update=disable_state_update,
     )
 
@@ -80,10 +83,12 @@ def selective_state_update(
     out: torch.Tensor | None = None,
     intermediate_states: torch.Tensor | None = None,
     disable_state_update: bool = False,
+    retrieve_parent_token: torch.Tensor | None = None,
     impl: str = "auto",
 ) -> torch.Tensor:
     """Mamba2 SSM update on a pool of states (mamba_ssm's ``selective_state_update``): one decode step per row,
-    or a verify's L steps per row with the state after each kept (sglang's ``intermediate_states_buffer``).
+    or a verify's L steps per row with the state after each kept (sglang's ``intermediate_states_buffer``),
+    along a chain or a draft tree (``retrieve_parent_token``).
 
     Args:
         state: [num_slots, nheads, headdim, dstate] float32 pool (float64 accepted for ground truth),
@@ -104,6 +109,14 @@ def selective_state_update(
         intermediate_states: [N, L, nheads, headdim, dstate] float32 (float64 accepted) or None: the state
             after each step, by batch row (skipped rows leave theirs untouched); only with the step axis.
         disable_state_update: leave ``state`` unchanged (a verify keeps its steps in ``intermediate_states``).
+        retrieve_parent_token: [N, D'] int32/int64 (D' >= L) or None: a tree verify (sglang's topk > 1
+            drafts), with the step axis. Row n's L steps are the nodes of a draft tree in topological order;
+            node t >= 1 starts from the state after node ``retrieve_parent_token[n, t]`` (in 0..t-1), read
+            back from ``intermediate_states[n, parent]``; node 0 from the slot (``[n, 0]`` is ignored). The
+            state after node t goes to ``intermediate_states[n, t]``, step t's output is computed from it.
+            Needs ``intermediate_states`` and ``disable_state_update=True``; a chain (``parent[t] = t - 1``)
+            gives the chain verify's results bit for bit. Parents are range-checked on CPU tensors only (on a
+            device an out-of-range parent reads zeros).
         impl: "auto" | "reference" | "triton".
 
     Returns:
@@ -140,6 +153,17 @@ def selective_state_update(
     if intermediate_states is not None:
         check.require(steps, f"intermediate_states needs the step axis: x [N, L, nheads, headdim], got {list(x.shape)}")
         check.tensor("intermediate_states", intermediate_states, (*lead, nheads, headdim, dstate), STATE_DTYPES, dev)
+    if retrieve_parent_token is not None:
+        check.require(
+            steps, f"retrieve_parent_token needs the step axis: x [N, L, nheads, headdim], got {list(x.shape)}"
+        )
+        L = lead[1]
+        parents = check.tree(
+            retrieve_parent_token, N, L, intermediate="intermediate_states",
+            has_intermediate=intermediate_states is not None, disable_state_update=disable_state_update, dev=dev,
+        )  # fmt: skip
+        if value_checks(dev):
+            check.tree_values(parents, [L] * N, skipped_rows(state_indices, pad_slot_id).tolist())
     if out is None:
         out = torch.empty_like(x)
     check.tensor("out", out, (*lead, nheads, headdim), FLOAT_DTYPES, dev)
@@ -158,6 +182,7 @@ def selective_state_update(
         pad_slot_id=pad_slot_id,
         out=out,
         intermediate_states=intermediate_states,
+        retrieve_parent_token=retrieve_parent_token,
         disable_state_update=bool(disable_state_update),
         impl=check.impl(impl, dev),
     )

@@ -38,6 +38,7 @@ def selective_state_update_reference(
     out: torch.Tensor,
     intermediate_states: torch.Tensor | None = None,
     disable_state_update: bool = False,
+    retrieve_parent_token: torch.Tensor | None = None,
 ) -> None:
     """One decode step of every row, or a verify's L steps; updates ``state`` (unless disabled), writes ``out``
     and ``intermediate_states`` in place.
@@ -46,6 +47,8 @@ def selective_state_update_reference(
     [N, L, nheads, headdim]; A [nheads, headdim, dstate]; B, C [N, (L,) ngroups, dstate]; D, dt_bias
     [nheads, headdim]; state_indices [N] int; intermediate_states [N, L, nheads, headdim, dstate] or None (the
     state after each step, by batch row; skipped rows leave theirs untouched).
+    retrieve_parent_token [N, D'] int or None: a tree verify; step t >= 1 of a row (a node) starts from the
+    state after step ``retrieve_parent_token[row, t]``, read back from ``intermediate_states``.
     """
     if x.dim() == 3:  # decode: one step per row
         x, dt, B, C, out = (t.unsqueeze(1) for t in (x, dt, B, C, out))
@@ -57,7 +60,16 @@ def selective_state_update_reference(
     out.zero_()  # skipped rows keep these zeros
     rows, slots = live_rows_and_slots(state_indices, pad_slot_id, state.shape[0])
     s = state[slots].to(ct)  # [R, nheads, headdim, dstate]
+    parents = None
+    if retrieve_parent_token is not None:
+        if intermediate_states is None or not disable_state_update:
+            raise ValueError("mamba2 reference: a tree verify needs intermediate_states and no state update")
+        parents = retrieve_parent_token.to(torch.long)[rows]  # [R, D']
     for t in range(x.shape[1]):
+        if parents is not None and t > 0:
+            # node t starts from its parent node's state, as step parent stored it (a chain's: step t-1)
+            assert intermediate_states is not None  # checked above: a tree reads its nodes back from there
+            s = intermediate_states[rows, parents[:, t]].to(ct)
         x_r = x[rows, t].to(ct)  # [R, nheads, headdim]
         dt_r = dt[rows, t].to(ct)
         if dt_bias is not None:

@@ -5,6 +5,10 @@ head state, loads it, updates it elementwise once per step (storing each step's 
 intermediate buffer when given) and reduces over dstate for each step's output, then stores the tile back
 to the same addresses unless the state update is disabled (each element is read and written by the same
 lane, so no barrier is needed).
+Tree verify (``IS_TREE``, sglang's topk > 1 drafts): before step t >= 1 the program reloads its tile from
+the intermediate buffer at step ``retrieve_parent_token[n, t]``, where it stored that node's state (after a
+``tl.debug_barrier``: the storing threads need not be the loading ones); step 0 starts from the slot. Without
+IS_TREE none of this is compiled.
 Inputs are read through their strides, so the "tied" layouts engines pass (A, dt, D, dt_bias expanded
 from per-head scalars with stride 0) cost no copy.
 
@@ -53,6 +57,7 @@ def _selective_state_update_kernel(
     indices_ptr,
     out_ptr,
     inter_ptr,
+    parent_ptr,  # retrieve_parent_token [N, D'] when IS_TREE
     num_steps,
     headdim,
     dstate,
@@ -98,6 +103,8 @@ def _selective_state_update_kernel(
     stride_i_h,
     stride_i_p,
     stride_i_s,
+    stride_p_n,
+    stride_p_t,
     BLOCK_P: tl.constexpr,
     BLOCK_S: tl.constexpr,
     HAS_D: tl.constexpr,
@@ -107,6 +114,7 @@ def _selective_state_update_kernel(
     HAS_PAD: tl.constexpr,
     STORE_INTER: tl.constexpr,
     STORE_STATE: tl.constexpr,
+    IS_TREE: tl.constexpr,  # a tree verify (needs STORE_INTER, not STORE_STATE)
 ):
     pid_p = tl.program_id(0)
     n = tl.program_id(1).to(tl.int64)
@@ -138,6 +146,19 @@ def _selective_state_update_kernel(
     S = tl.load(state_tile, mask=tile_mask, other=0.0).to(tl.float32)
 
     for t in range(num_steps):  # one token per row in decode; D of them in a verify
+        if IS_TREE:
+            tl.debug_barrier()  # the parent's tile was stored by this program, maybe by other threads
+            parent = tl.load(parent_ptr + n * stride_p_n + t * stride_p_t).to(tl.int64)
+            node = (t + 0 * p) > 0  # a vector, as `live`
+            # an out-of-range parent (unvalidated on a device) reads zeros, never outside the row's steps
+            from_parent = live & node & ((parent + 0 * p) >= 0) & ((parent + 0 * p) < t)
+            p_tile = inter_ptr + n * stride_i_n + parent * stride_i_l + h * stride_i_h
+            S_parent = tl.load(
+                p_tile + p[:, None] * stride_i_p + s[None, :] * stride_i_s,
+                mask=from_parent[:, None] & s_mask[None, :],
+                other=0.0,
+            ).to(tl.float32)
+            S = tl.where(node[:, None], S_parent, S)  # step 0 keeps the slot's tile
         x = tl.load(x_ptr + n * stride_x_n + t * stride_x_l + h * stride_x_h + p * stride_x_p, mask=p_mask, other=0.0)
         x = x.to(tl.float32)
         dt = tl.load(
@@ -193,6 +214,7 @@ def selective_state_update_triton(
     out: torch.Tensor,
     intermediate_states: torch.Tensor | None = None,
     disable_state_update: bool = False,
+    retrieve_parent_token: torch.Tensor | None = None,
 ) -> object:
     """Launch; same arguments and shapes as ``reference.selective_state_update_reference``.
 
@@ -205,6 +227,9 @@ def selective_state_update_triton(
     ngroups, dstate = B.shape[2], B.shape[3]
     if N == 0:
         return None
+    tree = retrieve_parent_token is not None
+    if tree and (intermediate_states is None or not disable_state_update):
+        raise ValueError("selective_state_update_triton: a tree verify needs intermediate_states, no state update")
     block_s = triton.next_power_of_2(dstate)
     # At most 4096 state elements per program: the tile, A and the decay all live in registers.
     block_p = max(1, min(triton.next_power_of_2(headdim), 4096 // block_s))
@@ -221,6 +246,7 @@ def selective_state_update_triton(
         indices_ptr=state_indices,
         out_ptr=out,
         inter_ptr=intermediate_states if intermediate_states is not None else state,
+        parent_ptr=retrieve_parent_token if tree else state_indices,  # unread without IS_TREE
         num_steps=L,
         headdim=headdim,
         dstate=dstate,
@@ -237,6 +263,7 @@ def selective_state_update_triton(
         **named_strides("db", dt_bias, "hp"),
         **named_strides("o", out, "nlhp"),
         **named_strides("i", intermediate_states, "nlhps"),
+        **named_strides("p", retrieve_parent_token, "nt"),
         BLOCK_P=block_p,
         BLOCK_S=block_s,
         HAS_D=D is not None,
@@ -246,4 +273,5 @@ def selective_state_update_triton(
         HAS_PAD=pad_slot_id is not None,
         STORE_INTER=intermediate_states is not None,
         STORE_STATE=not disable_state_update,
+        IS_TREE=tree,
     )

@@ -22,7 +22,7 @@ nothing else is judged: the caller reads the tensors it passed, not the kernel's
 
 >>> res = check_kernel("reference", "causal_conv1d.update", capture=False)
 >>> res.ok, res.names, [c.name for c in res["verify"].conventions]
-(True, ['decode', 'verify'], ['sglang', 'sglang-ascend', 'vllm'])
+(True, ['decode', 'verify', 'tree'], ['sglang', 'sglang-ascend', 'vllm'])
 >>> [c.key for c in check_kernel("reference", "linear_attn.recurrent", "decode", capture=False).results]
 ['sglang', 'sglang+tokens', 'sglang-ascend', 'vllm', 'vllm+tokens']
 >>> res.candidate

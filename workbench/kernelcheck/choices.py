@@ -8,7 +8,7 @@ The choices live in ``kernels``: ops and variants in :data:`kernels.testing.OPS`
 >>> draw_case("causal_conv1d.update", "extend", convention="vllm").name
 Traceback (most recent call last):
 ...
-workbench.kernelcheck.choices.KernelCheckError: variant: causal_conv1d.update has no variant 'extend'; choose one of ['decode', 'verify']
+workbench.kernelcheck.choices.KernelCheckError: variant: causal_conv1d.update has no variant 'extend'; choose one of ['decode', 'verify', 'tree']
 """  # noqa: E501
 
 from __future__ import annotations

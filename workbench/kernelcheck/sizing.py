@@ -29,12 +29,13 @@ _GDN, _CONV, _SSM = ("H", "HV", "K", "V"), ("dim", "width"), ("nheads", "headdim
 # The sizes of kernels.testing.SHAPES that each op's builder reads, per variant (D: a verify's draft tokens,
 # extend: the longest extend row); tests/test_kernelcheck_sizing.py holds it against the builders.
 SIZES_USED: dict[str, dict[str, tuple[str, ...]]] = {
-    "gated_delta_rule.recurrent": {"decode": _GDN, "gating": _GDN, "verify": (*_GDN, "D"), "extend": (*_GDN, "extend")},
+    "gated_delta_rule.recurrent": {"decode": _GDN, "gating": _GDN, "verify": (*_GDN, "D"), "tree": (*_GDN, "D"),
+                                   "extend": (*_GDN, "extend")},
     "gated_delta_rule.chunked": {"extend": (*_GDN, "extend")},
-    "gated_delta_rule.scatter_accepted": {"accept": ("HV", "K", "V", "D")},
-    "causal_conv1d.update": {"decode": _CONV, "verify": (*_CONV, "D")},
+    "gated_delta_rule.scatter_accepted": {"accept": ("HV", "K", "V", "D"), "accepted_steps": ("HV", "K", "V", "D")},
+    "causal_conv1d.update": {"decode": _CONV, "verify": (*_CONV, "D"), "tree": (*_CONV, "D")},
     "causal_conv1d.varlen": {"extend": (*_CONV, "extend")},
-    "mamba2.selective_state_update": {"decode": _SSM, "verify": (*_SSM, "D")},
+    "mamba2.selective_state_update": {"decode": _SSM, "verify": (*_SSM, "D"), "tree": (*_SSM, "D")},
     "mamba2.chunk_scan": {"extend": (*_SSM, "extend")},
     "linear_attn.recurrent": {"decode": _GDN, "extend": (*_GDN, "extend")},
 }  # fmt: skip
@@ -72,26 +73,28 @@ def case_bytes(op: str, variant: str, sizes: Mapping[str, int], rows: int, padde
                                        "dstate", "ngroups")}  # fmt: skip
     n, slots = rows + padded, _slots(rows)
     H, HV, K, V, D, E = s["H"], s["HV"], s["K"], s["V"], s["D"], s["extend"]
+    verify = variant in ("verify", "tree")  # a tree verify is a verify plus its [n, D] int32 parents
+    elems = n * D if variant == "tree" else 0
     if op in ("gated_delta_rule.recurrent", "gated_delta_rule.chunked"):
-        per_row = {"decode": 1, "gating": 1, "verify": D}.get(variant, E)
+        per_row = {"decode": 1, "gating": 1}.get(variant, D if verify else E)
         T = n * per_row + tail
-        elems = T * (2 * H * K + 2 * HV * V + 2 * HV) + 2 * HV + slots * HV * K * V
-        elems += n * D * HV * K * V if variant == "verify" else 0
+        elems += T * (2 * H * K + 2 * HV * V + 2 * HV) + 2 * HV + slots * HV * K * V
+        elems += n * D * HV * K * V if verify else 0
     elif op == "gated_delta_rule.scatter_accepted":
         elems = slots * HV * K * V + n * D * HV * K * V
     elif op == "causal_conv1d.update":
         dim, W = s["dim"], s["width"]
-        L = D if variant == "verify" else 1
-        elems = 2 * n * L * dim + slots * dim * (W - 1) + dim * (W + 1)
-        elems += n * L * dim * (W - 1) if variant == "verify" else 0
+        L = D if verify else 1
+        elems += 2 * n * L * dim + slots * dim * (W - 1) + dim * (W + 1)
+        elems += n * L * dim * (W - 1) if verify else 0
     elif op == "causal_conv1d.varlen":
         dim, W = s["dim"], s["width"]
         elems = 2 * (n * E + tail) * dim + slots * dim * (W - 1) + dim * (W + 1)
     elif op == "mamba2.selective_state_update":
         nh, hd, ds, ng = s["nheads"], s["headdim"], s["dstate"], s["ngroups"]
-        L = D if variant == "verify" else 1
-        elems = slots * nh * hd * ds + n * L * (3 * nh * hd + 2 * ng * ds + nh) + 3 * nh
-        elems += n * L * nh * hd * ds if variant == "verify" else 0
+        L = D if verify else 1
+        elems += slots * nh * hd * ds + n * L * (3 * nh * hd + 2 * ng * ds + nh) + 3 * nh
+        elems += n * L * nh * hd * ds if verify else 0
     elif op == "mamba2.chunk_scan":
         nh, hd, ds, ng = s["nheads"], s["headdim"], s["dstate"], s["ngroups"]
         T = n * E + tail
