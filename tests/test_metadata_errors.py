@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import workbench.metadata.invariants as invariants
-from workbench import Batch, MetadataBuffers, MetadataError, StatePool, build_metadata, validate
+from workbench import Batch, DraftTree, MetadataBuffers, MetadataError, StatePool, build_metadata, validate
 from workbench.limits import check_fits, check_int, check_memory, field_and_row
 from workbench.metadata import Metadata, row_fate
 
@@ -62,6 +62,20 @@ def _verify_sglang() -> tuple[Metadata, StatePool]:
     pool = StatePool(16, "sglang")
     rows = pool.alloc(3)
     return build_metadata(Batch.target_verify(rows, [5, 6, 7], 2), pool, bucket=4, buckets=[4]), pool
+
+
+def _verify_tree() -> tuple[Metadata, StatePool]:
+    """sglang verify of draft trees, D=4: rows 0 and 1 the example tree [-1, 0, 0, 1], one padded row."""
+    pool = StatePool(16, "sglang")
+    rows = pool.alloc(2)
+    tree = DraftTree.from_parents([[-1, 0, 0, 1]] * 2)
+    return build_metadata(Batch.target_verify(rows, [5, 6], 4, tree=tree), pool, bucket=3, buckets=[3]), pool
+
+
+def _add_tree_fields(m: Metadata) -> None:
+    """Draft-tree links of the right shape (zeros) on a step whose profile has no trees."""
+    for name in ("retrieve_next_token", "retrieve_next_sibling", "retrieve_parent_token"):
+        setattr(m, name, torch.zeros(m.batch_size, m.draft_tokens, dtype=torch.int32))
 
 
 def _set(name: str, index: Any, value: Any) -> Callable[[Metadata], None]:
@@ -118,6 +132,16 @@ VALIDATE_CASES: list[tuple[str, Callable[[], tuple[Metadata, StatePool]], Callab
         "intermediate_state_indices",
         2,
     ),
+    (
+        "tree field missing",
+        _verify_tree,
+        lambda m: setattr(m, "retrieve_next_sibling", None),
+        "retrieve_next_sibling",
+        None,
+    ),
+    ("tree on vllm", _verify_vllm, _add_tree_fields, "retrieve_next_token", None),
+    ("tree links", _verify_tree, _set("retrieve_next_sibling", (1, 1), -1), "retrieve_next_token", 1),
+    ("tree parents", _verify_tree, _set("retrieve_parent_token", (1, 3), 0), "retrieve_parent_token", 1),
 ]
 
 

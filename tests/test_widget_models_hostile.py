@@ -134,6 +134,7 @@ EXPLORER_FIELDS: dict[str, tuple[str, Any, Callable[[Any], bool]]] = {
     "raw_batch_size": ("int", 3, int_in(0, 21)),  # vLLM's pool of 64 slots holds 21 requests of D=3 slots
     "seq_lens": ("str", "4, 5", blank),  # blank: random lengths
     "draft_tokens": ("int", 2, never),
+    "topk": ("int", 1, never),  # 1: chains; above, vLLM (in "all") says beside it that it verifies chains only
     "buckets": ("str", "1, 2, 4", blank),  # blank: the engine's list
     "pool_size": ("int", 32, never),
     "fragmentation": ("real", 0.25, lambda v: is_real(v) and v == 0),

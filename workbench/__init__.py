@@ -18,7 +18,7 @@ from workbench.errors import CaptureError, DeviceUnavailable, MetadataError, Wor
 if TYPE_CHECKING:
     from workbench.batch import Batch
     from workbench.buckets import capture_buckets, choose_bucket
-    from workbench.metadata import Metadata, MetadataBuffers, build_metadata, validate
+    from workbench.metadata import DraftTree, Metadata, MetadataBuffers, build_metadata, validate
     from workbench.pool import StatePool
     from workbench.profiles import PROFILES, Profile, get_profile
 
@@ -27,6 +27,7 @@ _LAZY = {
     "Batch": "workbench.batch",
     "capture_buckets": "workbench.buckets",
     "choose_bucket": "workbench.buckets",
+    "DraftTree": "workbench.metadata",
     "Metadata": "workbench.metadata",
     "MetadataBuffers": "workbench.metadata",
     "build_metadata": "workbench.metadata",
@@ -56,6 +57,7 @@ __all__ = [
     "Batch",
     "CaptureError",
     "DeviceUnavailable",
+    "DraftTree",
     "Metadata",
     "MetadataBuffers",
     "MetadataError",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -70,6 +71,28 @@ def _check_min(name: str, t: torch.Tensor, minimum: int) -> None:
         raise MetadataError(f"{name}[{i}] = {int(t[i])}: must be >= {minimum}", field=name, row=i)
 
 
+@runtime_checkable
+class DraftTreeLike(Protocol):
+    """What a batch reads of its draft trees. ``workbench.metadata.DraftTree`` is the one implementation: it
+    lives a layer up, beside the metadata it fills, so the batch names it by what it offers (the builders
+    check the class itself)."""
+
+    @property
+    def num_requests(self) -> int: ...
+
+    @property
+    def draft_tokens(self) -> int: ...
+
+    @property
+    def parents(self) -> torch.Tensor: ...
+
+    @property
+    def next_token(self) -> torch.Tensor: ...
+
+    @property
+    def next_sibling(self) -> torch.Tensor: ...
+
+
 @dataclass
 class Batch:
     """The live requests of one forward step.
@@ -82,6 +105,7 @@ class Batch:
         extend_lens: int32 ``[r]`` new tokens per request (extend only).
         prefix_lens: int32 ``[r]`` cached tokens before this step (extend only; 0: no initial state).
         num_accepted_tokens: int32 ``[r]`` tokens accepted at the previous verify (vLLM spec decode).
+        tree: the draft tree of each request (``workbench.metadata.DraftTree``, target_verify only; None: chains).
     """
 
     mode: str
@@ -91,6 +115,7 @@ class Batch:
     extend_lens: torch.Tensor | None = None
     prefix_lens: torch.Tensor | None = None
     num_accepted_tokens: torch.Tensor | None = None
+    tree: DraftTreeLike | None = None
 
     # -- constructors ---------------------------------------------------------------------------------
     @classmethod
@@ -109,9 +134,14 @@ class Batch:
         draft_tokens: int,
         *,
         num_accepted_tokens: IntsLike | None = None,
+        tree: DraftTreeLike | None = None,
         device: torch.device | str | None = None,
     ) -> Batch:
-        """Speculative verify: ``draft_tokens`` (D) tokens per request."""
+        """Speculative verify: ``draft_tokens`` (D) tokens per request.
+
+        ``tree``: a ``workbench.metadata.DraftTree`` of one tree per request of D nodes (sglang with
+        ``topk > 1``); None: each row's drafts are a chain. A tree of D = 1 is its root alone, a chain.
+        """
         if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or draft_tokens < 1:
             raise MetadataError(f"draft_tokens must be an int >= 1, got {draft_tokens!r}", field="draft_tokens")
         rpi, sl = cls._common(req_pool_indices, seq_lens, device)
@@ -136,7 +166,8 @@ class Batch:
                     field="num_accepted_tokens",
                     row=i,
                 )
-        return cls("target_verify", rpi, sl, draft_tokens=draft_tokens, num_accepted_tokens=acc)
+        cls._check_tree(tree, rpi.numel(), draft_tokens)
+        return cls("target_verify", rpi, sl, draft_tokens=draft_tokens, num_accepted_tokens=acc, tree=tree)
 
     @classmethod
     def extend(
@@ -216,6 +247,21 @@ class Batch:
         return rpi, sl
 
     @staticmethod
+    def _check_tree(tree: object, r: int, draft_tokens: int) -> None:
+        if tree is None:
+            return
+        if not isinstance(tree, DraftTreeLike):
+            raise MetadataError(
+                f"tree: expected a workbench.metadata.DraftTree or None, got {type(tree).__name__}", field="tree"
+            )
+        if tree.num_requests != r or tree.draft_tokens != draft_tokens:
+            raise MetadataError(
+                f"tree: trees of {tree.num_requests} requests x {tree.draft_tokens} nodes, the batch has {r} requests "
+                f"x draft_tokens={draft_tokens}",
+                field="tree",
+            )
+
+    @staticmethod
     def _check_rows(rpi: torch.Tensor) -> None:
         _check_min("req_pool_indices", rpi, 0)
         if rpi.device.type == "cpu" and rpi.numel() > 1:
@@ -247,6 +293,7 @@ class Batch:
 
     def __repr__(self) -> str:
         extra = f", D={self.draft_tokens}" if self.mode == "target_verify" else ""
+        extra += ", tree" if self.tree is not None else ""
         return f"Batch.{self.mode}(raw_bs={self.raw_batch_size}{extra})"
 
     def _repr_html_(self) -> str:
@@ -256,8 +303,12 @@ class Batch:
             if t is not None:
                 cols[name] = t
         values = {name: t.tolist() for name, t in cols.items()}
+        if self.tree is not None:  # each row's draft tree, as its parents (node 0 the verified root)
+            cols["tree_parents"] = self.tree.parents
+            values["tree_parents"] = [html.short_list(p, limit=16) for p in self.tree.parents.tolist()]
         rows = [[i, *(values[c][i] for c in cols)] for i in range(self.raw_batch_size)]
-        head = {"mode": self.mode, "raw_bs": self.raw_batch_size, "tokens": self.num_tokens}
+        head: dict[str, object] = {"mode": self.mode, "raw_bs": self.raw_batch_size, "tokens": self.num_tokens}
         if self.mode == "target_verify":
             head["D"] = self.draft_tokens
+            head["drafts"] = "chain" if self.tree is None else "tree"
         return html.block(html.facts(head), html.table(["row", *cols], rows, max_rows=40), title="Batch")

@@ -82,6 +82,9 @@ class Profile:
         state_layout: how the engine's pool lays out a gated-delta-rule state slot per value head: ``"v_first"``
             (``[V, K]``: sglang's ``MambaPool`` and vLLM's GDN pool, both released engines) or ``"k_first"``
             (``[K, V]``: fla's default). ``workbench.viz.layout`` draws what a read in the other one takes.
+        tree_verify: the engine verifies draft trees (sglang's ``speculative_eagle_topk > 1``: per-row
+            ``retrieve_next_token`` / ``retrieve_next_sibling`` / ``retrieve_parent_token`` buffers); False: chains
+            only (vLLM), and a batch with a tree is refused.
     """
 
     name: str
@@ -99,6 +102,7 @@ class Profile:
     prefix_caches: tuple[str, ...] = ()
     zero_on_alloc: bool = False
     state_layout: str = "v_first"
+    tree_verify: bool = False
 
     @property
     def sentinel(self) -> int:
@@ -150,6 +154,7 @@ PROFILES: dict[str, Profile] = {
         decodes_first=False,
         prefix_caches=("no_buffer", "extra_buffer"),
         zero_on_alloc=True,
+        tree_verify=True,
     ),
     "sglang-ascend": Profile(
         name="sglang-ascend",
@@ -170,6 +175,7 @@ PROFILES: dict[str, Profile] = {
         decodes_first=False,
         prefix_caches=("no_buffer", "extra_buffer"),
         zero_on_alloc=True,
+        tree_verify=True,
     ),
     "vllm": Profile(
         name="vllm",

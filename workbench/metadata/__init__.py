@@ -9,6 +9,8 @@
 - :mod:`~workbench.metadata.invariants`: ``validate``, the invariants of docs/design.md (not `validate.py`:
   a submodule named like the function would shadow it);
 - :mod:`~workbench.metadata.access`: ``row_fate`` and ``predicted_access``, what the kernels do with each row;
+- :mod:`~workbench.metadata.tree`: ``DraftTree``, a tree verify's draft trees (sglang, ``topk > 1``), and
+  ``parents_from_links``, sglang's derivation of ``retrieve_parent_token``;
 - :mod:`~workbench.metadata.sizing`: the default bucket list and the memory checks before allocating.
 
 ``bucket`` means one thing everywhere: "auto" (the default) pads to the smallest captured bucket that holds
@@ -20,12 +22,15 @@ from workbench.metadata.buffers import MetadataBuffers
 from workbench.metadata.build import build_metadata
 from workbench.metadata.invariants import validate
 from workbench.metadata.record import GRAPH_MODES, Metadata, tokens_per_row
+from workbench.metadata.tree import DraftTree, parents_from_links
 
 __all__ = [
     "GRAPH_MODES",
+    "DraftTree",
     "Metadata",
     "MetadataBuffers",
     "build_metadata",
+    "parents_from_links",
     "predicted_access",
     "row_fate",
     "tokens_per_row",

@@ -15,13 +15,16 @@ from workbench.limits import INT32_MAX
 from workbench.metadata.padding import (
     PaddedRow,
     RowViews,
+    check_tree,
     live_index_table,
     row_views,
     write_query_start_loc,
     write_rows,
+    write_tree,
 )
 from workbench.metadata.record import GRAPH_MODES, Metadata
-from workbench.metadata.sizing import check_padded_memory, default_buckets
+from workbench.metadata.sizing import check_padded_memory, check_tree_memory, default_buckets
+from workbench.metadata.tree import DraftTree
 from workbench.pool import StatePool
 
 
@@ -42,6 +45,17 @@ def _check_graph_bucket(bucket: object) -> None:
     )
 
 
+def _check_tree_option(tree: object, mode: str, pool: StatePool) -> None:
+    if not isinstance(tree, bool):
+        raise MetadataError(f"tree must be True or False, got {tree!r}", field="tree")
+    if tree and mode != "target_verify":
+        raise MetadataError(f"tree: draft trees are a target_verify's, these buffers are for {mode!r}", field="tree")
+    if tree and not pool.profile.tree_verify:
+        raise MetadataError(
+            f"tree: profile {pool.profile.name!r} has no draft trees (it verifies chains only)", field="tree"
+        )
+
+
 class MetadataBuffers:
     """One static set of metadata tensors per captured bucket, updated in place each step.
 
@@ -55,6 +69,10 @@ class MetadataBuffers:
         mode: "decode" or "target_verify" (idle batches run in either).
         buckets: captured batch sizes (default: the profile's list for ``pool.capacity``).
         draft_tokens: D for target_verify (1 for decode).
+        tree: target_verify of draft trees (sglang's backend setting ``topk > 1``): three more int32 ``[bs, D]``
+            static buffers per bucket, allocated zeros, ``retrieve_next_token``, ``retrieve_next_sibling`` and
+            ``retrieve_parent_token``. Every batch then carries a tree (``Batch.tree``; a chain is
+            ``DraftTree.chain``); without it a batch with a tree is refused. Only a profile with ``tree_verify``.
     """
 
     def __init__(
@@ -63,6 +81,8 @@ class MetadataBuffers:
         mode: str = "decode",
         buckets: Sequence[int] | None = None,
         draft_tokens: int = 1,
+        *,
+        tree: bool = False,
     ) -> None:
         if not isinstance(pool, StatePool):
             raise MetadataError(f"pool must be a workbench.StatePool, got {type(pool).__name__}", field="pool")
@@ -76,11 +96,15 @@ class MetadataBuffers:
             raise MetadataError(
                 f"draft_tokens: decode has 1 token per request, got {draft_tokens}", field="draft_tokens"
             )
+        _check_tree_option(tree, mode, pool)
         self.pool = pool
         self.mode = mode
         self.draft_tokens = draft_tokens
+        self.tree = tree
         self.buckets = default_buckets(pool, mode == "target_verify") if buckets is None else check_buckets(buckets)
         check_padded_memory(f"buckets={_short_buckets(self.buckets)}", sum(self.buckets) + self.buckets[-1], pool)
+        if tree:
+            check_tree_memory(f"buckets={_short_buckets(self.buckets)}", sum(self.buckets), draft_tokens, pool)
         if (self.buckets[-1] + 1) * draft_tokens > INT32_MAX:
             raise MetadataError(
                 f"draft_tokens={draft_tokens}: bucket {self.buckets[-1]} x {draft_tokens} tokens does not fit "
@@ -118,6 +142,10 @@ class MetadataBuffers:
                 meta.num_accepted_tokens = torch.empty(bs, dtype=torch.int32, device=dev)
             if prof.verify_intermediate_by_row:
                 meta.intermediate_state_indices = torch.arange(bs, dtype=torch.int32, device=dev)
+        if self.tree:  # zeros, as sglang allocates them; a row keeps its links until a step overwrites them
+            meta.retrieve_next_token = torch.zeros((bs, d), dtype=torch.int32, device=dev)
+            meta.retrieve_next_sibling = torch.zeros((bs, d), dtype=torch.int32, device=dev)
+            meta.retrieve_parent_token = torch.zeros((bs, d), dtype=torch.int32, device=dev)
         return meta
 
     def bucket_for(self, raw_bs: int) -> int | None:
@@ -137,6 +165,13 @@ class MetadataBuffers:
         keep a step's values. The slices of a (bucket, raw_bs) pair are cached the first time that pair
         is seen (Python view objects over the static storage; no tensor memory is allocated).
 
+        Tree buffers (``tree=True``): the live rows' links ``[:raw_bs]`` are copied in from ``batch.tree`` and
+        the padded rows keep the links of whichever earlier step last wrote them (sglang never clears them);
+        then ``retrieve_parent_token`` of every row is derived from the buffers' links in place (one step per
+        node, with a few small temporaries). So a padded row's parents are an old tree's, or a star of
+        zeros before any step reached that row: harmless where the kernel skips the row, and worth knowing
+        where it processes it (sglang on Ascend).
+
         >>> from workbench import Batch, StatePool
         >>> pool = StatePool(8)
         >>> bufs = MetadataBuffers(pool, "decode", buckets=[4])
@@ -147,7 +182,7 @@ class MetadataBuffers:
         (True, 3, 2)
         """
         _check_graph_bucket(bucket)
-        self._check_batch(batch)
+        tree = self._check_batch(batch)
         r = batch.raw_batch_size
         bs = resolve_bucket(r, self.buckets, bucket)
         if bs is None:
@@ -157,12 +192,14 @@ class MetadataBuffers:
         v = self._views.get((bs, r)) or self._make_views(bs, r)
         write_rows(v, batch, self._table, self._pad)
         write_query_start_loc(m.query_start_loc, self._qsl_steps[: bs + 1], r * self.draft_tokens)
+        write_tree(m, tree, r)  # nothing without tree buffers; padded rows' links stay stale
         m.raw_batch_size = r
         m.forward_mode = batch.mode
         m.draft_tokens = self.draft_tokens if batch.mode != "idle" else 0
         return m
 
-    def _check_batch(self, batch: Batch) -> None:
+    def _check_batch(self, batch: Batch) -> DraftTree | None:
+        """Refuse a batch these buffers cannot hold (before any write); its checked tree, if any."""
         if batch.mode != "idle" and batch.mode != self.mode:
             raise MetadataError(
                 f"forward_mode: buffers captured for {self.mode!r}, batch is {batch.mode!r}", field="forward_mode"
@@ -177,6 +214,20 @@ class MetadataBuffers:
                 f"batch.req_pool_indices is on {batch.device}, the buffers on {self.pool.device}",
                 field="batch.req_pool_indices",
             )
+        tree = check_tree(batch, self.pool.profile)
+        if tree is not None and not self.tree:
+            raise MetadataError(
+                "tree: the batch carries draft trees, and these buffers were built without tree=True (no "
+                "retrieve_* buffers to write them to)",
+                field="tree",
+            )
+        if self.tree and batch.mode == "target_verify" and batch.tree is None:
+            raise MetadataError(
+                "tree: buffers built with tree=True (sglang's topk > 1) read each row's tree links, and this batch "
+                "has none; pass tree=DraftTree.chain(r, D) for chains",
+                field="tree",
+            )
+        return tree
 
     def _check_request_rows(self, batch: Batch) -> None:
         # before any write, so a bad batch leaves the buffers as they were; only where a host read costs no sync
@@ -203,7 +254,8 @@ class MetadataBuffers:
         """Put ``bucket``'s buffers in their capture state: all rows live, no padding, every row on request
         row 0 and the dummy slot (as in sglang, capture runs the kernels there and writes only that slot);
         ``num_accepted_tokens`` is D, as vLLM captures it; the other fields hold the padded-row values
-        (:class:`workbench.metadata.padding.PaddedRow`)."""
+        (:class:`workbench.metadata.padding.PaddedRow`). Tree buffers are left as they are, in the same
+        storage the graph records: sglang skips their copy at capture (its capture batch has no links)."""
         m = self.static[bucket]
         pad = self._pad
         m.state_indices.fill_(self.pool.profile.dummy_slot)
@@ -222,9 +274,10 @@ class MetadataBuffers:
 
     # -- views ----------------------------------------------------------------------------------------
     def __repr__(self) -> str:
+        tree = ", tree" if self.tree else ""
         return (
             f"MetadataBuffers({self.pool.profile.name} {self.mode}, buckets={_short_buckets(self.buckets)} "
-            f"({len(self.buckets)}), D={self.draft_tokens}, device={self.pool.device})"
+            f"({len(self.buckets)}), D={self.draft_tokens}{tree}, device={self.pool.device})"
         )
 
     def _repr_html_(self) -> str:
@@ -235,6 +288,8 @@ class MetadataBuffers:
             "buckets": len(self.buckets),
             "device": self.pool.device,
         }
+        if self.tree:
+            head["drafts"] = "tree"
         cols = ["bucket", "raw_bs", "padding", "state_indices"]
         rows = []
         for bs, m in self.static.items():

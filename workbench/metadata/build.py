@@ -10,9 +10,17 @@ from workbench.batch import Batch
 from workbench.buckets import above_largest, check_buckets, resolve_bucket
 from workbench.errors import MetadataError
 from workbench.limits import INT32_MAX
-from workbench.metadata.padding import PaddedRow, live_index_table, row_views, write_query_start_loc, write_rows
+from workbench.metadata.padding import (
+    PaddedRow,
+    check_tree,
+    live_index_table,
+    row_views,
+    write_query_start_loc,
+    write_rows,
+    write_tree,
+)
 from workbench.metadata.record import Metadata
-from workbench.metadata.sizing import check_padded_memory, default_buckets
+from workbench.metadata.sizing import check_padded_memory, check_tree_memory, default_buckets
 from workbench.pool import StatePool
 
 
@@ -67,6 +75,11 @@ def _empty_metadata(batch: Batch, pool: StatePool, bs: int, table: torch.Tensor)
             meta.num_accepted_tokens = torch.empty(bs, dtype=torch.int32, device=dev)
         if prof.verify_intermediate_by_row:
             meta.intermediate_state_indices = torch.arange(bs, dtype=torch.int32, device=dev)
+        if batch.tree is not None:  # zeros: what a fresh static buffer holds in the rows no step wrote
+            d = batch.draft_tokens
+            meta.retrieve_next_token = torch.zeros((bs, d), dtype=torch.int32, device=dev)
+            meta.retrieve_next_sibling = torch.zeros((bs, d), dtype=torch.int32, device=dev)
+            meta.retrieve_parent_token = torch.zeros((bs, d), dtype=torch.int32, device=dev)
     return meta
 
 
@@ -102,14 +115,21 @@ def build_metadata(
 
     Returns:
         a :class:`Metadata` whose padded rows follow :class:`workbench.metadata.padding.PaddedRow`, written
-        by the same code as the graph buffers' in-place update.
+        by the same code as the graph buffers' in-place update. A batch with draft trees (``batch.tree``, an
+        sglang profile) also gets the ``retrieve_*`` links of its rows; its padded rows' links are zeros, as
+        a fresh static buffer's, and their ``retrieve_parent_token`` is derived from those zeros (each node's
+        parent 0). A profile without ``tree_verify`` (vLLM) refuses a tree, naming ``tree``.
     """
     _check_inputs(batch, pool)
+    tree = check_tree(batch, pool.profile)
     bs, captured, reason = _padded_size(batch, pool, bucket, buckets)
     check_padded_memory(f"bucket={bs}", bs, pool)
+    if tree is not None:
+        check_tree_memory(f"bucket={bs}", bs, batch.draft_tokens, pool)
     table = live_index_table(pool, batch.mode, batch.draft_tokens)
     meta = _empty_metadata(batch, pool, bs, table)
     meta.bucket, meta.eager_reason = captured, reason
     write_rows(row_views(meta, batch.raw_batch_size), batch, table, PaddedRow.of(pool.profile))
     write_query_start_loc(meta.query_start_loc, _token_starts(meta), batch.num_tokens)
+    write_tree(meta, tree, batch.raw_batch_size)
     return meta

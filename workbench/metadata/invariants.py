@@ -10,6 +10,15 @@ import torch
 from workbench.errors import MetadataError
 from workbench.metadata.padding import PaddedRow
 from workbench.metadata.record import GRAPH_MODES, Metadata
+from workbench.metadata.tree import (
+    NEXT_SIBLING,
+    NEXT_TOKEN,
+    PARENT_TOKEN,
+    TREE_FIELDS,
+    LinkProblem,
+    parents_from_links,
+    row_tree,
+)
 from workbench.pool import StatePool
 from workbench.profiles import Profile
 
@@ -25,7 +34,9 @@ def validate(meta: Metadata, pool: StatePool) -> None:
     Live indices unique, in range, never the dummy slot, and owned by the row's request; padded rows exactly
     the sentinel; padding only at the tail; ``qsl[0] = 0``, non-decreasing, live rows of the mode's length,
     padded rows zero-length; padded ``seq_lens``, ``req_pool_indices`` and ``num_accepted_tokens`` hold the
-    profile's fill values (:class:`workbench.metadata.padding.PaddedRow`).
+    profile's fill values (:class:`workbench.metadata.padding.PaddedRow`). A tree verify's live rows hold
+    links that form a tree in sglang's order, and ``retrieve_parent_token`` derived from them; its padded
+    rows are not checked (stale links are legal: the kernels skip those rows or run them on the dummy slot).
     """
     prof = pool.profile
     pad = PaddedRow.of(prof)
@@ -36,6 +47,7 @@ def validate(meta: Metadata, pool: StatePool) -> None:
     _check_has_initial_state(meta)
     _check_num_accepted_tokens(meta, prof, pad)
     _check_intermediate_state_indices(meta)
+    _check_tree(meta, prof)
 
 
 # -- sizes, devices, dtypes, shapes ---------------------------------------------------------------------
@@ -204,3 +216,31 @@ def _check_intermediate_state_indices(meta: Metadata) -> None:
     if got != want:
         row = next(i for i in range(max(len(got), bs)) if i >= len(got) or i >= bs or got[i] != want[i])
         raise _fail("intermediate_state_indices", row, "must be the batch row (arange(batch_size))")
+
+
+# -- draft trees (sglang, topk > 1) ---------------------------------------------------------------------
+def _check_tree(meta: Metadata, prof: Profile) -> None:
+    tensors = {name: getattr(meta, name) for name in TREE_FIELDS}
+    if all(t is None for t in tensors.values()):
+        return
+    bs, r = meta.batch_size, meta.raw_batch_size
+    nt = tensors[NEXT_TOKEN]
+    # an idle step run by a tree-verify graph keeps the buffers' width, with draft_tokens 0
+    d = meta.draft_tokens if meta.forward_mode == "target_verify" or nt is None else nt.shape[-1]
+    for name, t in tensors.items():
+        if t is None or t.dtype != torch.int32 or tuple(t.shape) != (bs, d):
+            got = "missing" if t is None else f"{t.dtype}{list(t.shape)}"
+            raise _fail(name, None, f"{got}, expected torch.int32[{bs}, {d}] beside the other draft-tree fields")
+    if not prof.tree_verify:
+        raise _fail(NEXT_TOKEN, None, f"profile {prof.name!r} has no draft trees (it verifies chains only)")
+    links = (tensors[NEXT_TOKEN].tolist(), tensors[NEXT_SIBLING].tolist())
+    for b in range(r):
+        bad = row_tree(links[0][b], links[1][b])
+        if isinstance(bad, LinkProblem):
+            raise _fail(bad.field, b, bad.why if bad.node is None else f"entry {bad.node} = {bad.value}: {bad.why}")
+    want = parents_from_links(tensors[NEXT_TOKEN], tensors[NEXT_SIBLING]).tolist()
+    have = tensors[PARENT_TOKEN].tolist()
+    for b in range(r):
+        if have[b] != want[b]:
+            t = next(t for t in range(d) if have[b][t] != want[b][t])
+            raise _fail(PARENT_TOKEN, b, f"entry {t} = {have[b][t]}, the row's links give {want[b][t]}")

@@ -8,6 +8,11 @@ A padded row (``raw_batch_size <= i < batch_size``, always at the tail) holds, u
 - ``has_initial_state``: False; ``extend_lens``: 0; and zero tokens, so ``query_start_loc`` stays flat
   over the padded tail.
 
+The draft-tree links of a tree verify (``retrieve_next_token``, ``retrieve_next_sibling``) are the exception:
+no value is written to a padded row. sglang copies the live rows' links into its static per-bucket buffers
+and leaves the rest stale, and its kernel derives ``retrieve_parent_token`` from every row's links;
+:func:`write_tree` does the same, so an eager build's padded rows hold what a fresh buffer holds (zeros).
+
 The eager build (``build_metadata``) and the in-place graph update (``MetadataBuffers.update``) both write a
 step through :func:`write_rows` and :func:`write_query_start_loc`, and ``validate`` checks the same
 :class:`PaddedRow` values, so the three cannot disagree.
@@ -23,6 +28,7 @@ import torch
 from workbench.batch import Batch
 from workbench.errors import MetadataError
 from workbench.metadata.record import Metadata
+from workbench.metadata.tree import DraftTree, parents_from_links
 from workbench.pool import StatePool
 from workbench.profiles import Profile
 
@@ -168,3 +174,45 @@ def write_query_start_loc(out: torch.Tensor, starts: torch.Tensor, live_tokens: 
     equals the live total: each padded row has ``PaddedRow.num_tokens`` (zero) tokens.
     """
     torch.clamp(starts, max=live_tokens, out=out)
+
+
+def check_tree(batch: Batch, profile: Profile) -> DraftTree | None:
+    """``batch.tree``, checked against the batch and ``profile``: a tree is a verify's, of the batch's rows
+    and D, and only a profile with ``tree_verify`` (sglang) takes one."""
+    tree = batch.tree
+    if tree is None:
+        return None
+    if not profile.tree_verify:
+        raise MetadataError(
+            f"tree: profile {profile.name!r} has no draft trees (it verifies chains only); pass tree=None or use "
+            "an sglang profile",
+            field="tree",
+        )
+    if batch.mode != "target_verify" or not isinstance(tree, DraftTree):
+        raise MetadataError(
+            f"tree: a {batch.mode} batch carries {type(tree).__name__}; only a target_verify batch carries a "
+            "workbench.metadata.DraftTree",
+            field="tree",
+        )
+    if tree.num_requests != batch.raw_batch_size or tree.draft_tokens != batch.draft_tokens:
+        raise MetadataError(
+            f"tree: trees of {tree.num_requests} requests x {tree.draft_tokens} nodes for a batch of "
+            f"{batch.raw_batch_size} requests x D={batch.draft_tokens}",
+            field="tree",
+        )
+    return tree
+
+
+def write_tree(meta: Metadata, tree: DraftTree | None, raw_batch_size: int) -> None:
+    """Write a tree verify's links in place: rows ``[:r]`` from ``tree`` (None: no live row), the padded rows
+    left as they are; then ``retrieve_parent_token`` of every row derived from the links the buffers hold
+    (:func:`workbench.metadata.tree.parents_from_links`). Tensor ops only (the tree's host links are copied
+    to the metadata's device)."""
+    nt, ns, parent = meta.retrieve_next_token, meta.retrieve_next_sibling, meta.retrieve_parent_token
+    if nt is None or ns is None or parent is None:
+        return
+    r = raw_batch_size
+    if tree is not None and r:
+        nt[:r].copy_(tree.next_token)
+        ns[:r].copy_(tree.next_sibling)
+    parents_from_links(nt, ns, out=parent)

@@ -8,6 +8,9 @@ For ``r`` live requests padded to bucket ``bs`` (``p = bs - r`` padded rows at t
   extend the cumulative extend lengths; padded rows are zero-length.
 - ``seq_lens`` int32 ``[bs]`` padded with the profile's fill value; ``req_pool_indices`` int64 padded with the
   reserved request row (0).
+- a tree verify (sglang, ``topk > 1``): ``retrieve_next_token``, ``retrieve_next_sibling`` and
+  ``retrieve_parent_token``, int32 ``[bs, D]`` (:mod:`workbench.metadata.tree`); padded rows are zeros in an
+  eager build and stale in the graph buffers, their parents derived from whatever links they hold.
 
 What a padded row holds in each field is written once, in :mod:`workbench.metadata.padding`.
 """
@@ -20,6 +23,7 @@ from typing import Any, Literal
 import torch
 
 from workbench import html
+from workbench.metadata.tree import TREE_FIELDS
 from workbench.profiles import Profile
 from workbench.tables import format_table
 
@@ -53,6 +57,13 @@ class Metadata:
     ``intermediate_token_indices``, int32 ``[bs * D]``, each verify token's row in the intermediate buffer
     (sglang-ascend's ``gdn_token_indices``).
 
+    A verify of draft trees (``Batch.tree``, profiles with ``tree_verify``) carries int32 ``[bs, D]``
+    ``retrieve_next_token`` (each node's first child, -1: a leaf), ``retrieve_next_sibling`` (its next
+    sibling, -1: none) and ``retrieve_parent_token`` (derived from the two by
+    :func:`workbench.metadata.tree.parents_from_links`, as sglang's conv kernel does); None for chains.
+    Live rows hold the batch's trees. Padded rows are not the padding rule's: an eager build leaves them as a
+    fresh buffer is (zeros), the graph buffers leave them stale, as sglang does.
+
     A Metadata returned by ``MetadataBuffers.update`` is the bucket's static buffer: the next update of
     that bucket rewrites it in place. :meth:`clone` keeps a copy.
     """
@@ -72,6 +83,9 @@ class Metadata:
     bucket: int | None = None
     eager_reason: str | None = None
     intermediate_token_indices: torch.Tensor | None = None
+    retrieve_next_token: torch.Tensor | None = None
+    retrieve_next_sibling: torch.Tensor | None = None
+    retrieve_parent_token: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -98,6 +112,7 @@ class Metadata:
             "num_accepted_tokens",
             "intermediate_state_indices",
             "intermediate_token_indices",
+            *TREE_FIELDS,
         )
         return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
@@ -118,6 +133,7 @@ class Metadata:
         rpi = self.req_pool_indices.tolist()
         init = self.has_initial_state.tolist()
         acc = None if self.num_accepted_tokens is None else self.num_accepted_tokens.tolist()
+        tree = {n: t.tolist() for n in TREE_FIELDS if (t := getattr(self, n)) is not None}
         out = []
         for i in range(self.batch_size):
             row = {
@@ -134,6 +150,8 @@ class Metadata:
             }
             if acc is not None:
                 row["num_accepted_tokens"] = acc[i]
+            for name, values in tree.items():
+                row[name] = values[i]
             out.append(row)
         return out
 
@@ -168,6 +186,8 @@ class Metadata:
         }
         if self.forward_mode == "target_verify":
             out["D"] = self.draft_tokens
+            if self.retrieve_parent_token is not None:
+                out["drafts"] = "tree"
         return out
 
     def facts_line(self) -> str:
@@ -178,7 +198,8 @@ class Metadata:
         """The per-row columns of the text and HTML tables (``rows()`` keys)."""
         cols = ["row", "kind", "kernel", "req_pool_index", "state_index", "seq_len", "qsl_start", "qsl_end"]
         cols.append("num_tokens")
-        return cols + (["num_accepted_tokens"] if self.num_accepted_tokens is not None else [])
+        cols += ["num_accepted_tokens"] if self.num_accepted_tokens is not None else []
+        return cols + [n for n in TREE_FIELDS if getattr(self, n) is not None]
 
     def table(self) -> str:
         """A readable text table: a header with the batch facts, then one line per row (padded rows ``pad``)."""
@@ -196,7 +217,7 @@ class Metadata:
         # host reads: a notebook/debugging view, never on the replay hot path
         head = f"{self.profile.name} {self.forward_mode}"
         if self.forward_mode == "target_verify":
-            head += f" D={self.draft_tokens}"
+            head += f" D={self.draft_tokens}" + (" tree" if self.retrieve_parent_token is not None else "")
         size = f"raw_bs={self.raw_batch_size}"
         size += f" -> bs={self.batch_size} (bucket)" if self.bucket is not None else f", bs={self.batch_size}"
         if self.state_indices.is_meta:  # shapes only: a "meta" tensor holds no values
@@ -224,6 +245,8 @@ class Metadata:
             first, last = self.raw_batch_size, self.batch_size - 1
             span = f"row {first}" if first == last else f"rows {first}-{last}"
             parts.append(html.note(f"padded {span}: {what} (guard: {self.profile.guard})", fail="processed" in padded))
+            if self.retrieve_parent_token is not None:
+                parts.append(html.note(f"retrieve_* of padded {span}: links left as they were (zeros when fresh)"))
         parts.append(html.note("query_start_loc = " + html.short_list(self.query_start_loc.tolist(), limit=40)))
         return html.block(*parts, title="Metadata")
 

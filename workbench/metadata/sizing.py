@@ -29,3 +29,8 @@ def row_bytes(pool: StatePool) -> int:
 def check_padded_memory(name: str, rows: int, pool: StatePool) -> None:
     """Refuse (``MetadataError`` naming ``name``) metadata of ``rows`` padded rows that would not fit."""
     check_memory(name, rows * row_bytes(pool), f"metadata of {rows:,} padded rows", pool.device)
+
+
+def check_tree_memory(name: str, rows: int, draft_tokens: int, pool: StatePool) -> None:
+    """Refuse the three int32 ``[rows, D]`` draft-tree buffers of a tree verify when they would not fit."""
+    check_memory(name, 12 * rows * draft_tokens, f"draft-tree links of {rows:,} rows x D={draft_tokens:,}", pool.device)

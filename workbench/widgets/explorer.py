@@ -9,7 +9,9 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from workbench import html
+from workbench.metadata import DraftTree
 from workbench.viz import metadata as vm
+from workbench.viz import tree as vt
 from workbench.widgets.explorer_model import (
     LIMITS,
     PROFILE_CHOICES,
@@ -17,6 +19,7 @@ from workbench.widgets.explorer_model import (
     SLIDERS,
     ExplorerModel,
     ExplorerState,
+    TreeView,
 )
 from workbench.widgets.figure_sync import updating
 from workbench.widgets.html import error_html, metadata_html
@@ -62,6 +65,21 @@ def update_qsl(fig: go.FigureWidget, metas: list) -> None:
                 tr.update(x=[], y=[], customdata=[], visible=False)
 
 
+def update_tree(fig: go.FigureWidget, view: TreeView) -> None:
+    """Write :func:`viz.tree.draft_tree_traces` of ``view`` into ``fig`` in place, laid out by
+    :func:`viz.tree.draft_tree_layout` (no tree: the figure keeps what it shows)."""
+    if view.tree is None:
+        return
+    data = vt.draft_tree_traces(view.tree, view.row, accept_index=view.accept_index)
+    with updating(fig):
+        for tr in fig.data:
+            d = data[tr.name]
+            tr.update(x=d["x"], y=d["y"], text=d["text"], customdata=d["customdata"])
+            if "color" in d:
+                tr.marker.color = d["color"]
+        fig.update_layout(**vt.draft_tree_layout(view.tree, view.row, accept_index=view.accept_index))
+
+
 def _range(name: str, value: Any) -> dict[str, Any]:
     """``value``, ``min``, ``max`` of slider ``name``: its ``SLIDERS`` range, widened to hold a starting value
     within the model's limit (ipywidgets would cut it silently)."""
@@ -82,16 +100,18 @@ def _note_html(note: str | None) -> str:
 class MetadataExplorer(W.VBox):
     """Build state-index / query_start_loc metadata interactively and see padding, slots and qsl.
 
-    Controls: profile (or all three), mode, raw batch size, seq lens (typed or random), draft tokens,
-    bucket list (engine default or typed), pool size, fragmentation. Bad typed input and sizes past the
+    Controls: profile (or all three), mode, raw batch size, seq lens (typed or random), draft tokens, draft
+    topk (draft trees, sglang), bucket list (engine default or typed), pool size, fragmentation. In
+    target_verify a "tree of row" slider picks the live row whose draft tree (and a random accepted path)
+    the tree figure draws. Bad typed input and sizes past the
     model's ``LIMITS`` show the error beside the control that caused it, before any work; nothing raises
     into the notebook. While the inputs are refused the figures are veiled and the table dimmed under the
     model's ``stale`` line (they show the last accepted step). A slider at its end says, beside it, that a
     larger typed value was cut to it.
 
     Attributes: ``model`` (the :class:`ExplorerModel`), ``controls`` (name -> widget), ``errors`` (name ->
-    HTML widget beside it), ``notes`` (name -> HTML, grey), ``padding_fig``, ``slot_fig``, ``qsl_fig``
-    (FigureWidgets), ``table`` (HTML).
+    HTML widget beside it), ``notes`` (name -> HTML, grey), ``padding_fig``, ``slot_fig``, ``qsl_fig``,
+    ``tree_fig`` (FigureWidgets), ``tree_row`` (the row slider), ``tree_note`` (HTML), ``table`` (HTML).
     """
 
     def __init__(self, **params: Any) -> None:
@@ -112,6 +132,7 @@ class MetadataExplorer(W.VBox):
                 value=p.seq_lens, description="seq lens", placeholder="empty: random; or 7, 3, 9", **row
             ),
             "draft_tokens": W.IntSlider(**_range("draft_tokens", p.draft_tokens), description="draft tokens D", **row),
+            "topk": W.IntSlider(**_range("topk", p.topk), description="draft topk (trees)", **row),
             "buckets": W.Text(value=p.buckets, description="buckets", placeholder="empty: engine default", **row),
             "pool_size": W.IntSlider(**_range("pool_size", p.pool_size), description="pool slots", **row),
             "fragmentation": W.FloatSlider(
@@ -136,6 +157,13 @@ class MetadataExplorer(W.VBox):
         self.padding_fig = go.FigureWidget(vm.padding_map(metas))
         self.qsl_fig = go.FigureWidget(vm.qsl_staircase(metas))
         self.slot_fig = go.FigureWidget(vm.slot_map(metas[0], (st.pools or [self._placeholder_pool()])[0]))
+        self.tree_row = W.IntSlider(value=0, min=0, max=0, description="tree of row", style=style)
+        self.tree_note = W.HTML()
+        first = self.model.tree_view(0)  # no tree yet (not a verify): a chain of 3 lays the figure out
+        self.tree_fig = go.FigureWidget(
+            vt.draft_tree_figure(first.tree or DraftTree.chain(1, 3), first.row, accept_index=first.accept_index)
+        )
+        self.tree_box = W.VBox([W.HBox([self.tree_row, self.tree_note]), self.tree_fig])
         self.table = W.HTML()
         self._table_body = ""  # the last good table, dimmed while the inputs are refused
         self._syncing = False
@@ -144,6 +172,7 @@ class MetadataExplorer(W.VBox):
             w._wb_name = name  # which parameter the control sets
         self.focus.observe(lambda _: None if self._syncing else self._render(self.model.state), names="value")
         self.engine.observe(lambda _: self._render_engine(), names="value")
+        self.tree_row.observe(lambda _: None if self._syncing else self._render_tree(), names="value")
         rows = [
             W.HBox([w, self.errors[n], *([self.notes[n]] if n in self.notes else [])]) for n, w in self.controls.items()
         ]
@@ -156,6 +185,7 @@ class MetadataExplorer(W.VBox):
                 W.HBox([self.focus]),
                 self.slot_fig,
                 self.qsl_fig,
+                self.tree_box,
                 W.HTML("<b>Metadata table</b> (padded rows grey; the line below says what the kernel does with them)"),
                 self.table,
                 W.HBox([self.engine]),
@@ -210,7 +240,7 @@ class MetadataExplorer(W.VBox):
                 name, st.raw_batch_size if name == "raw_batch_size" and typed else getattr(st.params, name)
             )
         stale = self.model.stale
-        for fig in (self.padding_fig, self.slot_fig, self.qsl_fig):
+        for fig in (self.padding_fig, self.slot_fig, self.qsl_fig, self.tree_fig):
             mark_stale(fig, stale)
         if not st.metas:  # the last good figures stay, veiled; the table dims under the same line
             self.table.value = stale_html(stale, self._table_body)
@@ -227,9 +257,29 @@ class MetadataExplorer(W.VBox):
         update_padding_map(self.padding_fig, st.metas)
         update_slot_map(self.slot_fig, st.metas[k], st.pools[k])
         update_qsl(self.qsl_fig, st.metas)
+        self._render_tree()
         self._table_body = "".join(metadata_html(m) for m in st.metas)
         self.table.value = self._table_body
         self._render_engine()
+
+    def _render_tree(self) -> None:
+        """The tree figure of the chosen row; the section shows in target_verify only, the row slider's range
+        following the live rows (it picks a row to draw, as the slot map's dropdown picks a profile)."""
+        shown = self.model.shown
+        tree = shown.tree if shown is not None else None
+        self.tree_box.layout.display = None if tree is not None else "none"
+        if tree is None:
+            return
+        top = max(tree.num_requests - 1, 0)
+        if self.tree_row.max != top:
+            self._syncing = True
+            try:
+                self.tree_row.max = top  # a row past the new top moves to it: the last live row
+            finally:
+                self._syncing = False
+        view = self.model.tree_view(self.tree_row.value)
+        self.tree_note.value = _note_html(view.note)
+        update_tree(self.tree_fig, view)
 
     def _render_engine(self) -> None:
         """The chosen engine's own metadata beside the profile's, for the same batch (none chosen: empty)."""

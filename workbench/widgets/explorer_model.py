@@ -1,9 +1,11 @@
 """The model behind ``MetadataExplorer``: all logic in plain Python (no ipywidgets), so tests drive it.
 
 The user sets parameters (profile or all three, mode, raw batch size, seq lens typed or random, draft
-tokens, bucket list typed or the engine's, pool size and fragmentation); :meth:`ExplorerModel.update`
+tokens, draft topk, bucket list typed or the engine's, pool size and fragmentation); :meth:`ExplorerModel.update`
 rebuilds the metadata and returns an :class:`ExplorerState` with the metadata, their pools and, instead of
-raising, the validator's errors in words keyed by the control that caused them.
+raising, the validator's errors in words keyed by the control that caused them. A verify step also carries
+its rows' draft trees (random ones drawn from ``seed`` when ``topk > 1``, which only sglang verifies; chains
+otherwise) and one accepted path per row, which :meth:`ExplorerModel.tree_view` hands to the tree figure.
 
 Sizes are checked before any work (``LIMITS``, through ``workbench.limits``): the figures draw every row and
 every slot, so a batch of 100,000 or a pool of millions is refused in one line beside its control, not
@@ -26,11 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import torch
+
 from workbench.batch import Batch
 from workbench.buckets import check_buckets
 from workbench.errors import MetadataError, WorkbenchError
 from workbench.limits import check_int
-from workbench.metadata import Metadata, build_metadata, validate
+from workbench.metadata import DraftTree, Metadata, build_metadata, validate
 from workbench.pool import StatePool
 from workbench.profiles import get_profile
 
@@ -38,7 +42,17 @@ PROFILE_NAMES = ("sglang", "sglang-ascend", "vllm")
 PROFILE_CHOICES = (*PROFILE_NAMES, "all")
 MODES = ("decode", "target_verify", "extend", "idle")
 # the controls an error can be shown beside; "general" for anything else
-CONTROLS = ("profile", "mode", "raw_batch_size", "seq_lens", "draft_tokens", "buckets", "pool_size", "fragmentation")
+CONTROLS = (
+    "profile",
+    "mode",
+    "raw_batch_size",
+    "seq_lens",
+    "draft_tokens",
+    "topk",
+    "buckets",
+    "pool_size",
+    "fragmentation",
+)
 # what the explorer draws at most: every row of a step is a bar and every slot a point, and a step at these
 # sizes answers a control change in about half a second on a 2-core CPU (`workbench bench widgets`)
 MAX_ROWS = 1024
@@ -48,6 +62,7 @@ LIMITS: dict[str, tuple[int, int, str]] = {
     "raw_batch_size": (0, MAX_ROWS, "the explorer draws every row; `workbench metadata` prints larger steps"),
     "pool_size": (2, MAX_POOL, "the slot map draws every slot; `workbench metadata --num-slots` takes more"),
     "draft_tokens": (1, MAX_DRAFT, "engines draft a few tokens per request"),
+    "topk": (1, MAX_DRAFT, "sglang drafts a few candidates per node"),
 }
 # the kind of value each control holds; a value of another kind is refused and not taken
 KINDS: dict[str, str] = {
@@ -56,6 +71,7 @@ KINDS: dict[str, str] = {
     "raw_batch_size": "int",
     "seq_lens": "text",
     "draft_tokens": "int",
+    "topk": "int",
     "buckets": "text",
     "pool_size": "int",
     "fragmentation": "number",
@@ -72,6 +88,7 @@ TEXTS = {
 SLIDERS: dict[str, tuple[float, float]] = {
     "raw_batch_size": (0, 256),
     "draft_tokens": (1, 8),
+    "topk": (1, 4),
     "pool_size": (2, 1024),
     "fragmentation": (0.0, 1.0),
 }
@@ -88,6 +105,9 @@ class ExplorerParams:
         seq_lens: typed comma-separated lengths (decode/verify: seq lens; extend: new tokens per request),
             or "" for random ones drawn from ``seed``.
         draft_tokens: D of target_verify.
+        topk: target_verify's draft trees (sglang's ``speculative_eagle_topk``): 1 chains; above, each request
+            drafts a random tree of D nodes drawn from ``seed``, each node with at most ``topk`` children
+            (sglang only: vLLM verifies chains, and says so beside this control).
         buckets: typed comma-separated captured batch sizes, or "" for the engine default.
         pool_size: state slots in the pool, the dummy slot included.
         fragmentation: 0..1, the share of earlier requests freed before the batch is allocated (holes).
@@ -99,6 +119,7 @@ class ExplorerParams:
     raw_batch_size: int = 5
     seq_lens: str = ""
     draft_tokens: int = 3
+    topk: int = 1
     buckets: str = ""
     pool_size: int = 64
     fragmentation: float = 0.5
@@ -107,7 +128,11 @@ class ExplorerParams:
 
 @dataclass
 class ExplorerState:
-    """The result of one update: steps (one per profile shown), their pools, errors by control."""
+    """The result of one update: steps (one per profile shown), their pools, errors by control.
+
+    A target_verify step also has ``tree``, its rows' draft trees (the batch's when ``topk > 1``, else the
+    chains every profile verifies), and ``accept_index``, int64 ``[r, depth + 1]``: one random accepted
+    root-first path per row (sglang's global node ids, -1 after the path), drawn from ``seed``."""
 
     params: ExplorerParams
     metas: list[Metadata] = field(default_factory=list)
@@ -115,10 +140,23 @@ class ExplorerState:
     batches: list[Batch] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     raw_batch_size: int = 0
+    tree: DraftTree | None = None
+    accept_index: torch.Tensor | None = None
 
     @property
     def ok(self) -> bool:
         return not self.errors
+
+
+@dataclass(frozen=True)
+class TreeView:
+    """What the tree figure draws: ``tree`` and its ``row`` (None: nothing to draw), ``accept_index`` (the
+    accepted paths), and ``note``, one line of words (why nothing is drawn, or what is)."""
+
+    tree: DraftTree | None
+    row: int
+    accept_index: torch.Tensor | None
+    note: str
 
 
 def parse_int_list(field_name: str, text: str) -> list[int]:
@@ -165,6 +203,9 @@ def control_of(message: str) -> str:
         "prefix_lens": "seq_lens",
         "draft_tokens": "draft_tokens",
         "slots_per_request": "draft_tokens",
+        "topk": "topk",
+        "tree": "topk",
+        "depth": "topk",
         "buckets": "buckets",
         "bucket": "buckets",
         "num_slots": "pool_size",
@@ -280,10 +321,17 @@ class ExplorerModel:
         if lens is None:
             rng = random.Random(p.seed)
             lens = [rng.randint(1, 64 if p.mode == "extend" else 512) for _ in range(r)]
+        if p.mode == "target_verify":
+            try:
+                st.tree, st.accept_index = _drafts(p, r)
+            except WorkbenchError as e:
+                errors["topk"] = str(e)
+                return st
+        batch_tree = st.tree if p.mode == "target_verify" and p.topk > 1 else None
         profiles = PROFILE_NAMES if p.profile == "all" else (p.profile,)
         for name in profiles:
             try:
-                meta, pool, batch = self._one(name, p, r, lens, buckets)
+                meta, pool, batch = self._one(name, p, r, lens, buckets, batch_tree)
             except (WorkbenchError, ValueError, TypeError) as e:
                 errors.setdefault(control_of(str(e)), f"{name}: {e}")
                 continue
@@ -294,9 +342,15 @@ class ExplorerModel:
 
     @staticmethod
     def _one(
-        name: str, p: ExplorerParams, r: int, lens: list[int], buckets: list[int] | None
+        name: str, p: ExplorerParams, r: int, lens: list[int], buckets: list[int] | None, tree: DraftTree | None
     ) -> tuple[Metadata, StatePool, Batch]:
         d = p.draft_tokens if p.mode == "target_verify" else 1
+        if tree is not None and not get_profile(name).tree_verify:
+            raise MetadataError(
+                f"topk: {p.topk} drafts a tree per request, and {name} verifies chains only (topk 1); "
+                "draft trees are sglang's",
+                field="topk",
+            )
         spr = get_profile(name).slots_per_request(d)
         pool = StatePool(p.pool_size, name, slots_per_request=spr)
         if r > pool.capacity:
@@ -315,7 +369,7 @@ class ExplorerModel:
         if p.mode == "decode":
             batch = Batch.decode(rows, lens)
         elif p.mode == "target_verify":
-            batch = Batch.target_verify(rows, lens, draft_tokens=d)
+            batch = Batch.target_verify(rows, lens, draft_tokens=d, tree=tree)
         elif p.mode == "extend":
             # every other request continues from a cached prefix (has an initial state), the rest are new
             prefix = [0 if i % 2 else 16 * (i + 1) for i in range(r)]
@@ -326,6 +380,23 @@ class ExplorerModel:
         meta = build_metadata(batch, pool, bucket=bucket, buckets=buckets)
         validate(meta, pool)
         return meta, pool, batch
+
+    def tree_view(self, row: int) -> TreeView:
+        """The draft tree of live row ``row`` of the step shown (``shown``: the last accepted inputs), with the
+        rows' accepted paths, or why there is none, in words (never an exception)."""
+        st = self.shown
+        why = kind_error("row", "int", row)
+        if st is None or st.tree is None:
+            mode = st.params.mode if st is not None else self.params.mode
+            note = f"{mode}: no draft tokens to draw; the draft tree is a target_verify step's"
+            return TreeView(None, 0, None, note if st is not None else "nothing built yet")
+        r = st.tree.num_requests
+        if why is None and not 0 <= row < r:
+            why = f"row: {row} is not a live row of this step (0..{r - 1})" if r else "row: the step has no live row"
+        if why is not None:
+            return TreeView(None, 0, None, why)
+        kind = f"topk {st.params.topk}, drawn from seed {st.params.seed}" if st.params.topk > 1 else "a chain (topk 1)"
+        return TreeView(st.tree, row, st.accept_index, f"row {row} of {r}: {kind}; orange: a random accepted path")
 
     def engine_rows(self, engine: str) -> list[tuple[str, str, str, str, bool]]:
         """The installed ``engine``'s own metadata beside the profile's, for the steps shown whose profile it
@@ -349,6 +420,16 @@ class ExplorerModel:
                 same = want is not None and have is not None and want.shape == have.shape and bool((want == have).all())
                 rows.append((meta.profile.name, name, _values(want), _values(have), same))
         return rows
+
+
+def _drafts(p: ExplorerParams, r: int) -> tuple[DraftTree, torch.Tensor]:
+    """The verify's draft trees (random, from ``seed``, when ``topk > 1``; else chains) and one random accepted
+    root-first path per row, as sglang's ``accept_index`` (raises ``WorkbenchError`` naming ``topk``)."""
+    d = p.draft_tokens
+    tree = DraftTree.random(r, d, p.topk, seed=p.seed) if p.topk > 1 else DraftTree.chain(r, d)
+    rng = random.Random(p.seed * 104729 + 3)  # independent of the trees and the lengths
+    last = [rng.randrange(d) for _ in range(r)]
+    return tree, tree.accept_index(last)
 
 
 def _choice_errors(p: ExplorerParams) -> dict[str, str]:
@@ -408,7 +489,7 @@ def _size_errors(p: ExplorerParams, lens: list[int] | None) -> dict[str, str]:
     """Control -> why its size is out of ``LIMITS``: only the sizes the step reads (a typed list of lengths
     decides the batch size)."""
     used = {"pool_size": True, "raw_batch_size": lens is None and p.mode != "idle"}
-    used["draft_tokens"] = p.mode == "target_verify"
+    used["draft_tokens"] = used["topk"] = p.mode == "target_verify"
     errors = {}
     for name, (lo, hi, why) in LIMITS.items():
         if used[name]:
