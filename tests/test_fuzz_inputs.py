@@ -11,8 +11,9 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from workbench import Batch, MetadataBuffers, StatePool, WorkbenchError, build_metadata, limits
+from workbench import Batch, DraftTree, MetadataBuffers, StatePool, WorkbenchError, build_metadata, limits
 from workbench.layers import GatedDeltaNetLayer, GDNConfig, Mamba2Config, Mamba2Layer
+from workbench.metadata import parents_from_links
 from workbench.runner import GraphRunner
 
 EDGE = [0, 1, 2, 3, -1, 2**31 - 1, 2**31, 2**32, 2**63 - 1, 2**63, -(2**63) - 1, 10**12]
@@ -122,7 +123,9 @@ def pools_and_batches(draw: st.DrawFn):
     if mode == "decode":
         batch = call(Batch.decode, rpi, lens)
     elif mode == "target_verify":
-        batch = call(Batch.target_verify, rpi, lens, mostly(draw, d, ints))
+        tree = DraftTree.random(r, d, draw(st.integers(1, 3)), seed=draw(st.integers(0, 9))) if r else None
+        tree = draw(st.sampled_from([None, tree, tree, DraftTree.chain(1, 2), "tree"]))
+        batch = call(Batch.target_verify, rpi, lens, mostly(draw, d, ints), tree=tree)
     elif mode == "extend":
         batch = call(Batch.extend, rpi, lens)
     else:
@@ -155,12 +158,52 @@ def test_build_metadata(small_machine, case, bucket, buckets) -> None:
     | int_lists
     | st.sampled_from([[1, 2, 10**9], [2**31]]),
     d=st.integers(1, 3) | int_or_junk,
+    tree=st.booleans() | junk,
 )
-def test_metadata_buffers(small_machine, case, mode, buckets, d) -> None:
+def test_metadata_buffers(small_machine, case, mode, buckets, d, tree) -> None:
     pool, batch, _ = case
-    bufs = call(MetadataBuffers, pool, mode, buckets, d)
+    bufs = call(MetadataBuffers, pool, mode, buckets, d, tree=tree)
     if bufs is not None and hasattr(batch, "raw_batch_size"):
         call(bufs.update, batch)
+
+
+matrices = (
+    st.lists(st.lists(ints, max_size=4), max_size=3)
+    | st.lists(st.lists(int_or_junk, max_size=3), max_size=2)
+    | st.builds(lambda r, d: torch.zeros(r, d, dtype=torch.int64), st.integers(0, 3), st.integers(0, 5))
+    | st.sampled_from([torch.zeros(0, 10**12, dtype=torch.int64), torch.zeros(0, 2**31, dtype=torch.int32)])
+    | tensors
+    | junk
+)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_draft_tree_constructors(small_machine, data) -> None:
+    draw = data.draw
+    r, d = draw(st.integers(0, 4)), draw(st.integers(1, 6))
+    good = DraftTree.random(r, d, draw(st.integers(1, 3)), seed=draw(st.integers(0, 99)))
+    trees = [
+        call(DraftTree.from_parents, mostly(draw, good.parents.tolist() or good.parents, matrices)),
+        call(DraftTree.from_links, mostly(draw, good.next_token, matrices), mostly(draw, good.next_sibling, matrices)),
+        call(DraftTree.chain, mostly(draw, r, int_or_junk), mostly(draw, d, int_or_junk)),
+        call(
+            DraftTree.random,
+            mostly(draw, r, int_or_junk),
+            mostly(draw, d, int_or_junk),
+            mostly(draw, 2, int_or_junk),
+            seed=mostly(draw, 0, int_or_junk),
+            depth=mostly(draw, None, int_or_junk),
+        ),
+    ]
+    call(parents_from_links, draw(matrices), draw(matrices))
+    for tree in trees:
+        if tree is not None and tree.num_requests:
+            assert torch.equal(
+                parents_from_links(tree.next_token, tree.next_sibling)[:, 1:].long(), tree.parents[:, 1:]
+            )
+            last = [draw(st.integers(0, tree.draft_tokens - 1)) for _ in range(tree.num_requests)]
+            call(tree.accept_index, mostly(draw, last, lists_or_tensors), mostly(draw, None, int_or_junk))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -173,8 +216,11 @@ def test_metadata_buffers(small_machine, case, mode, buckets, d) -> None:
     backend=st.sampled_from(["auto", "cpu", "auto", "cpu", "cuda", "npu", "tpu", None]),
     state_seed=st.none() | st.integers(0, 9) | int_or_junk,
     validate_metadata=st.booleans() | junk,
+    tree=st.booleans() | junk,
 )
-def test_graph_runner(small_machine, case, layer_kind, buckets, d, run_modes, backend, state_seed, validate_metadata):
+def test_graph_runner(
+    small_machine, case, layer_kind, buckets, d, run_modes, backend, state_seed, validate_metadata, tree
+):
     pool, _, _ = case
     if layer_kind == "gdn":
         layer = GatedDeltaNetLayer(GDNConfig.small())
@@ -192,4 +238,5 @@ def test_graph_runner(small_machine, case, layer_kind, buckets, d, run_modes, ba
         backend=backend,
         state_seed=state_seed,
         validate_metadata=validate_metadata,
+        tree=tree,
     )

@@ -316,3 +316,67 @@ def test_compare_replay_takes_the_runner_itself():
     rows = runner.pool.alloc(3)
     cmp = compare_replay(runner, Batch.decode(rows, [3, 4, 5]), torch.randn(3, runner.layer.config.hidden_size))
     assert cmp.ok and cmp.bucket == 4 and cmp.raw_batch_size == 3
+
+
+# -- draft trees (sglang's topk > 1) ----------------------------------------------------------------------
+def tree_runner(profile="sglang", layer="gdn"):
+    pool = StatePool(NUM_SLOTS, profile)
+    chosen = make_layer(layer, seed=3, impl="reference")
+    state = chosen.new_state(NUM_SLOTS, seed=7)
+    runner = GraphRunner(chosen, pool, buckets=[1, 2, 4], draft_tokens=4, backend="cpu", state=state, tree=True)
+    runner.capture(progress=False)
+    return runner
+
+
+@pytest.mark.parametrize("layer", ["gdn", "mamba2", "kda"])
+def test_a_tree_verify_replays_and_commits_each_rows_last_accepted_node(layer):
+    from workbench.metadata import DraftTree
+
+    runner = tree_runner(layer=layer)
+    assert "draft trees" in repr(runner) and "tree" in runner._repr_html_()
+    rows = runner.pool.alloc(3)
+    tree = DraftTree.from_parents([[-1, 0, 0, 1], [-1, 0, 0, 2], [-1, 0, 1, 2]])
+    x = torch.randn(3 * 4, runner.layer.config.hidden_size)
+    eager = runner.eager(Batch.target_verify(rows, [9] * 3, 4, tree=tree), x).output.clone()
+    res = runner.replay(Batch.target_verify(rows, [9] * 3, 4, tree=tree), x)
+    assert res.replayed and res.bucket == 4
+    torch.testing.assert_close(res.output, eager)  # the graph read the rows' trees from its static buffers
+    inter = runner.last_intermediate
+    assert inter is not None
+    # paths [0, 1, 3], [0, 2] and [0]: sglang's accept_index of global ids b * D + node
+    runner.accept([3, 2, 1], accept_index=[[0, 1, 3], [4, 6, -1], [8, -1, -1]])
+    slots = [runner.pool.slots_of(int(r))[0] for r in rows]
+    for b, (slot, node) in enumerate(zip(slots, [3, 2, 0], strict=True)):
+        assert torch.equal(runner.state.ssm[slot], inter.ssm[b, node].to(runner.state.ssm.dtype))
+        assert torch.equal(runner.state.conv[slot], inter.conv[b, node].to(runner.state.conv.dtype))
+    runner.accept([1, 1, 1], accepted_steps=[1, 1, 2])  # the engine's commit nodes, given directly
+    assert torch.equal(runner.state.ssm[slots[2]], inter.ssm[2, 2].to(runner.state.ssm.dtype))
+
+
+def test_tree_runners_refuse_what_does_not_fit():
+    from workbench.errors import MetadataError
+    from workbench.metadata import DraftTree
+
+    with pytest.raises(MetadataError, match=r"tree: profile 'vllm' verifies chains only \(vLLM removed tree drafts\)"):
+        GraphRunner(make_layer("gdn"), StatePool(NUM_SLOTS, "vllm", slots_per_request=4), draft_tokens=4, tree=True)
+    runner = tree_runner()
+    rows = runner.pool.alloc(2)
+    x = torch.randn(2 * 4, runner.layer.config.hidden_size)
+    with pytest.raises(MetadataError, match="tree"):  # a chain batch on tree buffers: no links to read
+        runner.replay(Batch.target_verify(rows, [9, 9], 4), x)
+    runner.replay(Batch.target_verify(rows, [9, 9], 4, tree=DraftTree.from_parents([[-1, 0, 0, 1]] * 2)), x)
+    before = runner.state.clone()
+    with pytest.raises(MetadataError, match=r"accept_index\[1, 1\] = 2: not a node of row 1 \(global ids 4..7\)"):
+        runner.accept([3, 2], accept_index=[[0, 1, 3], [4, 2, -1]])
+    with pytest.raises(MetadataError, match=r"accepted_steps\[0\] = 4: must be in 0..D-1=3"):
+        runner.accept([1, 1], accepted_steps=[4, 0])
+    with pytest.raises(MetadataError, match="not both"):
+        runner.accept([1, 1], accept_index=[[0], [4]], accepted_steps=[0, 0])
+    for name, t in runner.state.tensors().items():
+        assert torch.equal(t, before.tensors()[name]), name  # nothing half-written
+    chains = make_runner("vllm")
+    chains.capture(progress=False)
+    vrows = chains.pool.alloc(1)
+    chains.replay(Batch.target_verify(vrows, [9], D, num_accepted_tokens=[1]), torch.randn(D, 32))
+    with pytest.raises(MetadataError, match="accept_index: profile 'vllm' commits chains by count"):
+        chains.accept([1], accept_index=[[0, 1]])

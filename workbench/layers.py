@@ -223,31 +223,72 @@ class _SeededLayer:
             mask = keep.view(-1, *([1] * (new.dim() - 1)))
             pool.index_copy_(0, target, torch.where(mask, new, pool.index_select(0, target)))
 
-    def accept(self, state: LayerState, intermediate: Intermediate, meta: Metadata, num_accepted: torch.Tensor) -> None:
+    def accept(
+        self,
+        state: LayerState,
+        intermediate: Intermediate,
+        meta: Metadata,
+        num_accepted: torch.Tensor | None,
+        *,
+        accepted_steps: torch.Tensor | None = None,
+    ) -> None:
         """After verify (sglang): the last accepted step's conv window and SSM state go back to live slots.
 
-        ``num_accepted``: int ``[raw_bs]`` in 1..D, checked on the host first (one small read; this runs
-        eagerly, outside the graph, like the engine's), so the SSM and conv scatters always agree.
+        ``num_accepted``: int ``[raw_bs]`` in 1..D, the tokens each row kept: a chain commits step
+        ``num_accepted - 1``. ``accepted_steps``: int ``[raw_bs]`` in 0..D-1, the step each row commits
+        instead, a draft tree's last accepted node (sglang's ``last_correct_step_indices``); with it
+        ``num_accepted`` may be None. Both are checked on the host first (one small read; this runs eagerly,
+        outside the graph, like the engine's), so the SSM and conv scatters always agree.
         vLLM's per-slot layout needs no accept step (every draft step already has its slot).
         """
         r, d = meta.raw_batch_size, meta.draft_tokens
         if meta.state_indices.dim() == 2:
             return
-        if tuple(num_accepted.shape) != (r,):
-            raise MetadataError(
-                f"num_accepted: expected shape ({r},), got {tuple(num_accepted.shape)}", field="num_accepted"
-            )
-        for i, a in enumerate(num_accepted.tolist()):
-            if not 1 <= a <= d:
-                raise MetadataError(f"num_accepted[{i}] = {a}: must be in 1..D={d}", field="num_accepted", row=i)
+        if num_accepted is None and accepted_steps is None:
+            raise MetadataError("num_accepted: give num_accepted or accepted_steps", field="num_accepted")
+        # (name, tensor, lowest, highest, the range in words): the counts 1..D, the steps (tree nodes) 0..D-1
+        given = [
+            ("num_accepted", num_accepted, 1, d, f"1..D={d}"),
+            ("accepted_steps", accepted_steps, 0, d - 1, f"0..D-1={d - 1}"),
+        ]
+        for name, t, lo, hi, text in given:
+            if t is None:
+                continue
+            if tuple(t.shape) != (r,):
+                raise MetadataError(f"{name}: expected shape ({r},), got {tuple(t.shape)}", field=name)
+            for i, a in enumerate(t.tolist()):
+                if not lo <= a <= hi:
+                    raise MetadataError(f"{name}[{i}] = {a}: must be in {text}", field=name, row=i)
         idx = meta.state_indices[:r]
-        acc = num_accepted.to(device=idx.device)
+        if accepted_steps is not None:  # a tree's node: the kernel commits that step
+            steps = accepted_steps.to(device=idx.device)
+            pick = {"accepted_steps": steps}
+        else:  # a chain: the last kept token's step
+            assert num_accepted is not None  # one of the two, checked above
+            acc = num_accepted.to(device=idx.device)
+            steps, pick = acc - 1, {"num_accepted": acc}
         gdn.scatter_accepted(
-            state.ssm, intermediate.ssm[:r], idx, acc, pad_slot_id=meta.profile.kernel_pad_slot_id, impl=self.impl,
-            state_layout=self.state_layout or DEFAULT_STATE_LAYOUT,
+            state.ssm, intermediate.ssm[:r], idx, **pick, pad_slot_id=meta.profile.kernel_pad_slot_id,
+            impl=self.impl, state_layout=self.state_layout or DEFAULT_STATE_LAYOUT,
         )  # fmt: skip
-        windows = intermediate.conv[torch.arange(r, device=idx.device), acc.long() - 1]
+        windows = intermediate.conv[torch.arange(r, device=idx.device), steps.long()]
         state.conv.index_copy_(0, idx.long(), windows.to(state.conv.dtype))
+
+    @staticmethod
+    def _tree_args(meta: Metadata) -> dict[str, torch.Tensor]:
+        """The draft tree of a tree verify, as the kernels take it (``retrieve_parent_token``, int32 ``[bs,
+        D]``), or nothing: chains (and every step but a verify) pass no keyword, so a candidate kernel
+        without it still runs them."""
+        parents = meta.retrieve_parent_token
+        if meta.forward_mode != "target_verify" or parents is None:
+            return {}
+        if meta.state_indices.dim() == 2:  # vLLM's slot per draft position: a chain by construction
+            raise MetadataError(
+                "retrieve_parent_token: a tree verify with one slot per draft position ([bs, D] state_indices); "
+                "draft trees write per-step states by batch row (sglang)",
+                field="retrieve_parent_token",
+            )
+        return {"retrieve_parent_token": parents}
 
     def __repr__(self) -> str:
         dtype = str(self.dtype).removeprefix("torch.")
@@ -409,6 +450,7 @@ class GatedDeltaNetLayer(_SeededLayer):
         qsl = meta.query_start_loc
         inter_conv = intermediate.conv[:N] if intermediate is not None and verify else None
         inter_ssm = intermediate.ssm[:N] if intermediate is not None and verify else None
+        tree = self._tree_args(meta)  # a tree verify's parents: every node starts from its parent's state
         if mode == "extend":
             xc = conv1d.varlen(
                 mixed, w["conv_w"], w["conv_b"], conv_state=state.conv, state_indices=idx,
@@ -419,7 +461,7 @@ class GatedDeltaNetLayer(_SeededLayer):
             xc = conv1d.update(
                 mixed.reshape(N, T // N, c.conv_dim), state.conv, w["conv_w"], w["conv_b"],
                 state_indices=idx, activation="silu", intermediate_conv_windows=inter_conv,
-                disable_state_update=verify, pad_slot_id=pad, impl=self.impl,
+                disable_state_update=verify, pad_slot_id=pad, impl=self.impl, **tree,
             ).reshape(T, c.conv_dim)  # fmt: skip
         q, k, v = xc.split([H * K, H * K, HV * V], dim=-1)
         o = self._recurrent(
@@ -427,7 +469,7 @@ class GatedDeltaNetLayer(_SeededLayer):
             state_indices=idx, cu_seqlens=qsl, use_qk_l2norm=True,
             has_initial_state=meta.has_initial_state if mode == "extend" else None,
             intermediate_states=inter_ssm, disable_state_update=verify, pad_slot_id=pad, impl=self.impl,
-            state_layout=self.state_layout or DEFAULT_STATE_LAYOUT,
+            state_layout=self.state_layout or DEFAULT_STATE_LAYOUT, **tree,
         )  # fmt: skip
         if per_slot and inter_conv is not None and inter_ssm is not None:
             self._write_steps_to_slots(state, inter_conv, inter_ssm, meta.state_indices, pad, meta.profile.dummy_slot)
@@ -554,10 +596,11 @@ class Mamba2Layer(_SeededLayer):
             L = T // N  # 1 in decode, D in verify
             inter_conv = intermediate.conv[:N] if intermediate is not None and verify else None
             inter_ssm = intermediate.ssm[:N] if intermediate is not None and verify else None
+            tree = self._tree_args(meta)  # a tree verify's parents: every node starts from its parent's state
             xbc = conv1d.update(
                 xbc.reshape(N, L, c.conv_dim), state.conv, w["conv_w"], w["conv_b"], state_indices=idx,
                 activation="silu", intermediate_conv_windows=inter_conv, disable_state_update=verify,
-                pad_slot_id=pad, impl=self.impl,
+                pad_slot_id=pad, impl=self.impl, **tree,
             )  # fmt: skip
             xs, B, C = xbc.split([c.d_inner, ng * ds, ng * ds], dim=-1)
             lead = (N, L) if verify else (N,)  # the op's step axis: a verify keeps every step's state
@@ -566,7 +609,7 @@ class Mamba2Layer(_SeededLayer):
                 A[:, None, None].expand(nh, hd, ds), B.reshape(*lead, ng, ds), C.reshape(*lead, ng, ds),
                 D=w["D"][:, None].expand(nh, hd), dt_bias=w["dt_bias"][:, None].expand(nh, hd), dt_softplus=True,
                 state_indices=idx, pad_slot_id=pad, intermediate_states=inter_ssm, disable_state_update=verify,
-                impl=self.impl,
+                impl=self.impl, **tree,
             )  # fmt: skip
             if per_slot and inter_conv is not None and inter_ssm is not None:
                 self._write_steps_to_slots(

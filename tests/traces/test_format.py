@@ -269,7 +269,7 @@ HEADER_REFUSALS = [
     (
         header_with(max_bs=8),
         "line 1: max_bs: unknown header field (known: format, version, profile, layer, num_slots, buckets, "
-        "draft_tokens, seed, engine, accepted, zero_on_alloc)",
+        "draft_tokens, seed, engine, accepted, zero_on_alloc, topk)",
     ),
 ]
 
@@ -401,7 +401,7 @@ STEP_REFUSALS = [
     (
         (0, "rows.0.prefix", 1),
         "line 2: rows[0].prefix: unknown row field (known: id, slot, req_pool_index, seq_len, new_tokens, "
-        "cached_tokens, accepted, tokens, slots, kind)",
+        "cached_tokens, accepted, tokens, slots, kind, tree)",
     ),
     ((0, "rows.0.id", -1), "line 2: rows[0].id: expected an int >= 0, got -1"),
     (

@@ -21,6 +21,8 @@ class MetadataBackend:
         buckets: captured batch sizes for each graph mode, or one list for both; default: the profile's.
         draft_tokens: D of target-verify graphs.
         modes: the graph modes that get static buffers (those the runner captures).
+        tree: the target-verify buffers carry each row's draft tree (``MetadataBuffers(..., tree=True)``;
+            sglang's ``topk > 1``): every verify batch then gives its trees (``batch.tree``).
     """
 
     device_type = "cpu"
@@ -31,9 +33,12 @@ class MetadataBackend:
         buckets: Sequence[int] | dict[str, Sequence[int]] | None = None,
         draft_tokens: int = 2,
         modes: Sequence[str] = GRAPH_MODES,
+        *,
+        tree: bool = False,
     ) -> None:
         self.pool = pool
         self.draft_tokens = draft_tokens
+        self.tree = tree
         per_mode = buckets if isinstance(buckets, dict) else dict.fromkeys(GRAPH_MODES, buckets)
         self.buffers: dict[str, MetadataBuffers] = {}
         for mode in modes:
@@ -41,8 +46,9 @@ class MetadataBackend:
                 raise MetadataError(
                     f"modes: {mode!r} is not a graph mode; graphs exist for {GRAPH_MODES}", field="modes"
                 )
-            d = draft_tokens if mode == "target_verify" else 1
-            self.buffers[mode] = MetadataBuffers(pool, mode, per_mode.get(mode), d)
+            verify = mode == "target_verify"
+            d = draft_tokens if verify else 1
+            self.buffers[mode] = MetadataBuffers(pool, mode, per_mode.get(mode), d, tree=tree and verify)
         self.forward_metadata: Metadata | None = None
 
     def graph_mode_of(self, batch: Batch) -> str:

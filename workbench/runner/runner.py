@@ -47,7 +47,13 @@ class Layer(Protocol):
     def new_state(self, num_slots: int, *, seed: int | None = None, dtype: torch.dtype = ...) -> LayerState: ...
     def new_intermediate(self, max_bs: int, draft_tokens: int, dtype: torch.dtype = ...) -> Intermediate: ...
     def accept(
-        self, state: LayerState, intermediate: Intermediate, meta: Metadata, num_accepted: torch.Tensor
+        self,
+        state: LayerState,
+        intermediate: Intermediate,
+        meta: Metadata,
+        num_accepted: torch.Tensor | None,
+        *,
+        accepted_steps: torch.Tensor | None = None,
     ) -> None: ...
 
 
@@ -92,6 +98,7 @@ def _check_runner_args(
     backend: object,
     state_seed: object,
     validate_metadata: object,
+    tree: object = False,
 ) -> None:
     """GraphRunner's arguments, each alone, before anything is allocated."""
     missing = [a for a in ("forward", "new_state", "config", "dtype", "supported_modes") if not hasattr(layer, a)]
@@ -114,6 +121,14 @@ def _check_runner_args(
         check_int("state_seed", state_seed, 0)
     if not isinstance(validate_metadata, bool):
         raise MetadataError(f"validate_metadata must be a bool, got {validate_metadata!r}", field="validate_metadata")
+    if not isinstance(tree, bool):
+        raise MetadataError(f"tree must be a bool, got {tree!r}", field="tree")
+    if tree and not pool.profile.tree_verify:
+        raise MetadataError(
+            f"tree: profile {pool.profile.name!r} verifies chains only (vLLM removed tree drafts); draft trees are "
+            "sglang's (topk > 1)",
+            field="tree",
+        )
 
 
 def _check_runner_parts(layer: Any, pool: StatePool, buckets: object, state: object, metadata_backend: object) -> None:
@@ -165,6 +180,11 @@ class GraphRunner:
         validate_metadata: after each in-place update, run ``validate`` on the bucket's metadata (host reads:
             a debugging aid that catches e.g. a request that is not allocated, which would point at the
             dummy slot).
+        tree: the target-verify graphs verify draft trees (sglang's ``speculative_eagle_topk > 1``): their
+            buffers carry each row's tree (``MetadataBuffers(..., tree=True)``), so every verify batch gives
+            one (``Batch.target_verify(..., tree=DraftTree...)``; a chain is ``DraftTree.chain``), and
+            :meth:`accept` commits each row's last accepted node (``accept_index``). Only a profile with
+            ``tree_verify``.
     """
 
     def __init__(
@@ -181,8 +201,9 @@ class GraphRunner:
         state_seed: int | None = None,
         metadata_backend: type[MetadataBackend] | None = None,
         validate_metadata: bool = False,
+        tree: bool = False,
     ) -> None:
-        _check_runner_args(layer, pool, draft_tokens, modes, backend, state_seed, validate_metadata)
+        _check_runner_args(layer, pool, draft_tokens, modes, backend, state_seed, validate_metadata, tree)
         _check_runner_parts(layer, pool, buckets, state, metadata_backend)
         if profile is not None and get_profile(profile).name != pool.profile.name:
             raise MetadataError(
@@ -190,13 +211,16 @@ class GraphRunner:
             )
         self.layer, self.pool, self.draft_tokens = layer, pool, draft_tokens
         self.validate_metadata = validate_metadata
+        self.tree = tree
         self.graph_backend = get_backend(backend, device=pool.device if backend == "auto" else None)
         wanted = modes or ("decode", "target_verify")
         self.modes = tuple(m for m in wanted if m in layer.supported_modes)
         if not self.modes:
             raise MetadataError(f"modes: {tuple(wanted)} none supported by {type(layer).__name__}", field="modes")
         cls = metadata_backend or metadata_backend_for(self.graph_backend.name)
-        self.meta_backend: MetadataBackend = cls(pool, buckets, draft_tokens, modes=self.modes)
+        # tree= only when asked: a backend written before trees (an engine's, a zoo case's) keeps its signature
+        extra = {"tree": True} if tree else {}
+        self.meta_backend: MetadataBackend = cls(pool, buckets, draft_tokens, modes=self.modes, **extra)
         self._check_memory(state is None)
         self.state = state if state is not None else layer.new_state(pool.num_slots, seed=state_seed)
         hidden = layer.config.hidden_size
@@ -259,9 +283,10 @@ class GraphRunner:
     def __repr__(self) -> str:
         buckets = "; ".join(f"{m} {html.short_list(self.buckets(m), 8)}" for m in self.modes)
         total = sum(len(self.buckets(m)) for m in self.modes)
+        tree = ", draft trees" if self.tree else ""
         return (
             f"GraphRunner({type(self.layer).__name__}, profile={self.pool.profile.name!r}, "
-            f"backend={self.graph_backend.name!r}, buckets {buckets}, captured {len(self._graphs)}/{total})"
+            f"backend={self.graph_backend.name!r}, buckets {buckets}{tree}, captured {len(self._graphs)}/{total})"
         )
 
     def _repr_html_(self) -> str:
@@ -271,6 +296,8 @@ class GraphRunner:
             "backend": self.graph_backend.name,
             "draft_tokens": self.draft_tokens,
         }
+        if self.tree:
+            head["drafts"] = "tree"
         rows, kinds = [], []
         for m in self.modes:
             done = sum((m, bs) in self._graphs for bs in self.buckets(m))
@@ -360,15 +387,72 @@ class GraphRunner:
             self._eager_intermediate = self.layer.new_intermediate(r, self.draft_tokens)
         return self._eager_intermediate
 
-    def accept(self, num_accepted: torch.Tensor | Sequence[int]) -> None:
-        """After a verify step: scatter each live row's last accepted state back to its slot (sglang)."""
+    def accept(
+        self,
+        num_accepted: torch.Tensor | Sequence[int],
+        *,
+        accept_index: torch.Tensor | Sequence[Sequence[int]] | None = None,
+        accepted_steps: torch.Tensor | Sequence[int] | None = None,
+    ) -> None:
+        """After a verify step: scatter each live row's last accepted state back to its slot (sglang).
+
+        ``num_accepted``: int ``[raw_bs]``, the tokens each row kept (1..D): a chain commits step
+        ``num_accepted - 1``. ``accept_index``: int ``[raw_bs, W]``, sglang's verify outcome under draft trees:
+        row ``b``'s accepted root-first path as global node ids ``b * D + node``, -1 past it; each row commits
+        its last accepted node, ``accept_index[b, num_accepted[b] - 1] - b * D`` (sglang's
+        ``last_correct_step_indices``; a commit that took the depth ``num_accepted - 1`` for the node was
+        sglang PR 27463's bug). ``accepted_steps``: int ``[raw_bs]``, the node each row commits, given
+        directly (what an engine committed). Both need a profile with ``tree_verify``; the host reads here
+        are the engine's too (the commit runs eagerly, after the graph).
+        """
         meta = self.last_metadata
         if meta is None or meta.forward_mode != "target_verify":
             raise MetadataError("accept: the last step was not a target_verify step", field="accept")
         acc = torch.as_tensor(num_accepted, dtype=torch.int32, device=self.pool.device)
         if self._last_intermediate is None:
             raise MetadataError("accept: the last verify step left no intermediate states", field="accept")
-        self.layer.accept(self.state, self._last_intermediate, meta, acc)
+        for name, given in (("accept_index", accept_index), ("accepted_steps", accepted_steps)):
+            if given is not None and not self.pool.profile.tree_verify:
+                raise MetadataError(
+                    f"{name}: profile {self.pool.profile.name!r} commits chains by count (no tree verify: vLLM "
+                    "removed tree drafts); give num_accepted alone",
+                    field=name,
+                )
+        if accept_index is not None and accepted_steps is not None:
+            raise MetadataError("accepted_steps: give accept_index or accepted_steps, not both", field="accepted_steps")
+        steps = None
+        if accept_index is not None:
+            steps = self._last_accepted(accept_index, acc, meta.raw_batch_size, meta.draft_tokens)
+        elif accepted_steps is not None:
+            steps = torch.as_tensor(accepted_steps, dtype=torch.int32, device=self.pool.device)
+        extra = {} if steps is None else {"accepted_steps": steps}  # a chain: the call a layer always took
+        self.layer.accept(self.state, self._last_intermediate, meta, acc, **extra)
+
+    def _last_accepted(self, accept_index: Any, acc: torch.Tensor, r: int, d: int) -> torch.Tensor:
+        """Each row's last accepted node: ``accept_index[b, num_accepted[b] - 1] - b * D``, read on the host and
+        checked to be one of row ``b``'s nodes (global ids ``b * D .. b * D + D - 1``)."""
+        idx = torch.as_tensor(accept_index, dtype=torch.int64).cpu()
+        if idx.dim() != 2 or idx.shape[0] != r:
+            raise MetadataError(
+                f"accept_index: expected shape ({r}, W), one row of global node ids per live row, got "
+                f"{tuple(idx.shape)}",
+                field="accept_index",
+            )
+        out = []
+        for b, n in enumerate(acc.tolist()):
+            if not 1 <= n <= idx.shape[1]:
+                raise MetadataError(
+                    f"num_accepted[{b}] = {n}: accept_index holds {idx.shape[1]} nodes per row", field="num_accepted"
+                )
+            g = int(idx[b, n - 1])
+            if not b * d <= g < (b + 1) * d:
+                raise MetadataError(
+                    f"accept_index[{b}, {n - 1}] = {g}: not a node of row {b} (global ids {b * d}..{b * d + d - 1})",
+                    field="accept_index",
+                    row=b,
+                )
+            out.append(g - b * d)
+        return torch.tensor(out, dtype=torch.int32, device=self.pool.device)
 
     # -- compare ---------------------------------------------------------------------------------------
     def compare(

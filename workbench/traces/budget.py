@@ -87,10 +87,12 @@ def replay_budget(trace: Trace, layer: Any) -> ReplayBudget:
     step_tokens = max((sum(r.new_tokens for r in s.rows) for s in trace.steps), default=0)
     # verify rows of a verify step or of a mixed step that holds them (each verify row keeps D states)
     verify_rows = max((s.kinds.count("verify") for s in trace.steps), default=0)
+    # draft trees (topk > 1): three int32 [bs, D] link buffers in each target_verify bucket
+    tree_links = 3 * 4 * d * sum(h.buckets.get("target_verify", [])) if h.topk > 1 else 0
     parts = {
         "state pool, shadow and copies": copies * h.num_slots * per_slot,
         "captured graphs": captured * per_token,
-        "metadata buffers": rows * (4 * per_request + 25),
+        "metadata buffers": rows * (4 * per_request + 25) + tree_links,
         # the runner's intermediate states, and each verify step's own in float32 and float64
         "verify buffers": (largest_verify + 3 * verify_rows) * d * per_slot if spec else 0,
         "the largest step's tokens": step_tokens * per_token,

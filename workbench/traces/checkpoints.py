@@ -48,7 +48,7 @@ from workbench.profiles import Profile
 from workbench.traces.cache_record import EMBED_VOCAB, CacheRecord, Checkpoint, embed_tokens, embedding_table
 from workbench.traces.context import StepContext
 from workbench.traces.divergence import TraceDivergence, prefix_divergence
-from workbench.traces.model import PREFIX_KEYS, TRACK_FIELDS, TraceRow, TraceStep
+from workbench.traces.model import PREFIX_KEYS, TRACK_FIELDS, TraceRow, TraceStep, accepted_paths
 from workbench.traces.tracking import TrackChecks
 
 
@@ -336,14 +336,18 @@ class CheckpointBook:
 
     def remember(self, step: TraceStep, accepted: str = "tokens") -> None:
         """Extend each row's token history by what the step put into its state (a verify row keeps the tokens
-        its ``accepted`` says, read in the header's unit ``accepted``)."""
+        of its accepted path: the first its ``accepted`` says, read in the header's unit ``accepted``, or
+        under draft trees the nodes of the step's ``accept_index``)."""
+        paths = accepted_paths(step, accepted)
         for r in step.rows:
             have = self.record.history.get(r.id)
             if have is None or r.tokens is None:
                 self.record.history[r.id] = None
                 continue
-            kept = r.kept(accepted) if step.kind_of(r) == "verify" else r.new_tokens
-            have.extend(r.tokens[:kept])
+            if step.kind_of(r) == "verify":
+                have.extend(r.tokens[n] for n in paths[r.id])
+            else:
+                have.extend(r.tokens[: r.new_tokens])
 
     # -- pieces -----------------------------------------------------------------------------------------
     def _label_window(self, ctx: StepContext, row: TraceRow, slots: list[int], read: tuple[int, ...] | None) -> None:

@@ -4,6 +4,7 @@
     workbench trace run --profile sglang --steps 2000 --prefix-cache no_buffer
     workbench trace run --profile sglang --steps 2000 --spec 2 --prefix-cache extra_buffer
     workbench trace run --profile vllm --steps 2000 --prefix-cache align
+    workbench trace run --profile sglang --spec 3 --topk 2 --steps 400             # sglang's draft trees
     workbench trace run --scheduler vllm --spec 3 --steps 300 --out vllm.jsonl    # vLLM's own scheduler
     workbench trace run --scheduler sglang --spec 2 --prefix-cache extra_buffer   # sglang's own scheduler
     workbench trace check trace.jsonl
@@ -57,6 +58,16 @@ def _draft(text: str) -> int:
     return value
 
 
+def _topk(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int, got {text!r}") from None
+    if not 1 <= value <= 16:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: expected an int in [1, 16] (1: chains)")
+    return value
+
+
 def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``run`` and ``check`` to ``parser``."""
     parser.description = f"{SUMMARY}. Exit 0: clean; 1: a divergence, or nothing replayed; 2: bad input."
@@ -84,6 +95,15 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     run.add_argument("--steps", type=_count, default=200, metavar="N", help="scheduler steps")
     run.add_argument("--seed", type=int, default=0, help="the simulation's seed")
     run.add_argument("--spec", type=_draft, default=0, metavar="D", help="speculate D draft tokens (0: none)")
+    run.add_argument(
+        "--topk",
+        type=_topk,
+        default=1,
+        metavar="K",
+        help="with --spec: draft trees, each node at most K children (sglang's speculative_eagle_topk; 1: chains, "
+        "the default); each verify row draws a tree and accepts a root-to-node path (sglang profiles: vLLM "
+        "removed tree drafts)",
+    )
     run.add_argument(
         "--mixed",
         action="store_true",
@@ -150,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
             steps=args.steps,
             seed=args.seed,
             spec=args.spec,
+            topk=args.topk,
             mixed=args.mixed,
             dp_dummies=args.dp_dummies,
             prefix_cache=args.prefix_cache,
@@ -185,6 +206,11 @@ def _real_scheduler(args: argparse.Namespace) -> Any:
         raise EngineError(f"--profile {args.profile}: --scheduler {args.scheduler} writes {engine}'s traces")
     if args.dp_dummies:
         raise EngineError(f"--dp-dummies: the {args.scheduler} scheduler has no idle data-parallel rank here")
+    if args.topk != 1:
+        raise EngineError(
+            f"--topk {args.topk}: the {args.scheduler} scheduler's driver records chains (its dumper refuses "
+            "speculative trees); draft trees come from --scheduler sim"
+        )
     if args.engine_root:
         from workbench.engines.identity import use_tree
 

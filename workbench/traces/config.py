@@ -80,6 +80,10 @@ class SimConfig:
         steps: scheduler steps to record (idle ones included).
         seed: of the one ``random.Random`` every draw comes from.
         spec: D, draft tokens per verify step (0: no speculation, plain decode steps).
+        topk: 1, each verify row's drafts are a chain; above 1 (sglang's ``speculative_eagle_topk``, needs
+            ``spec`` and a profile with ``tree_verify``: vLLM removed tree drafts), each verify row's D tokens
+            are the nodes of a random draft tree (``DraftTree.random``, each node at most ``topk`` children)
+            and it accepts a random root-to-node path (``accept_rate``).
         mixed: let a step carry prefill chunks and decode-phase rows together (``mode="mixed"``): one-token
             decode rows, or with ``spec`` under vLLM (``MIXED_VERIFY_ENGINES``) verify rows of D tokens; under
             sglang with ``spec``, a step that prefills runs its decode-phase requests as one-token decode rows
@@ -133,6 +137,7 @@ class SimConfig:
     steps: int = 200
     seed: int = 0
     spec: int = 0
+    topk: int = 1
     mixed: bool = False
     dp_dummies: bool = False
     num_slots: int | None = None
@@ -191,6 +196,8 @@ class SimConfig:
         """One line: the engine and layer, the run, the step kinds, the prefix cache and the pool."""
         p = self.plan
         parts = [f"{self.steps} steps", f"seed {self.seed}", f"spec {self.spec}" if self.spec else "no speculation"]
+        if self.topk > 1:
+            parts[-1] += f" (draft trees, topk {self.topk})"
         if self.mixed:
             parts.append("mixed steps (1-token decode tails)" if self.mixed_tails else "mixed steps")
         if self.dp_dummies:
@@ -278,6 +285,7 @@ def _resolve(c: SimConfig) -> SimPlan:
     _int("steps", c.steps, 0)
     _int("seed", c.seed, -(2**63), 2**63 - 1)
     spec = _int("spec", c.spec, 0, 1024)
+    _check_topk(c, prof, spec)
     prefill = _check_steps(c, layer)
     _int("chunk_size", c.chunk_size, 1)
     _int("token_budget", c.token_budget, max(2, spec))
@@ -335,6 +343,22 @@ def _resolve(c: SimConfig) -> SimPlan:
         max_running=max_running,
         max_waiting=max_waiting,
     )
+
+
+def _check_topk(c: SimConfig, prof: Profile, spec: int) -> int:
+    """``topk``: an int >= 1; above 1 (draft trees) it needs ``spec`` and an engine that verifies trees."""
+    topk = _int_arg("topk", c.topk, 1, 1024)
+    if topk == 1:
+        return topk
+    if not prof.tree_verify:
+        why = " (vLLM removed tree drafts)" if prof.engine == "vllm" else ""
+        trees = " or ".join(repr(p.name) for p in PROFILES.values() if p.tree_verify)
+        raise SimulationError(
+            f"topk = {topk}: profile {prof.name!r} verifies chains only{why}; draft trees need profile {trees}"
+        )
+    if not spec:
+        raise SimulationError(f"topk = {topk}: draft trees are verify rows; give spec (D, the tree's nodes) too")
+    return topk
 
 
 def _check_steps(c: SimConfig, layer: LayerSpec) -> bool:

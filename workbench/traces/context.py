@@ -18,7 +18,7 @@ import torch
 from workbench.batch import Batch
 from workbench.layers import Intermediate, LayerState
 from workbench.pool import StatePool
-from workbench.traces.model import TraceRow, TraceStep, tokens_after
+from workbench.traces.model import TraceRow, TraceStep, accepted_paths, node_path, row_parents, tokens_after
 
 
 class VerifiedIntermediates(NamedTuple):
@@ -46,7 +46,8 @@ class StepContext:
     window it read) and ``verified`` (a verify's intermediate states; sglang only).
 
     ``accepted_unit``: the header's ``accepted`` (what a verify row's ``accepted`` counts): :meth:`kept`
-    reads a row's through it.
+    reads a row's through it. ``topk``: the header's (above 1: the verify rows' drafts are trees, and a
+    verify row keeps the tokens of its accepted path, :meth:`path`).
     """
 
     step: TraceStep
@@ -64,6 +65,7 @@ class StepContext:
     read_columns: Mapping[int, int] = field(default_factory=dict)
     verified: VerifiedIntermediates | None = None
     accepted_unit: str = "tokens"
+    topk: int = 1
 
     def after_forward(
         self,
@@ -98,6 +100,17 @@ class StepContext:
     def kept(self, row: TraceRow) -> int:
         """Tokens verify row ``row`` of this step keeps (1..D), its ``accepted`` read in the header's unit."""
         return row.kept(self.accepted_unit)
+
+    def path(self, row: TraceRow) -> tuple[int, ...]:
+        """The root-first draft nodes verify row ``row`` accepted (its kept tokens, in order): the step's
+        ``accept_index``, or a chain's first :meth:`kept` nodes."""
+        return accepted_paths(self.step, self.accepted_unit)[row.id]
+
+    @staticmethod
+    def node_path(row: TraceRow, node: int) -> tuple[int, ...]:
+        """The root-first nodes from verify row ``row``'s root to ``node`` in its draft tree (a chain's
+        ``0..node``): the tokens whose state node ``node`` holds."""
+        return node_path(row_parents(row), node)
 
     def held_after(self, row: TraceRow) -> int:
         """Tokens in ``row``'s request's state after the step: a verify row's kept ones, any other row's all."""

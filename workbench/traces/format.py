@@ -15,7 +15,9 @@ by verify steps), ``draft_tokens`` (D: tokens a verify row feeds, default 2), ``
 null), ``engine`` (optional: the release the trace comes from, ``{"name": "sglang", "version": "0.5.23",
 "commit": "..."}``; ``name`` the profile's engine, ``commit`` optional; written only when present),
 ``accepted`` (what a verify row's ``accepted`` counts: "tokens", the default, or "drafts"; written only when
-not the default), ``zero_on_alloc`` (the engine zeroes a slot when it allocates it; written only when true).
+not the default), ``zero_on_alloc`` (the engine zeroes a slot when it allocates it; written only when true),
+``topk`` (draft tokens each node of a draft tree expands: 1, the default, chains; above 1 sglang's tree drafts,
+refused by a profile without tree verify; written only when above 1).
 
 Step fields (:class:`~workbench.traces.model.TraceStep`): ``step`` (strictly increasing), ``mode`` (one of
 :data:`~workbench.traces.model.STEP_MODES`), ``rows`` (one object per request, in the engine's order; an idle
@@ -28,8 +30,12 @@ Row fields (:class:`~workbench.traces.model.TraceRow`): ``id``, ``slot`` (< num_
 null, or 1..D tokens kept, or 0..D-1 drafts under the header's ``accepted: "drafts"``), ``tokens``
 (optional: ``new_tokens`` token ids), ``slots`` (optional), ``kind`` ("decode", "verify", "extend": optional
 where the mode says it, and then the mode's; in a mixed step on every row, or, in a file written before rows
-had kinds, on none). Ids, slots and request-pool rows are each unique within a step. The prefix-cache keys of
-``metadata`` (``PREFIX_KEYS``) and vLLM's split keys (``SPLIT_KEYS``) are checked for shape.
+had kinds, on none), ``tree`` (optional, verify rows: the parent of each fed token, node 0 the root, -1;
+``0 <= tree[t] < t``; a tree that is not a chain needs the header's ``topk > 1``). Ids, slots and
+request-pool rows are each unique within a step. The prefix-cache keys of ``metadata`` (``PREFIX_KEYS``) and
+vLLM's split keys (``SPLIT_KEYS``) are checked for shape; the tree verify keys (``TREE_KEYS``:
+``accept_index``, each verify row's accepted root-first path of global node ids, required with trees that are
+not chains; ``last_correct_step_indices``, the node each committed) against the rows' trees and kept tokens.
 
 Every refusal is a :class:`TraceError` of one line naming the file's line, the field and what was expected:
 ``line 7: rows[2].seq_len: expected an int >= 1, got -3``. Nothing here imports torch.
@@ -57,12 +63,14 @@ from workbench.traces.model import (
     MODE_KINDS,
     ROW_KINDS,
     STEP_MODES,
+    TREE_KEYS,
     VERSION,
     Trace,
     TraceEngine,
     TraceHeader,
     TraceRow,
     TraceStep,
+    tree_step_problem,
 )
 
 LAYERS = LAYER_NAMES
@@ -71,16 +79,17 @@ GRAPH_MODES = ("decode", "target_verify")
 """The modes with graphs: ``workbench.metadata.GRAPH_MODES`` (repeated here: that module imports torch)."""
 HEADER_FIELDS = (
     "format", "version", "profile", "layer", "num_slots", "buckets", "draft_tokens", "seed", "engine", "accepted",
-    "zero_on_alloc",
+    "zero_on_alloc", "topk",
 )  # fmt: skip
 ENGINE_FIELDS = ("name", "version", "commit")
 """The header's ``engine`` object: ``name`` and ``version`` required, ``commit`` optional (null or absent)."""
 _RELEASE_TEXT = "a string of 1 to 100 ASCII letters, digits or punctuation"
 STEP_FIELDS = ("step", "mode", "rows", "admit", "finish", "metadata")
 ROW_FIELDS = (
-    "id", "slot", "req_pool_index", "seq_len", "new_tokens", "cached_tokens", "accepted", "tokens", "slots", "kind"
+    "id", "slot", "req_pool_index", "seq_len", "new_tokens", "cached_tokens", "accepted", "tokens", "slots", "kind",
+    "tree",
 )  # fmt: skip
-OPTIONAL_ROW_FIELDS = ("tokens", "slots", "kind")
+OPTIONAL_ROW_FIELDS = ("tokens", "slots", "kind", "tree")
 """Row fields written only when a row has them (files without them stay as they were)."""
 INT32_MIN = -(2**31)
 _SHOW_CHARS = 60
@@ -322,9 +331,14 @@ def parse_header(obj: Any, line: int = 1) -> TraceHeader:
     zero = obj.get("zero_on_alloc", False)
     if not isinstance(zero, bool):
         raise _fail(line, "zero_on_alloc", "true or false", zero)
+    topk = _int(obj.get("topk", TraceHeader.topk), line, "topk", 1, INT32_MAX)
+    if topk > 1 and not PROFILES[profile].tree_verify:
+        expected = f'1 (profile "{profile}" has no tree drafts: vLLM removed them; topk > 1 is sglang\'s)'
+        raise _fail(line, "topk", expected, topk)
     return TraceHeader(
-        profile, layer, num_slots, buckets, draft_tokens, seed, engine=engine, accepted=accepted, zero_on_alloc=zero
-    )
+        profile, layer, num_slots, buckets, draft_tokens, seed, engine=engine, accepted=accepted, zero_on_alloc=zero,
+        topk=topk,
+    )  # fmt: skip
 
 
 def _release_text(value: Any, line: int, path: str, what: str) -> str:
@@ -404,7 +418,14 @@ def _row(value: Any, line: int, path: str, mode: str, header: TraceHeader) -> Tr
         if not got or got[0] != slot or len(set(got)) != len(got):
             raise _fail(line, f"{path}.slots", f"distinct slots, the first the row's slot {slot}", items)
         slots = got
-    return TraceRow(rid, req_pool_index, slot, seq_len, new_tokens, cached_tokens, accepted, tokens, slots, kind)
+    tree = obj.get("tree")
+    if tree is not None:
+        items = _list(tree, line, f"{path}.tree", "parents (one per fed token, the root's -1)")
+        tree = tuple(
+            _int(p, line, f"{path}.tree[{i}]", -1, INT32_MAX, "a parent node (an int >= 0, the root's -1)")
+            for i, p in enumerate(items)
+        )
+    return TraceRow(rid, req_pool_index, slot, seq_len, new_tokens, cached_tokens, accepted, tokens, slots, kind, tree)
 
 
 def _kind(value: Any, line: int, path: str, mode: str, header: TraceHeader) -> str | None:
@@ -528,7 +549,11 @@ def _metadata(value: Any, line: int, step: TraceStep, header: TraceHeader) -> di
     if "query_start_loc" in value:
         _query_start_loc(value["query_start_loc"], line, _lengths(bucket, n_rows, 1))
     _split_keys(value, line, step.kinds, bucket, header.draft_tokens)
-    _prefix_cache(value, line, header.num_slots)
+    _prefix_cache(value, line, header.num_slots, header.topk)
+    for key in TREE_KEYS:
+        if value.get(key) is not None and not PROFILES[header.profile].tree_verify:
+            expected = f'nothing under profile "{header.profile}" (it has no tree verify; it commits by count)'
+            raise _fail(line, f"metadata.{key}", expected, value[key])
     return value
 
 
@@ -564,9 +589,11 @@ def _split_keys(value: dict[str, Any], line: int, kinds: tuple[str, ...], bucket
             _int(value[key], line, f"metadata.{key}", 0, INT32_MAX, "an int >= 0 (rows of the step)")
 
 
-def _track_keys(value: dict[str, Any], line: int, num_slots: int) -> None:
+def _track_keys(value: dict[str, Any], line: int, num_slots: int, topk: int = 1) -> None:
     """sglang's track fields (``TRACK_FIELDS``, ``VERIFY_TRACK_FIELDS``, ``CHUNK_TRACK_FIELDS``): their types;
-    their lengths and what they mean are checked by the replay."""
+    their lengths and what they mean are checked by the replay. Under tree drafts (``topk > 1``) a
+    ``mamba_steps_to_track`` entry may be below -1: a node read past the accepted path (its -1 padding, minus
+    ``b * D``) is the replay's divergence (sglang PR 35821), not bad input."""
     if "mamba_track_mask" in value:
         for i, item in enumerate(_list(value["mamba_track_mask"], line, "metadata.mamba_track_mask", "bools")):
             if not (isinstance(item, bool) or (isinstance(item, int) and item in (0, 1))):
@@ -575,7 +602,8 @@ def _track_keys(value: dict[str, Any], line: int, num_slots: int) -> None:
         _slot_list(value["mamba_track_indices"], line, "metadata.mamba_track_indices", num_slots, untracked=True)
     for key in ("mamba_track_seqlens", "mamba_steps_to_track"):
         if key in value:
-            _int_list(value[key], line, f"metadata.{key}", -1)
+            lowest = INT32_MIN if key == "mamba_steps_to_track" and topk > 1 else -1
+            _int_list(value[key], line, f"metadata.{key}", lowest)
     for key in (*FINAL_TRACK_FIELDS, "track_ssm_h_dst", "track_ssm_recompute_dst"):  # slots
         if key in value:
             _slot_list(value[key], line, f"metadata.{key}", num_slots)
@@ -590,10 +618,10 @@ def _track_keys(value: dict[str, Any], line: int, num_slots: int) -> None:
             _int_list(window, line, f"{path}[{i}]", 0)
 
 
-def _prefix_cache(value: dict[str, Any], line: int, num_slots: int) -> None:
+def _prefix_cache(value: dict[str, Any], line: int, num_slots: int, topk: int = 1) -> None:
     """The prefix-cache keys (``PREFIX_KEYS``): their shapes, every slot inside the pool; what they mean is
     checked by the replay."""
-    _track_keys(value, line, num_slots)
+    _track_keys(value, line, num_slots, topk)
     if "evict" in value:
         _slot_list(value["evict"], line, "metadata.evict", num_slots)
     for key in ("copies_before", "copies_after"):
@@ -689,6 +717,10 @@ def parse_step(obj: Any, line: int, header: TraceHeader, state: ReadState | None
     finish = _ids(obj.get("finish", []), line, "finish")
     step = TraceStep(number, mode, rows, admit, finish)
     step = TraceStep(number, mode, rows, admit, finish, _metadata(obj.get("metadata"), line, step, header))
+    problem = tree_step_problem(step, header)  # the rows' trees against the verify outcome the step recorded
+    if problem is not None:
+        where, expected, got = problem
+        raise _fail(line, where, expected, _MISSING if got is None else got)
     if state is not None:
         _cross_lines(step, line, state)
     return step
@@ -777,7 +809,7 @@ def read_trace(source: TraceSource) -> Trace:
 def header_dict(header: TraceHeader) -> dict[str, Any]:
     """The header line's object, in the file's key order; ``engine`` only when the header has one (files
     without it stay as they were), its ``commit`` only when known; ``accepted`` only when not ``"tokens"``,
-    ``zero_on_alloc`` only when true."""
+    ``zero_on_alloc`` only when true, ``topk`` only when above 1."""
     out: dict[str, Any] = {
         "format": header.format,
         "version": header.version,
@@ -797,12 +829,14 @@ def header_dict(header: TraceHeader) -> dict[str, Any]:
         out["accepted"] = header.accepted
     if header.zero_on_alloc:
         out["zero_on_alloc"] = True
+    if header.topk != TraceHeader.topk:
+        out["topk"] = header.topk
     return out
 
 
 def row_dict(row: TraceRow) -> dict[str, Any]:
-    """A row's object; ``tokens``, ``slots`` and ``kind`` only when the row has them (files without stay as
-    they were)."""
+    """A row's object; ``tokens``, ``slots``, ``kind`` and ``tree`` only when the row has them (files without
+    stay as they were)."""
     out = {name: getattr(row, name) for name in ROW_FIELDS if name not in OPTIONAL_ROW_FIELDS}
     for name in OPTIONAL_ROW_FIELDS:
         value = getattr(row, name)

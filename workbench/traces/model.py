@@ -10,6 +10,7 @@ engine used. ``workbench.traces.format`` reads and writes it; ``workbench.traces
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,7 +67,13 @@ RECOMPUTE_FIELDS = ("track_ssm_seq_idx", "track_ssm_end_locs", "track_ssm_recomp
 VERIFY_TRACK_FIELDS = ("mamba_track_indices", "mamba_steps_to_track")
 """sglang's track metadata of a verify step, one entry per row: the track slot, and the draft step whose
 intermediate state goes there at commit (``mamba_steps_to_track``; -1 when the row crosses no track
-boundary)."""
+boundary). Under tree drafts (the header's ``topk > 1``) the step is a node of the row's draft tree."""
+TREE_KEYS = ("accept_index", "last_correct_step_indices")
+"""sglang's verify outcome under tree drafts (``topk > 1``), one entry per verify row in the step's verify-row
+order: ``accept_index``, the row's accepted root-first path as global node ids ``b * D + node`` (``b`` the
+row's index among the step's verify rows) then -1 (sglang's ``accept_index`` ``[bs, spec_steps + 1]``), and
+``last_correct_step_indices``, the node whose state the engine committed (``accept_index[b, accept_len - 1]
+- b * D``)."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +100,9 @@ class TraceHeader:
     trace comes from, or None (not recorded: a simulated or hand-written trace); ``accepted``: what a verify
     row's ``accepted`` counts (:data:`ACCEPTED_UNITS`: ``"tokens"`` kept, bonus included, or ``"drafts"``);
     ``zero_on_alloc``: the engine zeroes a slot's state when it allocates the slot to a request (the replay
-    follows it).
+    follows it); ``topk``: draft tokens each node of a draft tree expands (sglang's ``speculative_eagle_topk``):
+    1, chains (every verify row's D tokens in a line); above 1, a verify row's tokens are the nodes of a tree
+    (its ``tree``) and each verify step records its ``accept_index`` (:data:`TREE_KEYS`).
     """
 
     profile: str
@@ -107,6 +116,7 @@ class TraceHeader:
     engine: TraceEngine | None = None
     accepted: str = "tokens"
     zero_on_alloc: bool = False
+    topk: int = 1
 
 
 def engine_note(header: TraceHeader, verified: Mapping[str, Sequence[str]] | None = None) -> str | None:
@@ -148,7 +158,9 @@ class TraceRow:
     draws random inputs. Prefix-cache checks need them (a checkpoint is compared with the state recomputed
     over the ids). ``slots``: every slot the request owns, in column order (vLLM verify: its D slots, the
     window of blocks under ``align``), or None: then they are placed as the pool places them. ``kind``: one
-    of :data:`ROW_KINDS`, or None: the step's mode says it (:meth:`TraceStep.kind_of`).
+    of :data:`ROW_KINDS`, or None: the step's mode says it (:meth:`TraceStep.kind_of`). ``tree``: a verify
+    row's draft tree, the parent of each of its ``new_tokens`` nodes in feed order (node 0 the root, -1;
+    ``0 <= tree[t] < t``), or None: the chain (:func:`row_parents`).
     """
 
     id: int
@@ -161,6 +173,7 @@ class TraceRow:
     tokens: tuple[int, ...] | None = None
     slots: tuple[int, ...] | None = None
     kind: str | None = None
+    tree: tuple[int, ...] | None = None
 
     def kept(self, header: TraceHeader | str = "tokens") -> int:
         """Tokens this verify row keeps (1..D, the bonus token included), reading ``accepted`` in the unit
@@ -188,6 +201,195 @@ def tokens_after(row: TraceRow, kind: str, header: TraceHeader | str = "tokens")
     if kind in ("verify", "target_verify"):
         return row.cached_tokens + row.kept(header)
     return row.cached_tokens + row.new_tokens
+
+
+# -- draft trees (sglang's topk > 1) -------------------------------------------------------------------------
+def chain_parents(d: int) -> tuple[int, ...]:
+    """The parents of a chain of ``d`` draft nodes: node ``t`` follows node ``t - 1`` (the root: -1).
+
+    >>> chain_parents(4)
+    (-1, 0, 1, 2)
+    """
+    return tuple(range(-1, d - 1))
+
+
+def row_parents(row: TraceRow) -> tuple[int, ...]:
+    """A verify row's draft tree as parents (one per fed token): its ``tree``, or the chain."""
+    return row.tree if row.tree is not None else chain_parents(row.new_tokens)
+
+
+def is_chain(parents: Sequence[int]) -> bool:
+    """Every node's parent is the node before it (a tree of topk 1)."""
+    return all(p == t - 1 for t, p in enumerate(parents))
+
+
+def tree_problem(parents: Sequence[int]) -> tuple[int, str] | None:
+    """The first node of ``parents`` that breaks the tree rule (node 0 the root, -1; ``0 <= parents[t] < t``:
+    a node comes after its parent in feed order), with what it should be; None for a tree.
+
+    >>> tree_problem((-1, 0, 0, 1)) is None, tree_problem((-1, 0, 2)), tree_problem((0,))
+    (True, (2, 'a parent in 0..1 (a node follows its parent)'), (0, '-1 (node 0 is the root)'))
+    """
+    for t, p in enumerate(parents):
+        if t == 0 and p != -1:
+            return 0, "-1 (node 0 is the root)"
+        if t > 0 and not 0 <= p < t:
+            return t, f"a parent in 0..{t - 1} (a node follows its parent)"
+    return None
+
+
+def node_path(parents: Sequence[int], node: int) -> tuple[int, ...]:
+    """The root-first path from the root to ``node`` (its ancestors, then itself) in a tree of ``parents``.
+
+    >>> node_path((-1, 0, 0, 1), 3), node_path((-1, 0, 0, 1), 2), node_path((-1, 0, 1), 0)
+    ((0, 1, 3), (0, 2), (0,))
+    """
+    out = [node]
+    while parents[out[-1]] >= 0:
+        out.append(parents[out[-1]])
+    return tuple(reversed(out))
+
+
+def verify_rows(step: TraceStep) -> list[tuple[int, TraceRow]]:
+    """``(index in the step, row)`` of the step's verify rows, in row order: the order of their batch, and
+    of the entries of :data:`TREE_KEYS` (verify row ``b`` owns the global node ids ``b * D ... b * D + D - 1``)."""
+    return [(i, r) for i, (r, k) in enumerate(zip(step.rows, step.kinds, strict=True)) if k == "verify"]
+
+
+def accepted_paths(step: TraceStep, header: TraceHeader | str = "tokens") -> dict[int, tuple[int, ...]]:
+    """Request id -> the root-first path of draft nodes each verify row of ``step`` accepted: read from the
+    step's ``accept_index`` (global ids ``b * D + node`` then -1), or, where it is not recorded, the chain's
+    first :meth:`TraceRow.kept` nodes. The path's length is the tokens the row kept; its last node is the one
+    whose state the row commits. The step is taken as read (:func:`tree_step_problem` says what is wrong).
+
+    >>> rows = (TraceRow(7, 1, 1, 9, 4, 5, 3, tree=(-1, 0, 0, 1)),)
+    >>> accepted_paths(TraceStep(3, "target_verify", rows, metadata={"accept_index": [[0, 1, 3, -1]]}))
+    {7: (0, 1, 3)}
+    >>> accepted_paths(TraceStep(3, "target_verify", rows))  # no accept_index: the chain's
+    {7: (0, 1, 2)}
+    """
+    recorded = (step.metadata or {}).get("accept_index")
+    out: dict[int, tuple[int, ...]] = {}
+    for b, (_, row) in enumerate(verify_rows(step)):
+        if recorded is None:
+            out[row.id] = tuple(range(row.kept(header)))
+            continue
+        d = row.new_tokens
+        out[row.id] = tuple(int(g) - b * d for g in recorded[b] if g != -1)
+    return out
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def tree_step_problem(step: TraceStep, header: TraceHeader) -> tuple[str, str, Any] | None:
+    """What of a step's draft trees and tree verify outcome (:data:`TREE_KEYS`) is wrong, as ``(field path,
+    expected, got)``, or None. The reader (``workbench.traces.format``) and the replay (for a trace built in
+    Python) both ask it.
+
+    - a row's ``tree``: on verify rows only, one parent per fed token, node 0 the root (-1), ``0 <= tree[t] <
+      t``; a tree that is not a chain needs the header's ``topk > 1``, and its nodes have at most ``topk``
+      children each (sglang expands each node into its ``topk`` best drafts).
+    - ``accept_index``: one list per verify row (verify-row order), at most D entries: the row's accepted
+      root-first path as global ids ``b * D + node``, then only -1; as many ids as the row kept tokens.
+      Required on a verify step whose rows carry a tree that is not a chain.
+    - ``last_correct_step_indices``: one node in ``0 .. D - 1`` per verify row.
+    """
+    vrows = verify_rows(step)
+    problem, branching = _row_trees_problem(step, header, {i for i, _ in vrows})
+    if problem is not None:
+        return problem
+    md = step.metadata or {}
+    for key in TREE_KEYS:
+        value = md.get(key)
+        if value is None:
+            continue
+        where = f"metadata.{key}"
+        if not vrows:
+            return where, "null (the step has no verify rows)", value
+        if not isinstance(value, list) or len(value) != len(vrows):
+            return where, f"a list of {len(vrows)} entries (one per verify row, in row order)", value
+    if md.get("accept_index") is not None:
+        got = _accept_index_problem(md["accept_index"], vrows, header)
+        if got is not None:
+            return got
+    elif branching:
+        return (
+            "metadata.accept_index",
+            "one accepted path per verify row (the step's verify rows carry draft trees that are not chains)",
+            None,
+        )
+    last = md.get("last_correct_step_indices")
+    for b, (_, row) in enumerate(vrows):
+        if last is not None and not (_is_int(last[b]) and 0 <= last[b] < row.new_tokens):
+            where = f"metadata.last_correct_step_indices[{b}]"
+            return where, f"a node of verify row {b}'s tree, an int in 0..{row.new_tokens - 1}", last[b]
+    return None
+
+
+def _row_trees_problem(
+    step: TraceStep, header: TraceHeader, verify_at: set[int]
+) -> tuple[tuple[str, str, Any] | None, bool]:
+    """The first row ``tree`` that breaks :func:`tree_step_problem`'s rules (None), and whether some verify
+    row carries a tree that is not a chain."""
+    branching = False
+    for i, row in enumerate(step.rows):
+        if row.tree is None:
+            continue
+        path, tree = f"rows[{i}].tree", row.tree
+        if i not in verify_at:
+            return (path, "null (only verify rows carry a draft tree)", list(tree)), branching
+        if len(tree) != row.new_tokens:
+            return (path, f"{row.new_tokens} parents (one per fed token: new_tokens)", list(tree)), branching
+        bad = tree_problem(tree)
+        if bad is not None:
+            return (f"{path}[{bad[0]}]", bad[1], tree[bad[0]]), branching
+        if is_chain(tree):
+            continue
+        branching = True
+        if header.topk <= 1:
+            return (path, "null or the chain (the header's topk is 1: every draft is a chain)", list(tree)), True
+        widest, n = Counter(tree[1:]).most_common(1)[0]
+        if n > header.topk:
+            return (path, f"at most topk = {header.topk} children per node (node {widest} has {n})", list(tree)), True
+    return None, branching
+
+
+def _accept_index_problem(
+    value: list[Any], vrows: list[tuple[int, TraceRow]], header: TraceHeader
+) -> tuple[str, str, Any] | None:
+    """``accept_index`` against the verify rows: each list a root-first path of global ids of its row's tree,
+    then -1; as many ids as the row kept."""
+    for b, (_, row) in enumerate(vrows):
+        where, d = f"metadata.accept_index[{b}]", row.new_tokens
+        entries = value[b]
+        if not isinstance(entries, list) or not 1 <= len(entries) <= d:
+            return where, f"a list of 1..{d} global node ids (verify row {b}'s path, then -1)", entries
+        parents, kept, prev = row_parents(row), row.kept(header), -1
+        for j, g in enumerate(entries):
+            at = f"{where}[{j}]"
+            if not _is_int(g):
+                return at, "an int (a global node id, or -1 past the path)", g
+            if g == -1:
+                continue
+            if j and entries[j - 1] == -1:
+                return at, "-1 (the path ends at the first -1)", g
+            if j == 0:
+                want = f"{b * d} (the root of verify row {b}: {b} * D + 0)"
+                ok = g == b * d
+            else:
+                kids = [b * d + t for t, p in enumerate(parents) if p == prev]
+                shown = ", ".join(map(str, kids)) if kids else "none: it is a leaf, the path ends there (-1)"
+                want = f"a child of node {prev} in verify row {b}'s tree ({b} * D + node: {shown})"
+                ok = g in kids
+            if not ok:
+                return at, want, g
+            prev = g - b * d
+        ids = sum(g != -1 for g in entries)
+        if ids != kept:
+            return where, f"{kept} node ids (rows[{vrows[b][0]}] kept {kept} tokens), then -1", entries
+    return None
 
 
 @dataclass(frozen=True)

@@ -60,11 +60,14 @@ from workbench.traces.model import (
     FINAL_TRACK_FIELDS,
     SPLIT_KEYS,
     TRACK_FIELDS,
+    TREE_KEYS,
     VERIFY_TRACK_FIELDS,
     Trace,
     TraceHeader,
     TraceStep,
+    accepted_paths,
     engine_note,
+    tree_step_problem,
 )
 from workbench.traces.steps import new_pool, to_batches
 
@@ -263,6 +266,7 @@ class TraceReplayer:
             draft_tokens=h.draft_tokens,
             state_seed=1,
             metadata_backend=metadata_backend,
+            tree=h.topk > 1,  # sglang's topk > 1: every verify batch carries its rows' draft trees
         )
         self.pool = pool
         self.runner.capture(progress=False)
@@ -334,7 +338,7 @@ class TraceReplayer:
         return StepContext(
             step=step, pool=self.pool, state=self.runner.state, shadow=self.shadow, layer=self.runner.layer,
             reference=self.ref, draft_tokens=self.trace.header.draft_tokens, live=self.live, accepted=self.accepted,
-            accepted_unit=self.trace.header.accepted,
+            accepted_unit=self.trace.header.accepted, topk=self.trace.header.topk,
         )  # fmt: skip
 
     def _check_tokens(self, step: TraceStep) -> list[TraceDivergence]:
@@ -353,9 +357,13 @@ class TraceReplayer:
                 f"step {step.step}: sglang's track fields ({', '.join(keys)}) in a mixed step with verify rows: sglang "
                 "runs no verify rows in a mixed step, and the replay tracks none there"
             )
+        problem = tree_step_problem(step, h)  # what the reader refuses, for a trace built in Python
+        if problem is not None:
+            where, expected, got = problem
+            raise TraceInputError(f"step {step.step}: {where}: expected {expected}, got {got}")
         try:
             known = self.accepted if self.carries_accepted else None
-            parts = to_batches(step, self.profile, h.draft_tokens, num_accepted=known, accepted=h.accepted)
+            parts = to_batches(step, self.profile, h.draft_tokens, num_accepted=known, accepted=h.accepted, topk=h.topk)
         except (WorkbenchError, ValueError) as e:
             raise TraceInputError(f"step {step.step}: {e}") from e
         if self.carries_accepted:  # vLLM's verify reads the slot of the last accepted draft
@@ -631,12 +639,29 @@ class TraceReplayer:
         if not acc:
             return []
         counts = torch.tensor(acc, dtype=torch.int32)
-        self.runner.accept(counts)
-        assert inter is not None and self.runner.last_intermediate is not None
+        assert inter is not None  # a verify batch's reference buffers
+        found: list[TraceDivergence] = []
+        md = step.metadata or {}
+        trees = self.trace.header.topk > 1 or any(md.get(k) is not None for k in TREE_KEYS)
+        if trees:  # each row commits its accepted path's last node (a chain's: its kept - 1)
+            paths = accepted_paths(step, unit)
+            ends = [paths[by_row[int(p)].id][-1] for p in batch.req_pool_indices.tolist()]
+            engine = md.get("last_correct_step_indices")
+            if engine is not None:  # the runner commits what the engine committed; a node off the path diverges
+                engine = [int(v) for v in engine]
+                found += _commit_differences(step, part, paths, engine)
+                self.runner.accept(counts, accepted_steps=engine)
+            else:  # as sglang reads it: accept_index[b, accept_len - 1] - b * D
+                d = self.trace.header.draft_tokens
+                index = [[b * d + n for n in paths[r.id]] for b, r in enumerate(part.rows)]
+                self.runner.accept(counts, accept_index=[g + [-1] * (d - len(g)) for g in index])
+            self.ref.accept(self.shadow, inter, meta, counts, accepted_steps=torch.tensor(ends, dtype=torch.int32))
+        else:
+            self.runner.accept(counts)
+            self.ref.accept(self.shadow, inter, meta, counts)
+        assert self.runner.last_intermediate is not None
         rows = [int(p) for p in batch.req_pool_indices.tolist()]
         self.verified_intermediates = VerifiedIntermediates(rows, self.runner.last_intermediate, inter)
-        self.ref.accept(self.shadow, inter, meta, counts)
-        found: list[TraceDivergence] = []
         tol = FLOAT32_TOLERANCE
         for k, (got, want) in enumerate(_live_pairs(self.runner.state, self.shadow, meta)):
             if not torch.allclose(got, want.to(got.dtype), atol=tol.atol, rtol=tol.rtol):
@@ -807,6 +832,36 @@ def _as_used(step: TraceStep, parts: _Parts, used: list[dict[str, Any] | None]) 
     }
     if "num_accepted_tokens" in spec:
         out["num_accepted_tokens"] = spec["num_accepted_tokens"]
+    return out
+
+
+def _commit_differences(
+    step: TraceStep, part: TraceStep, paths: dict[int, tuple[int, ...]], engine: list[int]
+) -> list[TraceDivergence]:
+    """The engine's ``last_correct_step_indices`` (``engine``, one node per verify row of ``part``) against the
+    last node of each row's accepted path: a row that committed another node's state is a divergence (field
+    ``accept``), the depth read as a node (sglang PR 27463) named as such."""
+    out: list[TraceDivergence] = []
+    at = {r.id: i for i, r in enumerate(step.rows)}
+    for b, row in enumerate(part.rows):
+        path = list(paths[row.id])
+        if engine[b] == path[-1]:
+            continue
+        why = (
+            "the depth read as a node: sglang PR 27463"
+            if engine[b] == len(path) - 1
+            else f"the state of node {engine[b]}, which is not the path's end"
+        )
+        detail = (
+            f"row {at[row.id]}: last_correct_step_indices = {engine[b]}, but its accepted path {path} ends at node "
+            f"{path[-1]} ({why})"
+        )
+        out.append(
+            TraceDivergence(
+                step.step, "metadata", "accept", detail, request=row.id, row=at[row.id], expected=path[-1],
+                got=engine[b],
+            )
+        )  # fmt: skip
     return out
 
 

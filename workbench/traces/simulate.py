@@ -22,6 +22,14 @@ The modelling choices, each as the engines make it or as the workbench can repla
   ``accepted - 1`` back to the slot, after the step) and what vLLM carries into the request's *next*
   verify as ``num_accepted_tokens`` (its state sits in slot ``accepted - 1`` of the request's D slots):
   :func:`to_batch` takes those counts as ``num_accepted``; :func:`iter_batches` tracks them over a trace.
+* **Draft trees** (``topk > 1``, sglang's ``speculative_eagle_topk``): each verify row's D tokens are the
+  nodes of a tree drawn by ``DraftTree.random(1, D, topk, seed=...)`` (its seed from the simulation's rng),
+  written as the row's ``tree``; the row accepts a root-to-node path (from the root, while the node has
+  children and a draw is below ``accept_rate``, step to a child chosen at random), ``accepted`` is the
+  path's length, and the step's ``metadata`` records sglang's ``accept_index`` (global ids ``b * D + node``,
+  -1 after each path; width the step's deepest tree + 1). The row feeds the last sampled id then D - 1 draft
+  ids in node order and keeps the ids of its path's nodes; ``extra_buffer`` tracks the path's node at the
+  track depth. With ``topk == 1`` no draw changes: a seed's chain trace is what it always was.
   With ``spec > 0`` every decode-phase request verifies (there are no plain decode rows), so a vLLM
   request's state never has to be read from slot 0 after a verify; sglang's mixed steps are the exception
   ("Step choice").
@@ -93,6 +101,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, overload
 
+from workbench.metadata.tree import DraftTree
 from workbench.pool import StatePool
 from workbench.traces.config import (
     DEFAULT_BLOCK_SIZE,
@@ -153,7 +162,7 @@ def simulate(*args: Any, **kw: Any) -> Trace:
     pool = StatePool(plan.num_slots, plan.profile, slots_per_request=plan.slots_per_request)
     header = TraceHeader(
         plan.profile.name, config.layer, pool.num_slots, plan.buckets, draft_tokens=plan.draft_tokens,
-        seed=config.seed, zero_on_alloc=plan.profile.zero_on_alloc,
+        seed=config.seed, zero_on_alloc=plan.profile.zero_on_alloc, topk=config.topk,
     )  # fmt: skip
     rng = random.Random(config.seed)  # every draw, in one order: the prefixes first, then step by step
     sched = _Scheduler(pool, rng, _new_cache(plan, pool, rng), config)
@@ -203,7 +212,8 @@ class _Work:
     """One step's work before its rows are laid out: prefill chunks ``(request, tokens)`` (continuing prompts
     first, then admissions), decode-phase requests (oldest first), the ids admitted at the step; then, drawn,
     each decoder's accepted count (1 without speculation) and the ids each chunk and each decoder feeds
-    (None without a prefix cache), index for index. ``tails``: the decoders are sglang's one-token decode rows
+    (None without a prefix cache), index for index; under draft trees each verify row's tree (parents) and the
+    root-first path it accepted (None for chains). ``tails``: the decoders are sglang's one-token decode rows
     of a mixed step under speculation (not verify rows)."""
 
     chunks: list[tuple[Request, int]] = field(default_factory=list)
@@ -212,6 +222,8 @@ class _Work:
     accepted: list[int] = field(default_factory=list)
     fed_chunks: list[tuple[int, ...] | None] = field(default_factory=list)
     fed_decoders: list[tuple[int, ...] | None] = field(default_factory=list)
+    trees: list[tuple[int, ...] | None] = field(default_factory=list)
+    paths: list[tuple[int, ...] | None] = field(default_factory=list)
     tails: bool = False
 
 
@@ -222,6 +234,7 @@ class _Scheduler:
         plan = config.plan
         self.pool, self.rng, self.cache = pool, rng, cache
         self.spec, self.mixed, self.prefill = config.spec, config.mixed, plan.prefill
+        self.topk = config.topk
         self.decodes_first = plan.profile.decodes_first
         self.chunk_size, self.token_budget = config.chunk_size, config.token_budget
         self.max_running, self.max_waiting = plan.max_running, plan.max_waiting
@@ -280,6 +293,8 @@ class _Scheduler:
         self._advance(work)
         done = [r for r in self.running if r.done]
         metadata = self._retire(work, mode, rows, done)
+        if any(p is not None for p in work.paths):  # sglang's verify outcome under draft trees
+            metadata = {**(metadata or {}), "accept_index": _accept_index(work)}
         self.last_mode = mode
         return TraceStep(t, mode, tuple(rows), tuple(work.admitted), tuple(r.id for r in done), metadata)
 
@@ -371,10 +386,18 @@ class _Scheduler:
             left -= self.tokens_per_decode
 
     def _draw(self, work: _Work) -> None:
-        """Each decoder's accepted count (``spec``), then, with a prefix cache, the ids each row feeds: a prompt
-        piece; the last sampled id then D - 1 drafts. In that order: one rng draws both."""
+        """Each decoder's accepted count (``spec``; under draft trees its tree and accepted path), then, with a
+        prefix cache, the ids each row feeds: a prompt piece; the last sampled id then D - 1 drafts. In that
+        order: one rng draws both."""
         verify = self.spec and not work.tails
-        work.accepted = [self._draw_accepted() for _ in work.decoders] if verify else [1] * len(work.decoders)
+        work.trees = [None] * len(work.decoders)
+        work.paths = [None] * len(work.decoders)
+        if verify and self.topk > 1:
+            for i in range(len(work.decoders)):
+                work.trees[i], work.paths[i] = self._draw_tree()
+            work.accepted = [len(p or ()) for p in work.paths]
+        else:
+            work.accepted = [self._draw_accepted() for _ in work.decoders] if verify else [1] * len(work.decoders)
         cache = self.cache
         if cache is None:
             work.fed_chunks, work.fed_decoders = [None] * len(work.chunks), [None] * len(work.decoders)
@@ -388,6 +411,20 @@ class _Scheduler:
         while a < self.spec and self.rng.random() < self.accept_rate:
             a += 1
         return a
+
+    def _draw_tree(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """A verify row's draft tree (parents; ``DraftTree.random`` seeded from the rng) and the root-first path
+        it accepts: from the root, while the node has children and a draw is below ``accept_rate``, a child
+        chosen at random."""
+        seed = self.rng.randrange(2**62)
+        parents = tuple(DraftTree.random(1, self.spec, self.topk, seed=seed).parents[0].tolist())
+        children: dict[int, list[int]] = {}
+        for t, p in enumerate(parents):
+            children.setdefault(p, []).append(t)
+        path = [0]
+        while children.get(path[-1]) and self.rng.random() < self.accept_rate:
+            path.append(self.rng.choice(children[path[-1]]))
+        return parents, tuple(path)
 
     def _rows(self, work: _Work, mode: str) -> list[TraceRow]:
         """The step's rows, each with its ``kind``, in the engine's order ("Row order"): decode and verify rows
@@ -403,10 +440,11 @@ class _Scheduler:
         kind = "verify" if spec else "decode"  # a decode-phase row (a one-token prompt tail is an extend row)
         rows_dec = [
             TraceRow(
-                r.id, r.row, r.slot, r.cached + d, d, r.cached, a if spec else None, ids, self._slots(r, windows), kind
+                r.id, r.row, r.slot, r.cached + d, d, r.cached, a if spec else None, ids, self._slots(r, windows), kind,
+                tree,
             )
-            for r, a, ids in zip(work.decoders, work.accepted, work.fed_decoders, strict=True)
-        ]
+            for r, a, ids, tree in zip(work.decoders, work.accepted, work.fed_decoders, work.trees, strict=True)
+        ]  # fmt: skip
         if mode == "decode" or mode == "target_verify":
             return rows_dec
         if self.decodes_first and self.mixed and spec:  # vLLM V2's sort_batch_req_ids
@@ -432,11 +470,13 @@ class _Scheduler:
                 r.sampled += 1  # the last chunk samples the first output token
                 if cache is not None:
                     r.pending = cache.token()
-        for r, a, ids in zip(work.decoders, work.accepted, work.fed_decoders, strict=True):
+        for r, a, ids, path in zip(work.decoders, work.accepted, work.fed_decoders, work.paths, strict=True):
             r.cached += a
             r.sampled += a
-            if cache is not None:  # the first `a` fed ids are kept; the step samples the next (the bonus)
-                r.fed.extend((ids or ())[:a])
+            r.path = path
+            if cache is not None:  # the ids of the `a` accepted nodes are kept; the step samples the next (the bonus)
+                fed = ids or ()
+                r.fed.extend(fed[:a] if path is None else tuple(fed[n] for n in path))
                 r.pending = cache.token()
 
     def _retire(self, work: _Work, mode: str, rows: list[TraceRow], done: list[Request]) -> dict[str, Any] | None:
@@ -451,6 +491,13 @@ class _Scheduler:
         if done:
             self.running = [r for r in self.running if r.id not in gone]
         return metadata
+
+
+def _accept_index(work: _Work) -> list[list[int]]:
+    """sglang's ``accept_index`` of a verify step under draft trees: per verify row ``b`` (row order) its
+    accepted path as global ids ``b * D + node``, then -1, as wide as the step's deepest tree + 1."""
+    trees = DraftTree.from_parents([list(t or ()) for t in work.trees])
+    return trees.accept_index([list(p or ()) for p in work.paths]).tolist()
 
 
 def _mode_of(work: _Work, spec: int) -> str:

@@ -15,9 +15,10 @@ import torch
 from workbench.batch import Batch
 from workbench.errors import WorkbenchError
 from workbench.limits import check_int
+from workbench.metadata.tree import DraftTree
 from workbench.pool import StatePool
 from workbench.profiles import get_profile
-from workbench.traces.model import Trace, TraceHeader, TraceStep, tokens_kept
+from workbench.traces.model import Trace, TraceHeader, TraceStep, row_parents, tokens_kept
 
 
 class SimulationError(WorkbenchError):
@@ -28,7 +29,8 @@ def verify_track_step(pre: int, accepted: int, interval: int) -> int:
     """The draft step a verify tracks at commit, or -1: sglang's ``fused_commit_track_indices`` for a chain
     (topk 1). A row that held ``pre`` tokens and kept ``accepted`` (1..D) crosses a multiple of ``interval``
     when ``pre // interval != (pre + accepted) // interval``; it tracks the last multiple reached, ``tp``,
-    whose state is that of draft step ``tp - pre - 1``.
+    whose state is that of draft step ``tp - pre - 1`` (under draft trees: a depth on the accepted path,
+    whose node is ``accept_index[b, tp - pre - 1] - b * D``, clamped to the path as sglang PR 35821 does).
 
     >>> verify_track_step(30, 3, 32), verify_track_step(31, 1, 32), verify_track_step(30, 1, 32)
     (1, 0, -1)
@@ -102,6 +104,7 @@ def to_batch(
     *,
     num_accepted: Mapping[int, int] | None = None,
     accepted: str = "tokens",
+    topk: int = 1,
     device: str | torch.device | None = None,
 ) -> Batch:
     """The workbench :class:`~workbench.batch.Batch` of one trace step, rows in the recorded order.
@@ -114,7 +117,9 @@ def to_batch(
     ``num_accepted``: request id -> tokens kept at that request's previous verify, for profiles that
     carry ``num_accepted_tokens`` into the next verify (vLLM: it reads the state in slot ``accepted - 1``);
     a request not in it reads slot 0 (1: its last step was a prefill). :func:`iter_batches` keeps it.
-    ``accepted``: the header's unit of a row's ``accepted`` (``"tokens"`` or ``"drafts"``).
+    ``accepted``: the header's unit of a row's ``accepted`` (``"tokens"`` or ``"drafts"``). ``topk``: the
+    header's; above 1 every verify batch carries its rows' draft trees (a :class:`DraftTree` of each row's
+    ``tree``, a row without one the chain), as sglang's tree verify runs chains and trees alike.
     Raises :class:`SimulationError` naming the step and row when a row's counts do not add up.
     """
     prof = get_profile(profile)
@@ -138,7 +143,10 @@ def to_batch(
         if prof.num_accepted_fill is not None:
             known = num_accepted or {}
             acc = [known.get(r.id, 1) for r in step.rows]
-        return Batch.target_verify(rpi, [r.seq_len for r in step.rows], d, num_accepted_tokens=acc, device=device)
+        tree = DraftTree.from_parents([list(row_parents(r)) for r in step.rows]) if topk > 1 else None
+        return Batch.target_verify(
+            rpi, [r.seq_len for r in step.rows], d, num_accepted_tokens=acc, tree=tree, device=device
+        )
     if step.mode in ("extend", "mixed"):
         return Batch.extend(rpi, [r.new_tokens for r in step.rows], [r.cached_tokens for r in step.rows], device=device)
     raise SimulationError(
@@ -153,12 +161,18 @@ def to_batches(
     *,
     num_accepted: Mapping[int, int] | None = None,
     accepted: str = "tokens",
+    topk: int = 1,
     device: str | torch.device | None = None,
 ) -> tuple[tuple[TraceStep, Batch], ...]:
     """Each part of :func:`split_step` with its :func:`to_batch` (one for every step but a mixed step with
     verify rows, which is two: its verify rows, then the others)."""
     return tuple(
-        (part, to_batch(part, profile, draft_tokens, num_accepted=num_accepted, accepted=accepted, device=device))
+        (
+            part,
+            to_batch(
+                part, profile, draft_tokens, num_accepted=num_accepted, accepted=accepted, topk=topk, device=device
+            ),
+        )
         for part in split_step(step)
     )
 
@@ -170,7 +184,9 @@ def iter_batches(trace: Trace, *, device: str | torch.device | None = None) -> I
     h = trace.header
     last: dict[int, int] = {}
     for step in trace.steps:
-        parts = to_batches(step, h.profile, h.draft_tokens, num_accepted=last, accepted=h.accepted, device=device)
+        parts = to_batches(
+            step, h.profile, h.draft_tokens, num_accepted=last, accepted=h.accepted, topk=h.topk, device=device
+        )
         for r, kind in zip(step.rows, step.kinds, strict=True):
             last.pop(r.id, None)
             if kind == "verify" and r.accepted is not None:

@@ -15,7 +15,8 @@ request's prompt is the first ``prompt_len`` tokens of one of them, then its own
 ``prompt_len`` (so prompts share prefixes, and a short one ends inside one). With probability
 ``followup_rate`` a request is instead the next turn of a finished one: its whole conversation (prompt,
 every generated token) then new ids, up to ``prompt_lens``' high end. Generated tokens and drafts are
-random ids; a verify row feeds the last sampled token then D - 1 drafts and keeps the first ``accepted``.
+random ids; a verify row feeds the last sampled token then D - 1 drafts and keeps the first ``accepted``
+(under draft trees: the ids of the nodes of its accepted path).
 ``metadata`` then holds only the prefix keys (``PREFIX_KEYS``, then ``TRACK_KEYS``) non-empty at the step,
 or None.
 
@@ -84,6 +85,7 @@ class Request:
     last_track: tuple[int, int] | None = None  # extra_buffer: (slot, tokens) of the last tracked state
     prev_track: tuple[int, int] | None = None  # extra_buffer: the tracked state before it
     last_published: bool = False  # extra_buffer: ``last_track`` went to the tree (its slot donated)
+    path: tuple[int, ...] | None = None  # draft trees: the root-first path of nodes its last verify accepted
 
     @property
     def prefilling(self) -> bool:
@@ -354,7 +356,9 @@ class ExtraBuffer(NoBuffer):
     - *verify tracking* (at commit, sglang's ``fused_commit_track_indices`` for a chain, topk 1): a verify
       row with ``pre = cached_tokens`` and ``post = pre + accepted`` that crosses a multiple
       (``pre // interval != post // interval``) tracks the state after ``tp = post // interval * interval``
-      tokens, the intermediate state of its draft step ``tp - pre - 1``, into ``pingpong[next_track]``
+      tokens, the intermediate state of its draft step ``tp - pre - 1`` (under draft trees, topk > 1: of the
+      accepted path's node at that depth, ``accept_index[b, tp - pre - 1] - b * D``), into
+      ``pingpong[next_track]``
       (``mamba_track_indices``, ``mamba_steps_to_track``, -1 for rows that cross none; no copy, no mask or
       seqlens: sglang clears them for a verify). The one-token decode rows of a mixed step are never
       tracked (sglang's MIXED batch feeds them as extend rows of 1 token), under speculation too (its mixed
@@ -438,7 +442,9 @@ class ExtraBuffer(NoBuffer):
             return n >= cc, req.cached - n + n // cc * cc, -1
         if mode == "target_verify":  # the last multiple the accepted tokens reach, if they cross one
             step = verify_track_step(req.cached - kept, kept, interval)
-            return step >= 0, req.cached - kept + step + 1, step
+            # under draft trees the tracked step is a node: the accepted path's node at that depth
+            node = step if req.path is None or step < 0 else req.path[step]
+            return step >= 0, req.cached - kept + step + 1, node
         if mode == "decode":
             return req.cached % interval == 0, req.cached, -1
         return False, req.cached, -1  # a mixed step's decode tail: a one-token extend row to sglang, untracked

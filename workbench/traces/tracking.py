@@ -15,7 +15,10 @@ records how (``workbench.traces.model.TRACK_FIELDS`` and the keys beside them; `
 * a verify step's ``mamba_track_indices`` and ``mamba_steps_to_track`` (sglang tracks at commit): a row with
   step ``s >= 0`` has the intermediate state of its draft step ``s`` (the state after ``cached + s + 1``
   tokens) copied into its track slot, in the runner and the float64 shadow alike, the slot checked as a
-  copy's destination after the forward; ``s`` must be one of the row's accepted steps.
+  copy's destination after the forward; ``s`` must be one of the row's accepted steps. Under draft trees
+  (the header's ``topk > 1``) ``s`` is a node: it must be on the row's accepted path (``accept_index[b, tp -
+  pre - 1] - b * D``, the depth clamped to the path as sglang PR 35821 does); the slot gets the state of the
+  path to ``s``, labelled with those nodes' token ids.
 """
 
 from __future__ import annotations
@@ -186,7 +189,21 @@ class TrackChecks:
             s, dst = int(steps[i]), int(slots[i])
             if s >= 0:
                 out += self._verified_row(ctx, i, s, dst)
+            elif s < -1:  # under draft trees: a node read past the path, from its -1 padding
+                out += self._past_path(ctx, i, s, dst)
         return out
+
+    @staticmethod
+    def _past_path(ctx: StepContext, i: int, s: int, dst: int) -> list[TraceDivergence]:
+        """A tracked node below -1: ``accept_index`` read past the row's accepted path (its -1 padding, minus
+        ``b * D``); nothing is copied."""
+        row = ctx.step.rows[i]
+        detail = (
+            f"row {i}: mamba_steps_to_track[{i}] = {s} into slot {dst}: not a node (-1 past its accepted path "
+            f"{list(ctx.path(row))}, minus b * D): the track depth was read past the path (sglang PR 35821 clamps "
+            "it by accept_lens - 1)"
+        )
+        return [_track(ctx.step, detail, row.id, dst, got=s)]
 
     def _verified_row(self, ctx: StepContext, i: int, s: int, dst: int) -> list[TraceDivergence]:
         step, row, verified, d = ctx.step, ctx.step.rows[i], ctx.verified, ctx.draft_tokens
@@ -205,9 +222,22 @@ class TrackChecks:
         for pool, inter in ((ctx.state, verified.runner), (ctx.shadow, verified.reference)):
             pool.conv[dst] = inter.conv[k, s].to(pool.conv.dtype)
             pool.ssm[dst] = inter.ssm[k, s].to(pool.ssm.dtype)
-        have, kept = self.record.known_ids(row.id), ctx.kept(row)
-        ids = None if have is None or row.tokens is None else (*have[: row.cached_tokens], *row.tokens[: s + 1])
+        # node s holds the state of the tokens on the path to it (a chain's first s + 1)
+        have, kept, to_s = self.record.known_ids(row.id), ctx.kept(row), ctx.node_path(row, s)
+        ids = (
+            None if have is None or row.tokens is None else (*have[: row.cached_tokens], *(row.tokens[t] for t in to_s))
+        )
         self.record.label(dst, ids)
+        if ctx.topk > 1:  # a node of a draft tree: on the accepted path, or the slot holds another branch
+            path = ctx.path(row)
+            if s in path:
+                return []
+            detail = (
+                f"{where}: node {s} is not on the accepted path {list(path)} (its own path is {list(to_s)}): the "
+                f"track node is accept_index[b, tp - pre - 1] - b * D, the path's node at the track depth (sglang "
+                "PR 35821 clamps the depth by accept_lens - 1)"
+            )
+            return [_track(step, detail, row.id, dst, expected=f"a node of {list(path)}", got=s)]
         if s < kept:
             return []
         detail = (
