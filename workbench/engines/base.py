@@ -36,6 +36,17 @@ def capture_skeleton(pool: StatePool, mode: str, bucket: int, draft_tokens: int)
     return MetadataBuffers(pool, mode, [bucket], d).reset_for_capture(bucket).clone()
 
 
+def check_topk(adapter: type[EngineAdapter], topk: int, draft_tokens: int) -> None:
+    """``topk`` is an int >= 1, and 1 unless the engine verifies trees, whose D must have room to branch
+    (a tree of 2 drafts is a chain); else an :class:`EngineError` naming the value."""
+    if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
+        raise EngineError(f"topk: expected an int >= 1, got {topk!r}")
+    if topk > 1 and not adapter.tree_verify:
+        raise EngineError(f"topk: {adapter.engine} {adapter.no_tree}; topk must be 1, got {topk}")
+    if topk > 1 and draft_tokens < 3:
+        raise EngineError(f"draft_tokens: a tree (topk {topk}) needs D >= 3 draft tokens to branch, got {draft_tokens}")
+
+
 class EngineAdapter(ABC):
     """One engine version's metadata code behind the workbench's three hooks.
 
@@ -48,6 +59,8 @@ class EngineAdapter(ABC):
             builders.
         backend_class: the engine class to build (a subclass of the engine's base: a user's modified file);
             default: the engine's own class for ``layer``.
+        topk: the speculative branching factor: 1 verifies chains of D drafts; K > 1 trees (``Batch.tree``), on
+            an engine whose verify takes trees (``tree_verify``); refused by name elsewhere.
 
     ``profile`` names the workbench profile whose conventions the engine's code implements (``"sglang"``,
     ``"sglang-ascend"``, ``"vllm"``); the oracle compares the two.
@@ -58,6 +71,9 @@ class EngineAdapter(ABC):
     layers: ClassVar[tuple[str, ...]] = ()
     """The workbench layers (names of ``workbench.layers.LAYERS``) this engine version has a backend or builder
     for: each adapter's own table, so a new workbench layer is never taken for one the engine has."""
+    tree_verify: ClassVar[bool] = False
+    """Whether the engine verifies tree drafts (speculative topk > 1); ``no_tree`` says why not."""
+    no_tree: ClassVar[str] = "its verify takes chains of drafts only"
 
     def __init__(
         self,
@@ -67,11 +83,14 @@ class EngineAdapter(ABC):
         *,
         layer: str = DEFAULT_LAYER,
         backend_class: type | None = None,
+        topk: int = 1,
     ) -> None:
         if layer not in self.layers:
             raise EngineError(f"layer: {layer!r} is not one of {self.layers} for {self.engine} {self.version}")
+        check_topk(type(self), topk, draft_tokens)
         self.pool, self.buckets, self.draft_tokens, self.layer = pool, tuple(buckets), draft_tokens, layer
         self.backend_class = backend_class
+        self.topk = topk
 
     @property
     @abstractmethod

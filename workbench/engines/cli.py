@@ -4,6 +4,7 @@
     workbench engine-check sglang --file my_ascend_backend.py:AscendMamba2AttnBackend
     workbench engine-check vllm --layer mamba2 --batches 1000 --json
     workbench engine-check sglang --engine-root ~/src/sglang          # a clone: unverified, judged by probes
+    workbench engine-check sglang --topk 2                          # tree drafts: random trees of 4 tokens
 
 Exit codes: 0 when capture, replay and the metadata agree with the profile and integrity holds; 1 on a
 divergence or an engine error (the call, the ``TypeError``, the batch); 2 for bad input (an engine that is
@@ -15,6 +16,11 @@ runs on its own adapter; any other build on the newest adapter once its probes p
 probes passed" with its version and commit; there a divergence from the profile says the engine's behaviour
 changed.
 
+``--topk K`` (K > 1, sglang only: vLLM removed tree attention and refuses it) verifies random draft trees of
+``2K`` tokens per row instead of chains: the engine's tree links and the parents its own conv kernel derives
+from them (run in Triton's interpreter: ``TRITON_INTERPRET=1`` is set unless already set) are compared with the
+profile's, and a class whose verify kernels get nothing of the tree is reported (exit 1).
+
 Importing this module costs no torch: ``workbench engine-check --help`` is instant.
 """
 
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -65,6 +72,15 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--modes", default=",".join(MODES), metavar="M,M", help=f"comma-separated, from {', '.join(MODES)}"
     )
+    parser.add_argument(
+        "--topk",
+        type=_topk,
+        default=1,
+        metavar="K",
+        help=f"speculative branching factor: 1 verifies chains of 2 drafts (default); K in 2..{MAX_TOPK} random "
+        "draft trees of 2K tokens (sglang; vLLM verifies chains only). The parents come from sglang's own conv "
+        "kernel in Triton's interpreter: slower, use --batches to size it",
+    )
     parser.add_argument("--batches", type=_positive, default=200, metavar="N", help="random batches per mode")
     parser.add_argument("--seed", type=int, default=0, help="the batches' seed")
     parser.add_argument("--json", action="store_true", help="print JSON instead of lines")
@@ -78,6 +94,23 @@ def behaviour_changed(ident: Any) -> str:
         f"{ident.name} {ident.version} is not a verified release: where it diverges from the profile above, the "
         f"engine's behaviour changed since {ident.name} {ident.adapter} (the field named is the one that moved)"
     )
+
+
+MAX_TOPK = 8
+"""A tree check runs sglang's conv kernel interpreted, a step per draft token of every row: 2 * 8 tokens a row
+keeps a check of the default 200 batches in minutes."""
+
+
+def _topk(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int, got {text!r}") from None
+    if not 1 <= value <= MAX_TOPK:
+        raise argparse.ArgumentTypeError(
+            f"{value} is out of range: expected an int in [1, {MAX_TOPK}] (trees of 2 * topk draft tokens)"
+        )
+    return value
 
 
 def _positive(text: str) -> int:
@@ -97,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
     from workbench.engines.check import engine_check
     from workbench.loading import load_object
 
+    if args.topk > 1:  # sglang's conv kernel derives the trees' parents; on a CPU it runs interpreted
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
@@ -115,7 +150,13 @@ def run(args: argparse.Namespace) -> int:
         if not isinstance(backend_class, type):
             raise EngineError(f"{spec!r} is a {type(backend_class).__name__}, not a class")
     result = engine_check(
-        adapter, backend_class=backend_class, layer=args.layer, modes=modes, batches=args.batches, runner=args.runner
+        adapter,
+        backend_class=backend_class,
+        layer=args.layer,
+        modes=modes,
+        batches=args.batches,
+        runner=args.runner,
+        topk=args.topk,
     )
     changed = None if ident.verified or result.ok else behaviour_changed(ident)
     if args.json:

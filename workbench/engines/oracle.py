@@ -6,6 +6,9 @@ replay paths (:class:`~workbench.engines.base.EngineAdapter`) and through
 :func:`~workbench.metadata.build_metadata` with the pool's profile, and compares every field the engine
 computes. The first difference of each mode is kept as a :class:`Divergence` (step, mode, path, field,
 row, expected, got) that renders itself; :class:`OracleResult` holds them all.
+
+An adapter built with ``topk`` > 1 verifies random draft trees (``Batch.tree``); its replays are compared with
+the profile's own tree graph buffers fed the same batches, whose padded rows are stale as the engine's are.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 from workbench import html
 from workbench.batch import Batch
 from workbench.engines.base import EngineAdapter, EngineError
-from workbench.metadata import Metadata, build_metadata
+from workbench.metadata import DraftTree, Metadata, MetadataBuffers, build_metadata
 
 ORACLE_MODES = ("decode", "target_verify", "extend", "idle")
 PATHS = ("eager", "replay")
@@ -102,10 +105,13 @@ class OracleResult:
         return html.block(*parts, title="Engine oracle")
 
 
-def _describe(batch: Batch) -> str:
+def describe(batch: Batch) -> str:
+    """The batch in words: mode, rows, seq_lens, D and each row's tree (its parents), extend and prefix."""
     parts = [f"{batch.mode} rows {batch.req_pool_indices.tolist()}", f"seq_lens {batch.seq_lens.tolist()}"]
     if batch.mode == "target_verify":
         parts.append(f"D {batch.draft_tokens}")
+        if batch.tree is not None:
+            parts.append(f"tree parents {batch.tree.parents.tolist()}")
     if batch.extend_lens is not None:
         parts.append(f"extend {batch.extend_lens.tolist()}")
     if batch.prefix_lens is not None:
@@ -139,7 +145,8 @@ def first_difference(
 def random_batch(adapter: EngineAdapter, mode: str, rng: random.Random, max_rows: int) -> Batch:
     """A random batch of ``mode`` over the adapter's pool: 1..max_rows live rows (0 for idle), shuffled request
     rows, seq_lens from 1 to 4,096 (verify: at least D), extend lengths 1..64 after prefixes that are 0 for
-    about a third of the rows."""
+    about a third of the rows. An adapter built with ``topk`` K > 1 verifies random trees
+    (``DraftTree.random(r, D, K)``, seeded from ``rng``; every row branches)."""
     pool = adapter.pool
     if mode == "idle":
         return Batch.idle(device=pool.device)
@@ -148,7 +155,10 @@ def random_batch(adapter: EngineAdapter, mode: str, rng: random.Random, max_rows
     if mode == "decode":
         return Batch.decode(rows, [rng.randint(1, 4096) for _ in rows], device=pool.device)
     if mode == "target_verify":
-        return Batch.target_verify(rows, [rng.randint(d, 4096) for _ in rows], d, device=pool.device)
+        seq = [rng.randint(d, 4096) for _ in rows]
+        topk = getattr(adapter, "topk", 1)
+        tree = DraftTree.random(len(rows), d, topk, seed=rng.randrange(1 << 62)) if topk > 1 else None
+        return Batch.target_verify(rows, seq, d, tree=tree, device=pool.device)
     extend = [rng.randint(1, 64) for _ in rows]
     prefix = [0 if rng.random() < 0.34 else rng.randint(1, 2048) for _ in rows]
     return Batch.extend(rows, extend, prefix, device=pool.device)
@@ -182,6 +192,7 @@ def compare(
     result = OracleResult(adapter.label, adapter.profile)
     start = time.perf_counter()
     biggest = max(adapter.buckets)
+    graphs = _tree_graphs(adapter)
     for mode in modes:
         for path in paths:
             if path == "replay" and mode not in ("decode", "target_verify"):
@@ -195,7 +206,10 @@ def compare(
                     expected, got, bucket = build_metadata(batch, adapter.pool, bucket=None), adapter.eager(batch), None
                 else:
                     bucket = min(b for b in adapter.buckets if b >= batch.raw_batch_size)
-                    expected = build_metadata(batch, adapter.pool, bucket=bucket, buckets=adapter.buckets)
+                    if graphs is not None and batch.tree is not None:  # stale padded rows: the buffers' own
+                        expected = graphs.update(batch)
+                    else:
+                        expected = build_metadata(batch, adapter.pool, bucket=bucket, buckets=adapter.buckets)
                     got = adapter.replay(batch, bucket)
                 diff = first_difference(expected, got, fields)
                 if diff is None:
@@ -203,11 +217,21 @@ def compare(
                 result.mismatched[key] = result.mismatched.get(key, 0) + 1
                 if result.mismatched[key] == 1:
                     name, row, want, have = diff
-                    result.divergences.append(
-                        Divergence(mode, path, i, _describe(batch), bucket, name, row, want, have)
-                    )
+                    result.divergences.append(Divergence(mode, path, i, describe(batch), bucket, name, row, want, have))
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _tree_graphs(adapter: EngineAdapter) -> MetadataBuffers | None:
+    """The profile's target-verify graph buffers for an adapter that verifies trees (``topk`` > 1), else None.
+
+    A replay of a tree verify copies the live rows' links into the bucket's static buffers and leaves the
+    padded rows' links as the last replay of that bucket wrote them (sglang's buffers do; so does the profile's
+    ``MetadataBuffers(..., tree=True)``). The replays are compared with these buffers, fed the same batches in
+    the same order, so the stale rows are compared too, not skipped: both start from zeros."""
+    if getattr(adapter, "topk", 1) < 2:
+        return None
+    return MetadataBuffers(adapter.pool, "target_verify", adapter.buckets, adapter.draft_tokens, tree=True)
 
 
 GROUP_MODES = ("decode", "target_verify", "extend")
@@ -256,7 +280,7 @@ def compare_groups(
                             mode,
                             path,
                             i,
-                            _describe(batch),
+                            describe(batch),
                             bucket,
                             f"{name} ({check.via})",
                             row,

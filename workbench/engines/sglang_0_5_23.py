@@ -25,6 +25,7 @@ environment without the engine. What stands in for what, and why, is in :data:`S
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -32,7 +33,7 @@ import importlib.util
 import sys
 import types
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,21 +41,22 @@ import torch
 
 from workbench.batch import Batch
 from workbench.buckets import resolve_bucket
+from workbench.engines import sglang_tree
 from workbench.engines.base import EngineAdapter
 from workbench.engines.identity import identify
-from workbench.engines.probes import Probe, config_leaves, fields, has, run_probes, takes
+from workbench.engines.probes import Probe, config_leaves, fields, has, required_fields, run_probes, takes
 from workbench.engines.standins import NoActiveDriver, StandinFinder, install, module
 from workbench.engines.versions import EngineError
 from workbench.errors import MetadataError
 from workbench.layer_names import DEFAULT_LAYER, GDN, KDA, MAMBA2
-from workbench.metadata import Metadata
+from workbench.metadata import DraftTree, Metadata
 from workbench.pool import StatePool
 from workbench.profiles import get_profile
 
 VERSION = "0.5.23"
 
 PROBED: dict[str, int] = {}
-"""Engine -> how many probes its last :func:`load` ran (all passed)."""
+"""Engine -> how many probes its last :func:`load` ran (all passed); ``"sglang tree"``: :func:`load_tree`'s."""
 
 BACKENDS = {GDN: "GDNAttnBackend", MAMBA2: "Mamba2AttnBackend", KDA: "KDAAttnBackend"}
 """The workbench layers (names of ``workbench.layers.LAYERS``) sglang has a backend for, and its class."""
@@ -102,6 +104,12 @@ STANDIN_OBJECTS: tuple[tuple[str, str], ...] = (
     ),
     ("req_to_token_pool.mamba_pool", "an attribute bag: size, ReplaySSM off, conv/temporal shapes without memory"),
     ("spec_info", "an attribute bag: draft_token_num D, topk 1, dense (not ragged) verify layout"),
+    (
+        "spec_info (--topk K > 1)",
+        "a REAL EagleVerifyInput, as the EAGLE worker hands a tree verify to the model runner: the batch's tree as "
+        "int64 retrieve_next_token / retrieve_next_sibling [r, D] (build_tree_kernel_efficient's layout), topk K; "
+        "at capture the graph runner's (links None)",
+    ),
 )
 """Engine objects the adapter builds (what the model runner would hold)."""
 
@@ -126,12 +134,15 @@ STANDIN_CONFIG: dict[str, dict[str, Any]] = {
     "get_schedule()": {},
 }
 """The runtime-config leaves the backends read, as a server without speculation tree, MIS or unified memory
-publishes them. A leaf not listed raises ``AttributeError`` naming it. KDA's ``speculative_algorithm``,
-``disable_radix_cache``, ``enable_linear_replayssm_spec``, ``enable_two_batch_overlap`` and the prefill graph
-backend are read only behind its FlashInfer kernels (CUDA), never on the CPU's Triton path: they carry the
-values of a server without those features, so the probe finds every leaf the driven code can read answered."""
+publishes them (an adapter built with ``topk`` K > 1 publishes ``speculative_eagle_topk`` K: :func:`published`).
+A leaf not listed raises ``AttributeError`` naming it. KDA's ``speculative_algorithm``, ``disable_radix_cache``,
+``enable_linear_replayssm_spec``, ``enable_two_batch_overlap`` and the prefill graph backend are read only behind
+its FlashInfer kernels (CUDA), never on the CPU's Triton path: they carry the values of a server without those
+features, so the probe finds every leaf the driven code can read answered."""
 
 _CONFIG_GETTERS = ("get_spec", "get_memory", "get_exec", "get_schedule")
+_PUBLISHED: dict[str, dict[str, Any]] = {}
+"""Leaves a running adapter publishes over :data:`STANDIN_CONFIG` (:func:`published`)."""
 _MAMBA_CHUNK = 64
 _IMPORT_WARNINGS: list[str] = []
 
@@ -230,14 +241,43 @@ def _import(name: str) -> types.ModuleType:
         ) from e
 
 
+@functools.cache
+def _answer(getter: str, published: tuple[tuple[str, Any], ...]) -> Bag:
+    """What ``getter()`` returns: :data:`STANDIN_CONFIG`'s leaves, ``published`` over them (one bag per value)."""
+    return _config(f"{getter}()", {**STANDIN_CONFIG[f"{getter}()"], **dict(published)})
+
+
+def _getter(getter: str) -> Any:
+    def read() -> Bag:
+        return _answer(getter, tuple(sorted(_PUBLISHED.get(f"{getter}()", {}).items())))
+
+    read.__qualname__ = f"standin_{getter}"
+    return read
+
+
 def bind_config(namespace: dict[str, Any]) -> None:
     """Rebind the runtime-config getters a module's ``namespace`` imported by name from
     ``sglang.srt.runtime_context`` (:data:`REBINDINGS`); a function of another origin is left alone."""
     context = sys.modules.get("sglang.srt.runtime_context")
     for getter in _CONFIG_GETTERS:
         if context is not None and namespace.get(getter) is getattr(context, getter, object()):
-            bag = _config(f"{getter}()", STANDIN_CONFIG[f"{getter}()"])
-            namespace[getter] = lambda bag=bag: bag
+            namespace[getter] = _getter(getter)
+
+
+@contextlib.contextmanager
+def published(topk: int) -> Iterator[None]:
+    """While the block runs, the config reads answer as a server started with ``--speculative-eagle-topk topk``
+    (topk 1: :data:`STANDIN_CONFIG` as it is, ``speculative_eagle_topk`` None, as today's chain checks ran)."""
+    saved = {k: dict(v) for k, v in _PUBLISHED.items()}
+    if topk > 1:
+        _PUBLISHED["get_spec()"] = {"speculative_eagle_topk": topk}
+    else:
+        _PUBLISHED.pop("get_spec()", None)
+    try:
+        yield
+    finally:
+        _PUBLISHED.clear()
+        _PUBLISHED.update(saved)
 
 
 def _class_globals(cls: type) -> list[dict[str, Any]]:
@@ -386,6 +426,69 @@ def load_ascend() -> tuple[Any, Any]:
     return base.AscendMamba2AttnBackend, gdn.AscendGDNAttnBackend
 
 
+@dataclass(frozen=True)
+class TreeEngine:
+    """What a tree verify (``topk`` > 1) needs of sglang beside :class:`Engine` (``Any``: sglang is optional)."""
+
+    verify_input: Any  # EagleVerifyInput
+    hidden_mode: Any  # CaptureHiddenMode
+    conv: types.ModuleType  # causal_conv1d_triton: the parents' derivation
+    speculative_state: Any  # MambaPool.SpeculativeState
+
+
+VERIFY_INPUT_FIELDS = (
+    "draft_token", "custom_mask", "positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling",
+    "retrieve_cum_len", "spec_steps", "topk", "draft_token_num", "capture_hidden_mode", "seq_lens_sum",
+    "seq_lens_cpu",
+)  # fmt: skip
+"""The ``EagleVerifyInput`` fields :func:`~workbench.engines.sglang_tree.verify_input` passes."""
+
+
+def tree_probes(eagle: Any, conv: Any, fbi: Any, pools: Any, metadata: Any) -> list[Probe]:
+    """What a tree verify needs of the imported sglang: the verify input's tree fields, the metadata's, the
+    conv kernel that derives the parents (and takes the links), the verify state the Ascend forward reads."""
+    return [
+        Probe("EagleVerifyInput", has(eagle, "EagleVerifyInput")),
+        Probe(
+            "EagleVerifyInput carries a tree",
+            fields(eagle.EagleVerifyInput, "retrieve_next_token", "retrieve_next_sibling", "topk", "draft_token_num"),
+        ),
+        Probe("EagleVerifyInput's required fields", required_fields(eagle.EagleVerifyInput, VERIFY_INPUT_FIELDS)),
+        Probe("CaptureHiddenMode.FULL", has(fbi.CaptureHiddenMode, "FULL")),
+        Probe("the forward metadata's tree fields", fields(metadata.ForwardMetadata, *sglang_tree.TREE_FIELDS)),
+        Probe(
+            "causal_conv1d_update(conv_state_indices, retrieve_next_token, retrieve_next_sibling, "
+            "retrieve_parent_token)",
+            takes(conv.causal_conv1d_update, "conv_state_indices", *sglang_tree.TREE_FIELDS),
+        ),
+        Probe(
+            "MambaPool.SpeculativeState's verify state",
+            fields(
+                pools.MambaPool.SpeculativeState, "conv", "temporal", "intermediate_ssm", "intermediate_conv_window"
+            ),
+        ),
+        Probe(
+            "ForwardBatch.global_num_token_non_padded_cpu",
+            fields(fbi.ForwardBatch, "global_num_token_non_padded_cpu"),
+        ),
+    ]
+
+
+@functools.cache
+def load_tree() -> TreeEngine:
+    """The modules of a tree verify (after :func:`load`), probed (:func:`tree_probes`): what an adapter built
+    with ``topk`` > 1 needs; a chain check never imports or probes them."""
+    load()
+    eagle = _import("sglang.srt.speculative.eagle_info")
+    conv = _import("sglang.kernels.ops.mamba.causal_conv1d_triton")
+    fbi = _import("sglang.srt.model_executor.forward_batch_info")
+    pools = _import("sglang.srt.mem_cache.memory_pool")
+    metadata = _import("sglang.srt.layers.attention.mamba.mamba2_metadata")
+    ident = identify("sglang")
+    PROBED["sglang tree"] = run_probes(f"sglang {ident.version}", tree_probes(eagle, conv, fbi, pools, metadata))
+    return TreeEngine(eagle.EagleVerifyInput, fbi.CaptureHiddenMode, conv, pools.MambaPool.SpeculativeState)
+
+
 def import_warnings() -> list[str]:
     """The warnings the engine's import chain raised (kept, not raised), each once."""
     return list(dict.fromkeys(_IMPORT_WARNINGS))
@@ -452,6 +555,14 @@ def _spec_info(draft_tokens: int) -> Bag:
     )
 
 
+def _links(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch``'s tree links, int64 ``[r, D]`` (a verify batch without a tree: the chain of its D drafts)."""
+    tree = getattr(batch, "tree", None)
+    if tree is None:
+        tree = DraftTree.chain(batch.raw_batch_size, batch.draft_tokens)
+    return tree.next_token.to(torch.int64), tree.next_sibling.to(torch.int64)
+
+
 def _ints(values: torch.Tensor) -> list[int]:
     return [int(v) for v in values.tolist()]
 
@@ -477,6 +588,7 @@ class Adapter(EngineAdapter):
     engine = "sglang"
     version = VERSION
     layers = tuple(BACKENDS)
+    tree_verify = True
 
     def __init__(
         self,
@@ -486,8 +598,9 @@ class Adapter(EngineAdapter):
         *,
         layer: str = DEFAULT_LAYER,
         backend_class: type | None = None,
+        topk: int = 1,
     ) -> None:
-        super().__init__(pool, buckets, draft_tokens, layer=layer, backend_class=backend_class)
+        super().__init__(pool, buckets, draft_tokens, layer=layer, backend_class=backend_class, topk=topk)
         if pool.device.type != "cpu":
             raise EngineError(f"the engine's metadata code runs on the CPU here; the pool is on {pool.device}")
         if pool.profile.dummy_slot != 0:
@@ -500,12 +613,18 @@ class Adapter(EngineAdapter):
         cls = backend_class or {GDN: self._engine.gdn, MAMBA2: self._engine.mamba2, KDA: self._engine.kda}[layer]
         for namespace in _class_globals(cls):  # a user's copy of a backend file imports the getters too
             bind_config(namespace)
+        self._tree = load_tree() if topk > 1 else None
         self._req_pool = _hybrid_pool(self._engine, pool)
-        self.backend: Any = cls(_model_runner(self._engine, self._req_pool))
+        with published(topk):  # the backend reads the server's topk in __init__
+            self.backend: Any = cls(_model_runner(self._engine, self._req_pool))
         self.max_bs = max(self.buckets)
         self.backend.init_cuda_graph_state(self.max_bs, self.max_bs * draft_tokens)
         self.fill_value = int(self.backend.get_cuda_graph_seq_len_fill_value())
         self._buffers = self._runner_buffers()
+        if self._tree is not None and self.derives_parents:
+            why = sglang_tree.interpreted(self._tree.conv)
+            if why is not None:
+                raise EngineError(f"topk {topk}: {why}")
 
     # -- what the adapter is -----------------------------------------------------------------------------
     @property
@@ -516,22 +635,35 @@ class Adapter(EngineAdapter):
     def default_class_name(self) -> str:
         return BACKENDS[self.layer]
 
+    @property
+    def derives_parents(self) -> bool:
+        """Whether the class's verify forward derives a tree's parents with sglang's conv kernel (GDN's, Mamba2's
+        and KDA's CUDA forward do; the Ascend classes' forward calls no derivation, so their
+        ``retrieve_parent_token`` stays as allocated: :mod:`workbench.engines.tree_check` says what their
+        kernels get instead)."""
+        return not is_ascend(type(self.backend))
+
     def compared_fields(self, mode: str) -> tuple[str, ...]:
         """``state_indices``, ``query_start_loc`` (the backend's), ``seq_lens`` and ``req_pool_indices`` (in a
         replay: the runner's padded buffers, filled with the backend's fill value and rewritten in place by
-        ``_replay_metadata``); Mamba2's ``has_initial_state`` in extend; GDN's verify intermediate rows."""
+        ``_replay_metadata``); Mamba2's ``has_initial_state`` in extend; GDN's verify intermediate rows. With
+        ``topk`` > 1, target_verify's tree links, and the parents where the forward derives them
+        (:attr:`derives_parents`)."""
         out: tuple[str, ...] = ("state_indices", "query_start_loc", "seq_lens", "req_pool_indices")
         if mode == "extend" and isinstance(self.backend, self._engine.mamba2):
             out += ("has_initial_state",)
         if mode == "target_verify" and hasattr(self.backend, "verify_intermediate_state_indices"):
             out += ("intermediate_state_indices",)
+        if mode == "target_verify" and self.topk > 1:
+            out += sglang_tree.TREE_FIELDS if self.derives_parents else sglang_tree.TREE_FIELDS[:2]
         return out
 
     # -- the three paths -----------------------------------------------------------------------------------
     def eager(self, batch: Batch) -> Metadata:
         """``init_forward_metadata`` on a real ``ForwardBatch`` of ``batch`` (unpadded, ``bucket`` None)."""
         fb = self._eager_batch(batch)
-        self.backend.init_forward_metadata(fb)
+        with published(self.topk):
+            self.backend.init_forward_metadata(fb)
         meta = self.backend.forward_metadata
         init = self._initial_state(batch, meta)
         return self._metadata(batch.mode, batch, meta, batch.seq_lens, batch.req_pool_indices, init, bucket=None)
@@ -550,7 +682,8 @@ class Adapter(EngineAdapter):
         bs = resolve_bucket(r, self.buckets, bucket)
         assert bs is not None  # an int bucket resolves to itself or raises
         view = self._replay_view(batch, bs)
-        self.backend.init_forward_metadata_out_graph(view)
+        with published(self.topk):
+            self.backend.init_forward_metadata_out_graph(view)
         init = torch.arange(bs) < r
         meta = self.backend.forward_metadata
         return self._metadata(batch.mode, batch, meta, view.seq_lens_cpu, view.req_pool_indices, init, bucket=bs)
@@ -561,7 +694,8 @@ class Adapter(EngineAdapter):
         assert bs is not None
         batch = Batch.for_capture(mode, bs, self.draft_tokens)
         fb = self._capture_batch(batch)
-        self.backend.init_forward_metadata_out_graph(fb, in_capture=True)
+        with published(self.topk):
+            self.backend.init_forward_metadata_out_graph(fb, in_capture=True)
         init = torch.ones(bs, dtype=torch.bool)
         meta = self.backend.forward_metadata
         return self._metadata(mode, batch, meta, fb.seq_lens_cpu, fb.req_pool_indices, init, bucket=bs)
@@ -604,7 +738,9 @@ class Adapter(EngineAdapter):
         else:
             fields.update(input_ids=torch.zeros(r * d, dtype=torch.int64), positions=self._positions(seq, mode, d))
         if mode == "target_verify":
-            fields["spec_info"] = _spec_info(batch.draft_tokens)
+            fields["spec_info"] = self._verify_spec(batch, fields["positions"])
+            if self._tree is not None:  # the runner's token count, read by Ascend's verify forward (verify_forward)
+                fields["global_num_token_non_padded_cpu"] = r * d
         fb = object.__new__(self._engine.forward_batch)
         fb.__dict__.update(fields)
         return fb
@@ -657,7 +793,7 @@ class Adapter(EngineAdapter):
             encoder_lens=None,
             out_cache_loc=None,
             mamba_track_indices=None,
-            spec_info=_spec_info(batch.draft_tokens) if graph_mode == "target_verify" else None,
+            spec_info=self._verify_spec(batch) if graph_mode == "target_verify" else None,
             lora_ids=None,
         )
 
@@ -679,9 +815,54 @@ class Adapter(EngineAdapter):
             seq_lens_cpu=b["seq_lens_cpu"][:bs],
             seq_lens_sum=bs * self.fill_value,
             out_cache_loc=None,
-            spec_info=_spec_info(batch.draft_tokens) if batch.mode == "target_verify" else None,
+            spec_info=self._verify_spec(None) if batch.mode == "target_verify" else None,
         )
         return fb
+
+    def _verify_spec(self, batch: Batch | None, positions: torch.Tensor | None = None) -> Any:
+        """The verify input: chains (``topk`` 1) the attribute bag the chain checks ran on; trees a real
+        ``EagleVerifyInput`` with ``batch.tree``'s links (a verify batch without a tree is a chain), or, at
+        capture (``batch`` None), the graph runner's, links None."""
+        d = self.draft_tokens if batch is None else batch.draft_tokens
+        if self._tree is None:
+            return _spec_info(d)
+        tree = self._tree
+        if batch is None:
+            return sglang_tree.verify_input(tree.verify_input, tree.hidden_mode, topk=self.topk, draft_tokens=d)
+        links = _links(batch)
+        return sglang_tree.verify_input(
+            tree.verify_input,
+            tree.hidden_mode,
+            topk=self.topk,
+            draft_tokens=d,
+            next_token=links[0],
+            next_sibling=links[1],
+            positions=positions,
+            seq_lens=batch.seq_lens,
+        )
+
+    def verify_forward(self, batch: Batch) -> sglang_tree.VerifyForward | None:
+        """The class's eager verify forward of ``batch`` (``init_forward_metadata``, then ``forward_extend``) with
+        its device-only kernels recorded (:func:`~workbench.engines.sglang_tree.drive_verify_forward`): for a
+        class whose forward calls NPU kernels (an Ascend class defining ``forward_extend``). None for the others:
+        the CUDA classes' forward runs Triton kernels on real data, and their tree reaches the conv kernel that
+        :attr:`derives_parents`."""
+        cls = type(self.backend)
+        owner = next((k for k in cls.__mro__ if "forward_extend" in vars(k)), None)
+        if self._tree is None or batch.mode != "target_verify" or owner is None or not is_ascend(owner):
+            return None
+        fb = self._eager_batch(batch)
+        with published(self.topk):
+            self.backend.init_forward_metadata(fb)
+            return sglang_tree.drive_verify_forward(
+                self.backend,
+                "forward_extend",
+                fb,
+                self._tree.speculative_state,
+                self.pool.num_slots,
+                batch.raw_batch_size,
+                batch.draft_tokens,
+            )
 
     # -- translation ---------------------------------------------------------------------------------------
     def _initial_state(self, batch: Batch, meta: Any) -> torch.Tensor:
@@ -735,4 +916,23 @@ class Adapter(EngineAdapter):
         gdn_tokens = getattr(meta, "mamba_cache_indices_gdn", None)  # Ascend's verify token rows
         if mode == "target_verify" and gdn_tokens is not None:
             out.intermediate_token_indices = gdn_tokens.clone()
+        if mode == "target_verify" and self._tree is not None:
+            self._tree_fields(out, meta, state)
         return out
+
+    def _tree_fields(self, out: Metadata, meta: Any, state: torch.Tensor) -> None:
+        """The metadata's links and parents as int32 copies (eager: the verify input's own int64 tensors;
+        replay and capture: the backend's per-bucket int32 buffers, whose padded rows keep what the last replay
+        of the bucket left). The parents are what the verify forward's conv kernel derives from those links
+        (:attr:`derives_parents`), written into the engine's own ``retrieve_parent_token`` first; a class whose
+        forward derives none (Ascend) gives its buffer as allocated (eager: ``torch.empty_like``, uninitialised),
+        which is not compared."""
+        nt, ns, parent = (getattr(meta, name, None) for name in sglang_tree.TREE_FIELDS)
+        if nt is None or ns is None or parent is None:
+            return  # the class builds no tree metadata: the comparison reports the missing field
+        if self.derives_parents:
+            assert self._tree is not None
+            sglang_tree.derive_parents(self._tree.conv, state, nt, ns, parent, self.pool.num_slots)
+        out.retrieve_next_token = nt.to(torch.int32).clone()
+        out.retrieve_next_sibling = ns.to(torch.int32).clone()
+        out.retrieve_parent_token = parent.to(torch.int32).clone()

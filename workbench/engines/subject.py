@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 from workbench.backends import MetadataBackend
 from workbench.batch import Batch
-from workbench.engines.base import EngineAdapter
-from workbench.engines.oracle import Divergence, first_difference
+from workbench.engines.base import EngineAdapter, EngineError
+from workbench.engines.oracle import Divergence, describe, first_difference
 from workbench.layer_names import DEFAULT_LAYER
 from workbench.metadata import GRAPH_MODES, Metadata, build_metadata
 from workbench.pool import StatePool
@@ -38,6 +38,7 @@ class EngineBackend(MetadataBackend):
     adapter_class: type[EngineAdapter]
     layer: str = DEFAULT_LAYER
     backend_class: type | None = None
+    topk: int = 1
 
     def __init__(
         self,
@@ -45,11 +46,15 @@ class EngineBackend(MetadataBackend):
         buckets: Sequence[int] | dict[str, Sequence[int]] | None = None,
         draft_tokens: int = 2,
         modes: Sequence[str] = GRAPH_MODES,
+        *,
+        tree: bool = False,
     ) -> None:
-        super().__init__(pool, buckets, draft_tokens, modes)
+        if tree != (self.topk > 1):  # the runner's tree graphs and the engine's topk must agree
+            raise EngineError(f"tree: the runner's tree={tree}, the engine backend's topk={self.topk}")
+        super().__init__(pool, buckets, draft_tokens, modes, tree=tree)
         captured = sorted({b for bufs in self.buffers.values() for b in bufs.buckets})
         self.adapter = self.adapter_class(
-            pool, captured, draft_tokens, layer=self.layer, backend_class=self.backend_class
+            pool, captured, draft_tokens, layer=self.layer, backend_class=self.backend_class, topk=self.topk
         )
         self.divergences: list[Divergence] = []
         self.steps = 0
@@ -59,7 +64,7 @@ class EngineBackend(MetadataBackend):
         diff = first_difference(expected, got, self.adapter.compared_fields(batch.mode))
         if diff is not None:
             name, row, want, have = diff
-            text = f"{batch.mode} rows {batch.req_pool_indices.tolist()} seq_lens {batch.seq_lens.tolist()}"
+            text = describe(batch)
             self.divergences.append(Divergence(batch.mode, path, self.steps, text, got.bucket, name, row, want, have))
 
     def init_forward_metadata(self, batch: Batch) -> Metadata:
@@ -97,10 +102,15 @@ class EngineBackend(MetadataBackend):
 
 
 def engine_backend(
-    adapter_class: type[EngineAdapter], *, layer: str = DEFAULT_LAYER, backend_class: type | None = None
+    adapter_class: type[EngineAdapter],
+    *,
+    layer: str = DEFAULT_LAYER,
+    backend_class: type | None = None,
+    topk: int = 1,
 ) -> type[EngineBackend]:
     """A :class:`EngineBackend` subclass for ``GraphRunner(..., metadata_backend=...)``: the engine's own
-    ``layer`` backend (or ``backend_class``, a user's subclass of it) behind the runner's three hooks."""
+    ``layer`` backend (or ``backend_class``, a user's subclass of it) behind the runner's three hooks; with
+    ``topk`` > 1 its verify graphs take trees (``GraphRunner(..., tree=True)``)."""
     name = backend_class.__name__ if backend_class is not None else adapter_class.__name__
-    attrs = {"adapter_class": adapter_class, "layer": layer, "backend_class": backend_class}
+    attrs = {"adapter_class": adapter_class, "layer": layer, "backend_class": backend_class, "topk": topk}
     return type(f"Engine{name}", (EngineBackend,), attrs)

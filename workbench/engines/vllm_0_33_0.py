@@ -634,6 +634,10 @@ class Adapter(EngineAdapter):
     engine = "vllm"
     version = "0.33.0"
     layers = tuple(_LAYERS)
+    no_tree = (
+        "verifies chains of drafts only (vLLM removed tree attention; 0.33 has no tree-attention backend), so "
+        "there is no tree to check"
+    )
     RUNNERS = ("v2", "v1")
 
     def __init__(
@@ -645,8 +649,9 @@ class Adapter(EngineAdapter):
         layer: str = DEFAULT_LAYER,
         backend_class: type | None = None,
         runner: str = "v2",
+        topk: int = 1,
     ) -> None:
-        super().__init__(pool, buckets, draft_tokens, layer=layer, backend_class=backend_class)
+        super().__init__(pool, buckets, draft_tokens, layer=layer, backend_class=backend_class, topk=topk)
         if runner not in self.RUNNERS:
             raise EngineError(f"runner: {runner!r} is not one of {self.RUNNERS} (vLLM's model runners)")
         self.runner = runner
