@@ -51,6 +51,18 @@ EXPECTED = {
         "OK: sglang mamba2: 150 steps",
         "track_ssm_h_src[1] = 3, but h[3] is row 2's state after 8 tokens",
     ],
+    "08_tree_drafts.ipynb": [
+        "derived as sglang's conv kernel does: [[0, 0, 0, 1]]",
+        "node 2 in the tree == chain (root, node 2): True",
+        "node 1 (its parent is the node before it): tree == chain: True",
+        "unfixed: verify outputs of each node",
+        "fixed clean: True",
+        "commit node 2 == chain (root, node 2): True",
+        "tree_commit_depth (sglang PR 27463): unfixed broke True, fixed clean True",
+        "tree_track_unclamped (sglang PR 35821): unfixed broke True, fixed clean True",
+        "ghost_node_cow (sglang PR 35821): unfixed broke True, fixed clean True",
+        "OK: sglang gdn: 60 steps",
+    ],
     "03_bug_zoo.ipynb": [
         "every unfixed run broke: True",
         "every fixed run clean: True",

@@ -52,6 +52,10 @@ NAMES = [
     "transposed_state_read",
     "kda_sentinel_rows",
     "kda_frozen_accept_lists",
+    "tree_as_chain",
+    "tree_commit_depth",
+    "tree_track_unclamped",
+    "ghost_node_cow",
 ]
 
 

@@ -67,8 +67,9 @@ def make_runner(
     modes: Sequence[str] = ("decode",),
     metadata_backend: type[MetadataBackend] | None = None,
     draft_tokens: int = 2,
+    tree: bool = False,
 ) -> GraphRunner:
-    """A runner over a seeded (never zero) state pool."""
+    """A runner over a seeded (never zero) state pool (``tree``: its verify graphs take draft trees)."""
     return GraphRunner(
         layer,
         pool,
@@ -78,6 +79,7 @@ def make_runner(
         metadata_backend=metadata_backend,
         draft_tokens=draft_tokens,
         state_seed=1,
+        tree=tree,
     )
 
 
