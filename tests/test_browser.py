@@ -705,9 +705,11 @@ def test_voila_app_serves_the_explorer(browser, voila_server):
     page.wait_for_selector(".jupyter-widgets .js-plotly-plot", timeout=120_000)
     page.wait_for_selector(".widget-slider", timeout=30_000)
     assert page.locator("text=Metadata explorer").count() >= 1
-    # all three figures (padding map, slot map, qsl staircase) drew their traces
+    # all three figures shown at the start (padding map, slot map, qsl staircase) drew their traces; the draft
+    # tree's figure waits, hidden, for a target_verify step
     page.wait_for_function(
-        "() => [...document.querySelectorAll('.js-plotly-plot')].filter(g => g.data && g.data.length).length === 3",
+        "() => [...document.querySelectorAll('.js-plotly-plot')]"
+        ".filter(g => g.offsetParent !== null && g.data && g.data.length).length === 3",
         timeout=60_000,
     )
     _check_labels(page, "Voila's metadata explorer", root="body")

@@ -107,7 +107,7 @@ def _run(fixed: bool, backend: str) -> list[Evidence]:
 CASE = ZooCase(
     name="tree_as_chain",
     title="a tree verify whose kernels are not given the tree runs it as a chain: siblings read the wrong state",
-    issue="sglang 0.5.23 ascend_gdn_backend.py (tree buffers filled, not passed to the NPU kernels)",
+    issue="sglang 0.5.23 Ascend GDN backend",
     profile=PROFILE,
     explanation=EXPLANATION,
     run_fn=_run,
