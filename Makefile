@@ -36,7 +36,8 @@ app: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest -q
 
-# the inner loop: no lint, no slow/network/notebook tests (markers in pyproject.toml); about 1.5 minutes
+# the inner loop: no lint, no slow/network/notebook tests (markers in pyproject.toml); about 3 minutes on a quiet
+# 2-core machine (2.7 min of CPU, issue 33), 5 on a shared one. A test that takes seconds is marked slow.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not network and not notebook"
 

@@ -108,6 +108,7 @@ def test_cli_bench_names_results_by_device_type(tmp_path, monkeypatch, capsys):
     assert "'nodevice'" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a timing sweep
 def test_widget_models_take_cpu0():
     """The widgets' models (no ipywidgets): the timing dashboard sweeps and measures on "cpu:0"; the lab's
     model takes a backend name, so "cpu:0" there is one clear refusal naming the choices, not a crash."""

@@ -127,6 +127,7 @@ def small_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limits, "host_memory_bytes", lambda: 16 * 2**20)
 
 
+@pytest.mark.slow  # 400 hypothesis examples through main
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(argv=metadata_argv())
 def test_metadata_any_argv_exits_0_or_one_named_line(argv: list[str], small_machine: None) -> None:
@@ -265,6 +266,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow  # 300 hypothesis examples through main
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(argv=st.sampled_from(list(OPTIONS)).flatmap(other_argv))
 def test_other_subcommands_run_in_full(argv: list[str], no_work: None) -> None:

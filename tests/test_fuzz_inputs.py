@@ -177,6 +177,7 @@ matrices = (
 )
 
 
+@pytest.mark.slow  # hypothesis; the other constructors' fuzz stays fast
 @SETTINGS
 @given(data=st.data())
 def test_draft_tree_constructors(small_machine, data) -> None:

@@ -204,6 +204,7 @@ def test_the_registry_entry_and_presets():
 
 
 # -- the command line ---------------------------------------------------------------------------------------
+@pytest.mark.slow  # 60-step traces with prefix caches through the CLI
 @pytest.mark.parametrize(
     "args",
     [["--profile", "sglang", "--prefix-cache", "extra_buffer"], ["--profile", "vllm", "--prefix-cache", "align"]],

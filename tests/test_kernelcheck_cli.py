@@ -280,6 +280,7 @@ def test_a_kernel_that_resizes_or_replaces_an_argument_fails_in_one_line_naming_
     ]
 
 
+@pytest.mark.slow  # every check of an op, twice, with capture
 def test_a_power_of_two_kernel_fails_in_one_line_on_small_shapes_and_passes_on_powers_of_two(pow2_file: Path) -> None:
     """The "small" shapes (K=12, V=20) make every check raise the interpreter's arange error: one line says so
     and which --shape to try; on K=16, V=16 the kernel passes, captured, and its unguarded twin fails."""

@@ -187,6 +187,7 @@ def test_the_search_sees_code_and_skips_documentation():
     assert _spelled(source) == [2, 7, 7, 7, 7]
 
 
+@pytest.mark.slow  # scans every source file
 def test_no_product_file_outside_the_registry_spells_a_layers_name():
     found = [
         f"{rel}:{line}"

@@ -1,5 +1,6 @@
 """Property tests: invariants hold, graph-mode update equals the eager build, bucket choice is bisect-left."""
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -41,6 +42,7 @@ def scenarios(draw):
     return pool, batch, buckets
 
 
+@pytest.mark.slow  # 150 hypothesis examples; graph_update_equals_eager stays fast
 @settings(max_examples=150, deadline=None)
 @given(scenarios())
 def test_invariants_and_bisect_left(case):

@@ -124,6 +124,7 @@ def _third_party(names: list[tuple[str, int]]) -> list[tuple[str, int]]:
     return [(n, line) for n, line in names if n not in sys.stdlib_module_names and n not in ("workbench", "kernels")]
 
 
+@pytest.mark.slow  # parses every source file
 def test_every_module_level_import_is_a_default_dependency():
     core = set(_groups()["core"])
     bad = []
@@ -135,6 +136,7 @@ def test_every_module_level_import_is_a_default_dependency():
     assert not bad, f"imported at module level but not a default dependency (import it through require): {bad}"
 
 
+@pytest.mark.slow  # parses every source file
 def test_every_lazy_import_of_an_optional_package_goes_through_require():
     core = set(_groups()["core"])
     bad = []

@@ -103,6 +103,7 @@ def test_the_heatmaps_row_labels_have_room_of_their_own():
     assert all(layout[n].automargin for n in layout if n.startswith("yaxis"))
 
 
+@pytest.mark.slow  # a fresh interpreter importing triton
 def test_triton_imported_before_the_variable_was_set_asks_for_a_restart():
     """``%env TRITON_INTERPRET=1`` after triton was imported is too late: its own helpers are compiled."""
     code = (

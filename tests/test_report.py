@@ -136,6 +136,7 @@ def tiny_kernels(monkeypatch):
     return kernels
 
 
+@pytest.mark.slow  # measured ceilings and a sweep; tests/test_cli_bench.py checks the output fast
 def test_bench_kernels_writes_results_with_bytes_floors_and_ceilings(tmp_path, capsys, tiny_kernels, one_thread):
     from workbench.measure.timing import ratio
 

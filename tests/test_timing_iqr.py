@@ -69,6 +69,7 @@ def _quantile_calls(path: Path) -> list[int]:
     return lines
 
 
+@pytest.mark.slow  # parses every source file
 def test_no_other_quantile_computation_in_the_workbench_or_the_benchmarks():
     home = ROOT / "workbench" / "measure" / "timing.py"
     files = [*sorted((ROOT / "workbench").rglob("*.py")), *sorted((ROOT / "benchmarks").glob("*.py"))]

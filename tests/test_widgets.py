@@ -142,6 +142,7 @@ def test_playground_runs_and_fills_one_heatmap_per_convention():
     assert [t.y[-1] for t in k.figure.data] == ["padding tokens"] * 3 and len(k.figure.data[0].x) == 8
 
 
+@pytest.mark.slow  # the real widget benchmark; tests/test_cli_bench.py checks its output fast
 def test_bench_widgets_quick_writes_json(tmp_path, capsys):
     import json
 
@@ -158,6 +159,7 @@ def test_bench_widgets_quick_writes_json(tmp_path, capsys):
     assert "worst median at bs 64" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a timing sweep
 def test_timing_dashboard_sweep_load_and_waste_update_the_same_figures(tmp_path):
     from workbench.widgets import TimingDashboard
 

@@ -8,6 +8,7 @@ from workbench.widgets.lab_model import LabModel
 from workbench.widgets.playground_model import PlaygroundModel
 
 
+@pytest.mark.slow  # a fresh interpreter importing the models
 def test_models_do_not_import_ipywidgets():
     import subprocess
     import sys

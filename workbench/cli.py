@@ -12,12 +12,14 @@ import json
 import os
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from workbench.errors import MetadataError, WorkbenchError
 from workbench.limits import INT32_MAX, check_memory, gib
 from workbench.profiles import PROFILES, default_bucket_bytes, get_profile
+from workbench.threads import ENV as THREADS_ENV  # torch-free until configure() runs
 
 # what `workbench --help` says above the list of commands: for the user, not about this module
 DESCRIPTION = (
@@ -36,6 +38,11 @@ DESCRIPTION = (
 MODES = ("decode", "target_verify", "extend", "idle")  # workbench.batch.MODES, without importing torch
 # More timing threads than cores only makes them spin against each other (and torch refuses huge counts).
 MAX_THREADS = os.cpu_count() or 1
+# The commands that compute (replays, kernels, timings) run torch at workbench.threads' count: one thread unless
+# `bench --threads N` or LINATTN_THREADS says otherwise. The others build one small table, probe the devices
+# (doctor reports torch's own count) or read source (check-contracts imports no torch): nothing to set.
+COMPUTE_COMMANDS = frozenset({"bench", "trace", "check-kernel", "zoo", "engine-check", "report", "demo"})
+NO_COMPUTE_COMMANDS = frozenset({"metadata", "doctor", "check-contracts"})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -429,7 +436,8 @@ def add_bench_parser(sub: Any) -> None:
         type=_int_in(1, MAX_THREADS),
         default=None,
         metavar="N",
-        help=f"CPU threads to time with, 1 to this machine's {MAX_THREADS} cores (default: torch's, here all cores)",
+        help=f"torch threads to run and time with, 1 to this machine's {MAX_THREADS} cores (default: "
+        f"{THREADS_ENV} when set, else 1)",
     )
     b.add_argument("--plot", default=None, metavar="FILE.html", help="also draw the figures into FILE.html")
     b.add_argument(
@@ -551,6 +559,32 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+@contextmanager
+def torch_threads(args: argparse.Namespace) -> Iterator[None]:
+    """Run a command of :data:`COMPUTE_COMMANDS` at :func:`workbench.threads.configure`'s count (its
+    ``--threads`` where it has one, else LINATTN_THREADS, else one), and give the caller's count back after:
+    :func:`main` also runs in process (tests, notebooks). A bad LINATTN_THREADS is a WorkbenchError naming it."""
+    if args.command not in COMPUTE_COMMANDS:
+        yield
+        return
+    from workbench import threads
+
+    given = getattr(args, "threads", None)  # bench --threads; argparse checked it
+    try:
+        threads.requested(given)  # a bad LINATTN_THREADS is refused before torch's import
+    except ValueError as e:
+        raise WorkbenchError(str(e)) from None
+    import torch
+
+    before = torch.get_num_threads()
+    threads.configure(given)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``). Returns the exit status; an argument
     error exits 2 through ``SystemExit`` (argparse), a WorkbenchError is one ``error:`` line and status 2, and
@@ -560,7 +594,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from workbench.loading import UserCodeExit, exits_refused
 
     try:
-        with exits_refused(f"workbench {args.command}"):  # a user's kernel or backend cannot end us with exit 0
+        # a user's kernel or backend cannot end us with exit 0
+        with torch_threads(args), exits_refused(f"workbench {args.command}"):
             return args.fn(args)
     except UserCodeExit as e:  # the check has no verdict: a failure, never "every check passed"
         print(f"FAIL: {e}", file=sys.stderr)

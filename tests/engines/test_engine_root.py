@@ -152,6 +152,7 @@ def test_the_verified_commit_files_name_the_newest_releases():
         assert ref == (ident.commit.removeprefix("g") if ident.commit else f"v{ident.version}")
 
 
+@pytest.mark.slow  # a fresh interpreter running engine-check
 def test_a_tree_of_another_engine_layout_is_named(tmp_path):
     (tmp_path / "empty").mkdir()
     done = _engine_check("vllm", tmp_path / "empty")

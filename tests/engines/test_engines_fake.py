@@ -48,6 +48,7 @@ def test_the_oracle_agrees_with_an_independent_engine_bitwise_and_reports_a_wron
     assert "profile" in str(decode) and "engine" in str(decode) and "<table" in bad._repr_html_()
 
 
+@pytest.mark.slow  # 40 batches and a capture
 def test_the_subject_captures_and_replays_through_the_engine_and_the_seed_fails_at_capture() -> None:
     check = engine_check(FakeAdapter, batches=40, replays=6)
     assert check.ok, str(check)

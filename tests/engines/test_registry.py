@@ -150,6 +150,7 @@ def _version_literals(path: Path) -> list[int]:
     ]
 
 
+@pytest.mark.slow  # scans every source file
 def test_no_product_file_but_the_table_and_the_adapters_spells_a_release():
     """A release as a string constant (``"0.5.23"``, not in a longer text) lives in ``engine_versions`` and in
     its own adapter module (the class's ``version``), nowhere else: not a second registry."""

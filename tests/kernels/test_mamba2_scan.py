@@ -133,6 +133,7 @@ def test_per_sequence_offsets_read_another_state_on_this_grid(impl):
     assert rel_err(h[3], alone(1, 16)) > 0.1  # not row 1's state at its boundary
 
 
+@pytest.mark.slow  # rows of 83 tokens through the interpreted Triton scan
 def test_long_rows_split_headdim_across_programs():
     """Rows longer than several chunks, headdim split across programs (block_p=2): the Triton launcher
     against the reference, every state and chunk state."""

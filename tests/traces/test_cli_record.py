@@ -97,6 +97,7 @@ def test_a_trace_the_replay_refuses_is_still_written_as_simulated(tmp_path, caps
     assert len(read_trace(out)) == 3
 
 
+@pytest.mark.slow  # a trace run, written and checked
 def test_a_step_an_engine_recorded_keeps_its_record_and_the_written_file_checks_clean():
     """A dumped step (an eager CPU run: no bucket, ``query_start_loc`` over its own rows) stays as it was
     recorded; the replay's captured bucket (padded rows) is not mixed into it, which would make a record no

@@ -566,6 +566,7 @@ def test_extra_buffer_holds_three_slots_per_request_in_the_simulated_pool(monkey
     assert max(seen) > 3 and (trace.header.num_slots - 1) % 3 == 0  # the default pool: 3 slots per request
 
 
+@pytest.mark.slow  # three whole traces replayed
 def test_extra_buffer_traces_replay_clean_with_every_checkpoint_verified():
     from workbench.traces.replay import replay_trace
 

@@ -324,6 +324,7 @@ def test_the_schema_takes_tree_lines_and_refuses_vllms_topk():
     assert not check.is_valid(extend)
 
 
+@pytest.mark.slow  # a tree trace run and checked through the CLI
 def test_trace_run_with_topk_writes_a_trace_that_checks(tmp_path):
     out = tmp_path / "t.jsonl"
     argv = ["trace", "run", "--profile", "sglang", "--spec", "3", "--topk", "2", "--steps", "20", "--out", str(out)]

@@ -6,6 +6,8 @@ modules here, and ``workbench.widgets.bench`` for ``widgets``) and hands it to :
 Results go to ``bench-results/<what>_<device>.json`` (git-ignored) unless ``--json`` names a file whose
 folder exists; the device is always in the name and a ``--json`` name that says another device is refused.
 ``--plot FILE.html`` draws the figures of the run (or of ``--from FILE.json``, without running anything).
+Every run prints a header line first, with the torch thread count its figures were measured at
+(:func:`header`); ``workbench.cli`` set that count (``--threads``, else LINATTN_THREADS, else one).
 """
 
 from __future__ import annotations
@@ -64,6 +66,13 @@ def plot_results(res: Results, path: str | Path) -> Path:
     return p
 
 
+def header(what: str, device: str, quick: bool) -> str:
+    """The line a bench prints before its figures: ``bench kernels on cpu, 1 torch thread, quick``."""
+    from workbench import threads
+
+    return f"bench {what} on {device}, {threads.describe()}{', quick' if quick else ''}"
+
+
 def run_bench(args: argparse.Namespace, run: Benchmark) -> int:
     """The `bench` command (see the module docstring): ``run`` is the benchmark ``args.what`` names (not
     called with ``--from``, which only redraws)."""
@@ -89,6 +98,7 @@ def run_bench(args: argparse.Namespace, run: Benchmark) -> int:
 
         torch.set_num_threads(threads)  # the timers record the count they really ran with
     path = json_path_for(args.what, device_type(device), args.json)
+    print(header(args.what, device, args.quick), flush=True)  # before a run that may take minutes
     out: Results = run(quick=args.quick, json_path=str(path), device=device)
     if args.plot:
         print(f"wrote {plot_results(out, args.plot)}")

@@ -84,7 +84,7 @@ def run(quick: bool = False, json_path: str | None = None, device: str = "cpu", 
     """Time both updates for each batch size; print a table; write JSON when ``json_path`` is given.
 
     Records: ``what="metadata_update"``, ``shape={"bs", "raw_bs"}``, ``impl`` "in_place" | "engine_style",
-    ``mode="update"``.
+    ``mode="update"``; ``meta["threads"]``: torch's thread count of the run.
     """
     from tqdm.auto import tqdm
 
@@ -95,7 +95,9 @@ def run(quick: bool = False, json_path: str | None = None, device: str = "cpu", 
     ours = MetadataBuffers(pool, "decode", buckets=buckets)
     base = EngineStyleUpdate(pool, buckets)
     min_time = 0.05 if quick else 0.3
-    results = Results(meta={"benchmark": "metadata", "profile": "sglang", "quick": quick})
+    results = Results(
+        meta={"benchmark": "metadata", "profile": "sglang", "quick": quick, "threads": torch.get_num_threads()}
+    )
     # None: tqdm keeps quiet where stderr is no terminal (logs, CI); a notebook still shows its bar
     for bs in tqdm(sizes, desc=f"metadata bench ({device})", disable=None if progress else True):
         prev = [b for b in buckets if b < bs]

@@ -6,6 +6,8 @@ this module picks the buckets and the preset, prints the table and saves the rec
 
 from __future__ import annotations
 
+import torch
+
 from workbench.layers import GDNConfig
 from workbench.measure.legend import mark, print_legend
 from workbench.measure.timing import Results, ratio
@@ -49,7 +51,7 @@ def run(
     progress: bool = True,
 ) -> Results:
     """The `bench replay` command: sweep the buckets (preset "small" when ``quick``, else "quarter"), print a
-    table, write JSON when ``json_path`` is given."""
+    table, write JSON when ``json_path`` is given (``meta["threads"]``: torch's thread count of the run)."""
     buckets = list(BUCKETS[:4] if quick else BUCKETS)
     res = sweep(
         buckets,
@@ -61,6 +63,7 @@ def run(
         config=config,
     )
     res.meta["quick"] = quick
+    res.meta["threads"] = torch.get_num_threads()
     cfg = res.meta["config"]
     print(f"backend={res.meta['graph_backend']} hidden={cfg['hidden_size']} HV={cfg['num_v_heads']}")
     print_table(res)
