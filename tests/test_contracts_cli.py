@@ -206,7 +206,7 @@ def test_a_user_file_on_workbench_bases_is_checked_without_base(capsys: pytest.C
     assert "AscendBackend.init_forward_metadata_out_graph [missing-parameter]" in out
     assert "unexpected keyword argument 'in_capture'" in out
     # the call that breaks is the workbench runner's, read from the installed workbench
-    assert "runner/runner.py" in out and "in GraphRunner.capture" in out
+    assert "runner/runner.py" in out and f"in {runner_capture_caller()}" in out
     assert "checked against the workbench's own workbench.backends.npu:NpuMetadataBackend" in out
     assert main([str(USER_BACKENDS / "correct.py")]) == 0
     out = capsys.readouterr().out
@@ -243,3 +243,23 @@ def test_a_control_character_in_the_base_stays_on_one_escaped_line(capsys: pytes
         assert main(["--base", base]) == 2
         err = capsys.readouterr().err
         assert len(err.splitlines()) == 1 and ("\\r" in err or "\\n" in err), err
+
+
+def runner_capture_caller() -> str:
+    """The ``GraphRunner`` method that calls ``init_forward_metadata_out_graph(..., in_capture=True)``, read
+    from the runner's source: the name the checker gives the call's caller, whatever the runner calls it."""
+    import ast
+
+    import workbench.runner.runner as runner_module
+
+    tree = ast.parse(Path(runner_module.__file__).read_text())
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GraphRunner"):
+        for method in (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            for node in ast.walk(method):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                    continue
+                if node.func.attr == "init_forward_metadata_out_graph" and any(
+                    k.arg == "in_capture" for k in node.keywords
+                ):
+                    return f"GraphRunner.{method.name}"
+    raise AssertionError("no GraphRunner method calls init_forward_metadata_out_graph(..., in_capture=...)")

@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_contracts_cli import runner_capture_caller
 
 from workbench.contracts import check, main
 
@@ -224,7 +225,7 @@ def test_a_file_on_workbench_classes_is_checked_with_the_runners_calls_whatever_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     """The file defines a base of its own (``MyBase``); ``Plain`` overrides the workbench's public hook without
-    ``in_capture``: the workbench's ``GraphRunner.capture`` calls it with ``in_capture=True``."""
+    ``in_capture``: the workbench's ``GraphRunner`` calls it with ``in_capture=True``."""
     path, argv = write_plugin(tmp_path, "", WORKBENCH_FILE, name="wb_plugin")
     plain = runtime_error(path, "Plain", monkeypatch)
     assert plain == "TypeError: Plain.init_forward_metadata_out_graph() got an unexpected keyword argument 'in_capture'"
@@ -236,7 +237,7 @@ def test_a_file_on_workbench_classes_is_checked_with_the_runners_calls_whatever_
     found = sorted((f.cls, f.method, f.message, f.caller) for f in report.breaks)
     assert found == [
         ("AscendBackend", "_replay_metadata", ascend, "MyBase.init_forward_metadata_out_graph"),
-        ("Plain", "init_forward_metadata_out_graph", plain, "GraphRunner.capture"),
+        ("Plain", "init_forward_metadata_out_graph", plain, runner_capture_caller()),
     ]
     (runner_call,) = [f for f in report.breaks if f.cls == "Plain"]
     assert runner_call.site_file is not None and runner_call.site_file.endswith("runner.py")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from kernels.checks import ArgChecker, value_checks
-from kernels.dispatch import implementation, inplace_custom_op
+from kernels.dispatch import call_op, implementation, inplace_custom_op
 from kernels.dtypes import FLOAT_DTYPES, INDEX_DTYPES
 from kernels.padding import skipped_rows
 
@@ -190,7 +190,8 @@ def update(
         if value_checks(x.device):
             check.tree_values(parents, [L] * N, skipped_rows(state_indices, pad_slot_id).tolist())
     out = _out(check, out, x)
-    _update_op(
+    call_op(
+        _update_op,
         x=x,
         conv_state=conv_state,
         weight=weight,
@@ -250,7 +251,8 @@ def varlen(
     check.tensor("has_initial_state", has_initial_state, (N,), (torch.bool,), x.device)
     out = _out(check, out, x)
     impl = check.impl(impl, x.device)
-    _varlen_op(
+    call_op(
+        _varlen_op,
         x=x,
         weight=weight,
         bias=bias,

@@ -14,7 +14,7 @@ import torch
 
 from kernels.checks import ArgChecker, value_checks
 from kernels.conventions import DEFAULT_STATE_LAYOUT, state_dims
-from kernels.dispatch import implementation, inplace_custom_op
+from kernels.dispatch import call_op, implementation, inplace_custom_op
 from kernels.dtypes import FLOAT_DTYPES, INDEX_DTYPES, compute_dtype
 from kernels.gated_delta_rule import reference as ref
 from kernels.padding import skipped_rows
@@ -486,7 +486,8 @@ def recurrent(
             if not isinstance(x, (int, float)) or not x > 0 or x == float("inf"):
                 check.fail(f"{name}: expected a finite positive float, got {x!r}")
     out, q, k, v = _out_and_inputs(check, out, q, k, v, T, HV, V)
-    torch.ops.linattn.gdn_recurrent(
+    call_op(
+        _gdn_recurrent_op,
         q=q,
         k=k,
         v=v,
@@ -576,7 +577,8 @@ def chunked(
     if impl == "triton" and (chunk_size < 16 or chunk_size & (chunk_size - 1)):
         check.fail(f"chunk_size: impl='triton' needs a power of two >= 16 (tl.dot), got {chunk_size}")
     out, q, k, v = _out_and_inputs(check, out, q, k, v, T, HV, V)
-    torch.ops.linattn.gdn_chunked(
+    call_op(
+        _gdn_chunked_op,
         q=q,
         k=k,
         v=v,
@@ -666,7 +668,8 @@ def scatter_accepted(
                 )
             if not 0 <= slot < num_slots:
                 check.fail(f"state_indices: row {n} has slot {slot}, outside [0, {num_slots})")
-    torch.ops.linattn.gdn_scatter_accepted(
+    call_op(
+        _gdn_scatter_accepted_op,
         state=state,
         state_layout=layout,
         intermediate_states=intermediate_states,

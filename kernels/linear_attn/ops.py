@@ -11,7 +11,7 @@ import torch
 
 from kernels.checks import ArgChecker
 from kernels.conventions import DEFAULT_STATE_LAYOUT
-from kernels.dispatch import implementation, inplace_custom_op
+from kernels.dispatch import call_op, implementation, inplace_custom_op
 from kernels.dtypes import FLOAT_DTYPES, INDEX_DTYPES, STATE_DTYPES
 
 from .reference import recurrent_reference
@@ -110,7 +110,8 @@ def recurrent(
     if out is None:
         out = torch.empty_like(v)
     check.tensor("out", out, (T, HV, V), FLOAT_DTYPES, dev)
-    _recurrent_op(
+    call_op(
+        _recurrent_op,
         q=q,
         k=k,
         v=v,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from kernels.checks import ArgChecker, value_checks
-from kernels.dispatch import implementation, inplace_custom_op
+from kernels.dispatch import call_op, implementation, inplace_custom_op
 from kernels.dtypes import FLOAT_DTYPES, INDEX_DTYPES, STATE_DTYPES
 from kernels.padding import skipped_rows
 
@@ -167,7 +167,8 @@ def selective_state_update(
     if out is None:
         out = torch.empty_like(x)
     check.tensor("out", out, (*lead, nheads, headdim), FLOAT_DTYPES, dev)
-    _ssu_op(
+    call_op(
+        _ssu_op,
         state=state,
         x=x,
         dt=dt,
@@ -296,7 +297,8 @@ def chunk_scan(
     if out is None:
         out = torch.empty_like(x)
     check.tensor("out", out, (T, nheads, headdim), FLOAT_DTYPES, dev)
-    _chunk_scan_op(
+    call_op(
+        _chunk_scan_op,
         x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias, dt_softplus=bool(dt_softplus), state=state,
         state_indices=state_indices, has_initial_state=has_initial_state, cu_seqlens=cu_seqlens,
         pad_slot_id=pad_slot_id, chunk_size=chunk_size, out=out, chunk_states=chunk_states,

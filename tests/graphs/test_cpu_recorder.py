@@ -380,6 +380,7 @@ def _live_tensors() -> int:
     return sum(issubclass(type(o), torch.Tensor) for o in gc.get_objects())
 
 
+@pytest.mark.slow  # many replays to see memory settle
 def test_replay_allocates_nothing_that_survives(cpu: CpuBackend) -> None:
     pool, idx, x, steps = (
         torch.randn(5, 3, 3),

@@ -157,19 +157,32 @@ def test_the_replayer_steps_one_at_a_time() -> None:
     assert replayer.result.steps == 5 and replayer.result.ok
 
 
-def test_bench_trace_splits_the_cost_per_step_by_phase(capsys: pytest.CaptureFixture, tmp_path) -> None:
-    from workbench.bench.trace import PHASES, PREFIX_RUNS, run
+@pytest.mark.slow  # runs the trace benchmark on each of the CLI's trace kinds
+def test_bench_trace_checks_each_cli_trace_against_the_float64_recurrence(
+    capsys: pytest.CaptureFixture, tmp_path
+) -> None:
+    from workbench.bench.trace import WORKLOADS, run
+    from workbench.traces.replay import PHASES
 
-    res = run(steps=30, json_path=str(tmp_path / "trace.json"))
+    res = run(steps=30, ratio_steps=30, json_path=str(tmp_path / "trace.json"))
     out = capsys.readouterr().out
-    assert res.meta["ok"] and res.meta["steps"] == 30 and "steps/s; goal 10,000 in 60 s" in out
-    assert [r.mode for r in res] == ["simulate", *PHASES] and all(r.median_us > 0 for r in res)
-    assert (tmp_path / "trace.json").is_file()
-    assert set(res.meta["prefix_cache"]) == set(PREFIX_RUNS) and "mamba2_extra_buffer" in PREFIX_RUNS
-    cache = res.meta["prefix_cache"]["align"]  # a prefix-cache trace's checkpoint cost beside its checks
-    assert all(c["ok"] and c["verified"] == c["checkpoints"] > 0 for c in res.meta["prefix_cache"].values())
-    assert cache["steps"] == 100
-    # the seconds are rounded to 1 ms in the file: the ratio of the exact ones lies within their rounding
-    c, p, half = cache["check_seconds"], cache["prefix_seconds"], 0.0005
-    assert (c + p - 2 * half) / (c + half) - 0.001 <= cache["check_ratio"] <= (c + p + 2 * half) / (c - half) + 0.001
-    assert "checkpoints verified" in out and "the check time (goal: at most 2x)" in out
+    assert "1 torch thread" in out and "float64 recurrence" in out and (tmp_path / "trace.json").is_file()
+    assert "at the run's quietest moment" in out and "goals: default 30-step check" in out
+    assert [r.impl for r in res] == list(WORKLOADS) and all(r.mode == "check" and r.median_us > 0 for r in res)
+    figures = res.meta["workloads"]
+    assert set(figures) == set(WORKLOADS) and res.meta["goals"]["ratio_steps"] == 30
+    for m in figures.values():
+        assert m["ok"] and m["steps"] == 30 and m["divergences"] == 0
+        assert m["check_cpu_s"] > 0 and m["check_wall_s"] > 0 and m["baseline_cpu_s"] > 0
+        # the ratio of the rounded seconds lies within their rounding of the exact one
+        c, b, half = m["check_cpu_s"], m["baseline_cpu_s"], 0.0005
+        assert (c - half) / (b + half) - 0.001 <= m["ratio"] <= (c + half) / (b - half) + 0.001
+        assert set(m["phases_cpu_s"]) == set(PHASES)
+        assert abs(sum(m["phases_cpu_s"].values()) + m["other_cpu_s"] - c) < 0.01
+        assert "--steps 30 --out F; workbench trace check F" in m["command"]
+        # calibrated: scaled to the run's quietest calibrator sample (at most what was measured around it)
+        assert m["quiet_check_cpu_s"] <= m["check_cpu_s"] + 0.001 and m["quiet_baseline_cpu_s"] > 0
+        assert m["quiet_per_10k_s"] == pytest.approx(m["quiet_check_cpu_s"] * 10_000 / 30, rel=0.01)
+    calibration = res.meta["calibration"]
+    assert calibration["best_s"] == min(calibration["samples_s"]) and len(calibration["samples_s"]) >= 3
+    assert figures["mamba2"]["command"].startswith("workbench trace run --layer mamba2")

@@ -13,7 +13,10 @@ Semantics kept from device graphs, because they are what people trip over:
   ``out=`` variant where one matches, else by re-running the op and ``copy_`` into it). ``Graph.outputs``
   are therefore the same objects, overwritten each replay, and replay keeps no new tensor alive.
 - Ops that mutate their inputs (``copy_``, ``index_copy_``, ``fill_``, ``out=``, custom ops with
-  ``mutates_args``) are re-run as they are, so their mutation replays.
+  ``mutates_args``) are re-run as they are, so their mutation replays. A custom op whose one kernel is the
+  function it was made from (``torch.library.custom_op``, no device kernel registered) is run, at capture and
+  at each replay, by calling that function on its recorded arguments: what the dispatcher would end at,
+  without its autograd and ADInplaceOrView layers (nothing to record under ``no_grad``).
 - Views made during capture alias their base's storage; storages never move, so views need no replay.
 - The capture call itself leaves unchanged every tensor that existed before it (the storages it would
   mutate are saved and put back), as a device capture runs nothing. Warm-up calls do run for real.
@@ -220,9 +223,10 @@ class _Step:
 
 
 def _make_run(
-    func: torch._ops.OpOverload, args: tuple, kwargs: dict, fresh: list[tuple[int, torch.Tensor]]
+    func: Callable[..., Any], args: tuple, kwargs: dict, fresh: list[tuple[int, torch.Tensor]]
 ) -> Callable[[], None]:
-    """Re-run ``func`` on the recorded arguments and ``copy_`` its fresh outputs into the static ones."""
+    """Re-run ``func`` (an op, or a custom op's kernel) on the recorded arguments and ``copy_`` its fresh
+    outputs into the static ones."""
     if not fresh:
         return lambda: func(*args, **kwargs)
 
@@ -234,7 +238,56 @@ def _make_run(
     return run
 
 
-class _SyncCheck(TorchDispatchMode):
+_KERNELS: dict[torch._ops.OpOverload, Callable[..., Any] | None] = {}
+
+
+def _custom_kernel(func: torch._ops.OpOverload) -> Callable[..., Any] | None:
+    """The Python function behind custom op ``func`` when it is the op's one kernel (``torch.library.custom_op``
+    with no device kernel registered or disabled), else None (the dispatcher then runs the op).
+
+    Capture and replay call it directly: below the Python key the dispatcher would only run the op's
+    autograd and ADInplaceOrView layers (no gradient here: capture and replay run under ``no_grad``), refill
+    its defaults and wrap the call to keep dynamo out, which together cost more than a small reference step
+    (issue 33). Read through torch's private op registry; where that is missing, the dispatcher runs it."""
+    if func in _KERNELS:
+        return _KERNELS[func]
+    kernel = None
+    try:
+        from torch._library.custom_ops import _maybe_get_opdef
+
+        opdef = _maybe_get_opdef(func)
+        fns, disabled = getattr(opdef, "_backend_fns", None), getattr(opdef, "_disabled_kernel", None)
+        if opdef is not None and fns is not None and fns.keys() == {None} and not disabled:
+            kernel = opdef._init_fn
+    except (ImportError, AssertionError, AttributeError):
+        kernel = None
+    _KERNELS[func] = kernel
+    return kernel
+
+
+def _bound_kernel(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Callable[[], Any] | None:
+    """A call of ``func``'s kernel (:func:`_custom_kernel`) on ``args``/``kwargs`` as the dispatcher passes them
+    (positional, kwarg-only ones by name, trailing defaults left out), its defaults filled in; or None."""
+    kernel = _custom_kernel(func)
+    if kernel is None:
+        return None
+    from torch._library.utils import fill_defaults
+
+    full_args, full_kwargs = fill_defaults(func._schema, args, kwargs)
+    return functools.partial(kernel, *full_args, **full_kwargs)
+
+
+class _EagerMode(TorchDispatchMode):
+    """A dispatch mode that never runs under ``torch.compile`` (the recorder records eager calls)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # else torch wraps __torch_dispatch__ in dynamo's disable, which imports torch._dynamo (and sympy) at the
+        # first op: 1-2 CPU-s of every process that captures a graph, for a guard these modes never need
+        return False
+
+
+class _SyncCheck(_EagerMode):
     """Pushed while a custom op runs: its inner ops are not recorded, and a host sync among them is noted.
 
     A custom op replays whole (it re-runs with the values of the moment), so a sync inside its CPU
@@ -265,7 +318,7 @@ class _HostReadGuard(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-class _Recorder(TorchDispatchMode):
+class _Recorder(_EagerMode):
     """Runs each op for real and records how to replay it."""
 
     def __init__(self) -> None:
@@ -302,17 +355,23 @@ class _Recorder(TorchDispatchMode):
         gen = kwargs.get("generator") or torch.default_generator
         rng_before = gen.get_state() if seeded else None
         note = ""
+        kernel: Callable[[], Any] | None = None
         if not custom or not inputs:
             out = func(*args, **kwargs)
         else:
-            # A custom op: run its kernel below the Python key with a sync check pushed, so that its inner
-            # ops are watched for host syncs but not recorded (calling func() would hand the op itself to
-            # the pushed mode and run the kernel with no mode at all).
-            keys = functools.reduce(operator.or_, (torch._C._dispatch_keys(t) for t in inputs))
-            keys = keys & torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.Python)
+            # A custom op: run its kernel (its own function, else below the Python key) with a sync check
+            # pushed, so that its inner ops are watched for host syncs but not recorded (calling func() would
+            # hand the op itself to the pushed mode and run the kernel with no mode at all).
             check = _SyncCheck(func, where)
-            with check:
-                out = func.redispatch(keys, *args, **kwargs)
+            kernel = _bound_kernel(func, args, kwargs)
+            if kernel is not None:  # the op's own function: what the dispatcher would end at, without its layers
+                with check:
+                    out = kernel()
+            else:
+                keys = functools.reduce(operator.or_, (torch._C._dispatch_keys(t) for t in inputs))
+                keys = keys & torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.Python)
+                with check:
+                    out = func.redispatch(keys, *args, **kwargs)
             note = check.notes[0] if check.notes else ""
         if rng_before is not None and not torch.equal(rng_before, gen.get_state()):
             raise CaptureError(
@@ -326,10 +385,12 @@ class _Recorder(TorchDispatchMode):
         fresh = [(i, t) for i, t in enumerate(leaves) if isinstance(t, torch.Tensor) and _storage_key(t) not in in_keys]
         self.fresh.update(_storage_key(t) for _, t in fresh)
         run: Callable[[], None] | None
+        # what a re-run calls: a custom op's kernel with its arguments bound, else the op
+        rerun: tuple[Callable[..., Any], tuple, dict] = (kernel, (), {}) if kernel is not None else (func, args, kwargs)
         if func in _ALLOC_OPS:
             kind, run = "alloc", None
         elif mutated:
-            kind, run = "in place", _make_run(func, args, kwargs, fresh)
+            kind, run = "in place", _make_run(*rerun, fresh)
         elif not fresh:
             kind, run = ("view" if _tensors(leaves) else "no-op"), None
         else:
@@ -337,7 +398,7 @@ class _Recorder(TorchDispatchMode):
             if variant is not None:
                 kind, run = "out=", _out_run(variant, args, kwargs, out)
             else:
-                kind, run = "rerun+copy", _make_run(func, args, kwargs, fresh)
+                kind, run = "rerun+copy", _make_run(*rerun, fresh)
         record = OpRecord(
             index=len(self.steps),
             name=str(func),

@@ -9,7 +9,7 @@ input buffer, replays, and returns the live rows of the static output.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,6 +22,7 @@ from workbench.buckets import above_largest
 from workbench.errors import MetadataError, WorkbenchError
 from workbench.graphs import NAMES as BACKEND_NAMES
 from workbench.graphs import Graph, get_backend
+from workbench.graphs.base import check_warmup
 from workbench.layers import Intermediate, LayerState
 from workbench.limits import INT32_MAX, check_int, check_memory
 from workbench.metadata import GRAPH_MODES, Metadata, tokens_per_row, validate
@@ -81,6 +82,13 @@ class StepResult:
         if self.reason:
             parts.append(html.note(f"ran eagerly: {self.reason}"))
         return html.block(*parts, title="StepResult")
+
+
+def _ordinary_tensors() -> torch.inference_mode:
+    """Inside a caller's ``torch.inference_mode`` (a trace replay's step), what the runner keeps across calls
+    (the metadata backend's tensors, made on first use; the eager verify buffers) is made as ordinary tensors:
+    an inference tensor could never again be written outside inference mode (a notebook's next call)."""
+    return torch.inference_mode(False)
 
 
 def _prod(shape: Sequence[int]) -> int:
@@ -236,6 +244,9 @@ class GraphRunner:
         self._eager_intermediate: Intermediate | None = None
         self._last_intermediate: Intermediate | None = None
         self._graphs: dict[tuple[str, int], Graph] = {}
+        self._lazy = False  # capture(lazy=True): a bucket not captured yet is captured when first replayed
+        self._mem_pool: Any = None
+        self._warmup = 2
         self.last_metadata: Metadata | None = None
 
     def _check_memory(self, new_state: bool) -> None:
@@ -265,8 +276,11 @@ class GraphRunner:
         return self.meta_backend.buffers[mode].buckets
 
     def graph(self, mode: str, bs: int | None) -> Graph:
-        """The captured graph of ``mode`` at bucket ``bs`` (raises when it is not captured)."""
+        """The captured graph of ``mode`` at bucket ``bs``; after ``capture(lazy=True)`` a bucket not captured
+        yet is captured now. Raises when it is not captured (and not to be captured on use)."""
         g = self._graphs.get((mode, bs)) if bs is not None else None
+        if g is None and self._lazy and bs is not None and mode in self.modes and bs in self.buckets(mode):
+            g = self._capture_one(mode, bs)
         if g is None:
             raise WorkbenchError(
                 f"bucket {bs} of {mode!r} is not captured"
@@ -312,24 +326,72 @@ class GraphRunner:
         return self._last_intermediate
 
     # -- capture ---------------------------------------------------------------------------------------
-    def capture(self, *, warmup: int = 2, progress: bool = True) -> None:
-        """Capture every bucket of every mode, largest first, sharing one memory pool."""
+    def capture(
+        self,
+        *,
+        warmup: int = 2,
+        progress: bool = True,
+        lazy: bool = False,
+        now: Iterable[tuple[str, int]] | None = None,
+    ) -> None:
+        """Capture every bucket of every mode, largest first, sharing one memory pool.
+
+        ``lazy=True``: capture only the ``(mode, bucket)`` pairs in ``now`` (default none) at once, and every
+        other bucket when a step first replays it (:meth:`replay`, :meth:`graph`): a trace that never runs a
+        verify step captures no verify graph. A capture writes what it writes either way (the warm-up calls
+        run the step on the capture metadata, every row on the dummy slot); only its moment differs, so
+        capture at once what must be captured before any request is live. Buckets already captured are kept.
+        """
         from tqdm.auto import tqdm
 
-        mem_pool = self.graph_backend.new_pool()
-        todo = [(m, bs) for m in self.modes for bs in reversed(self.buckets(m))]
+        check_warmup(warmup)  # now, not at a lazy capture's first replay
+        if not isinstance(lazy, bool):
+            raise MetadataError(f"lazy must be a bool, got {lazy!r}", field="lazy")
+        if now is not None and not lazy:
+            raise MetadataError("now: only with lazy=True (capture() without it captures every bucket)", field="now")
+        self._warmup = warmup
+        if self._mem_pool is None:
+            self._mem_pool = self.graph_backend.new_pool()
+        if lazy:
+            todo = self._capture_pairs(now or ())
+        else:
+            todo = [(m, bs) for m in self.modes for bs in reversed(self.buckets(m))]
+        todo = [pair for pair in todo if pair not in self._graphs]
+        self._lazy = lazy
         # None: tqdm keeps quiet where stderr is no terminal (logs, CI); a notebook still shows its bar
         for mode, bs in tqdm(todo, desc=f"capture ({self.graph_backend.name})", disable=None if progress else True):
-            batch = Batch.for_capture(mode, bs, self.draft_tokens, device=self.pool.device)
+            self._capture_one(mode, bs)
+
+    def _capture_pairs(self, pairs: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+        """``pairs`` checked (each a captured mode and one of its buckets), in capture order: by mode, largest
+        bucket first."""
+        wanted = set()
+        for pair in pairs:
+            mode, bs = pair if isinstance(pair, tuple) and len(pair) == 2 else (None, None)
+            if mode not in self.modes or bs not in self.buckets(mode):
+                raise MetadataError(
+                    f"now: {pair!r} is not a (mode, bucket) of this runner: modes {self.modes}, buckets "
+                    + "; ".join(f"{m} {self.buckets(m)}" for m in self.modes),
+                    field="now",
+                )
+            wanted.add((mode, bs))
+        return [(m, bs) for m in self.modes for bs in reversed(self.buckets(m)) if (m, bs) in wanted]
+
+    def _capture_one(self, mode: str, bs: int) -> Graph:
+        """Capture bucket ``bs`` of ``mode``: its metadata in capture state, warm-up, record."""
+        batch = Batch.for_capture(mode, bs, self.draft_tokens, device=self.pool.device)
+        with _ordinary_tensors():
             meta = self.meta_backend.init_forward_metadata_out_graph(batch, in_capture=True)
-            x = self.static_x[mode][: bs * tokens_per_row(mode, self.draft_tokens)]
-            inter = self.intermediate if mode == "target_verify" else None
+        x = self.static_x[mode][: bs * tokens_per_row(mode, self.draft_tokens)]
+        inter = self.intermediate if mode == "target_verify" else None
 
-            def step(batch: Batch = batch, meta: Metadata = meta, x: torch.Tensor = x, inter=inter) -> torch.Tensor:
-                self.meta_backend.init_forward_metadata_in_graph(batch)
-                return self.layer.forward(x, meta, self.state, inter)
+        def step() -> torch.Tensor:
+            self.meta_backend.init_forward_metadata_in_graph(batch)
+            return self.layer.forward(x, meta, self.state, inter)
 
-            self._graphs[(mode, bs)] = self.graph_backend.capture(step, pool=mem_pool, warmup=warmup)
+        graph = self.graph_backend.capture(step, pool=self._mem_pool, warmup=self._warmup)
+        self._graphs[(mode, bs)] = graph
+        return graph
 
     # -- run -------------------------------------------------------------------------------------------
     def check_inputs(self, batch: Batch, inputs: torch.Tensor, mode: str) -> int:
@@ -361,7 +423,8 @@ class GraphRunner:
             res.reason = above_largest(batch.raw_batch_size, self.buckets(mode))
             return res
         graph = self.graph(mode, bs)
-        self.last_metadata = self.meta_backend.init_forward_metadata_out_graph(batch)
+        with _ordinary_tensors():
+            self.last_metadata = self.meta_backend.init_forward_metadata_out_graph(batch)
         if self.validate_metadata:
             validate(self.last_metadata, self.pool)
         self._last_intermediate = self.intermediate
@@ -371,7 +434,8 @@ class GraphRunner:
 
     def eager(self, batch: Batch, inputs: torch.Tensor) -> StepResult:
         """Run ``batch`` eagerly (unpadded metadata, fresh tensors) on the runner's state."""
-        meta = self.meta_backend.init_forward_metadata(batch)
+        with _ordinary_tensors():
+            meta = self.meta_backend.init_forward_metadata(batch)
         self.last_metadata = meta
         inter = self._intermediate_for(batch.raw_batch_size) if batch.mode == "target_verify" else None
         self._last_intermediate = inter
@@ -384,7 +448,8 @@ class GraphRunner:
         if self.intermediate is not None and self.intermediate.ssm.shape[0] >= r:
             return self.intermediate
         if self._eager_intermediate is None or self._eager_intermediate.ssm.shape[0] < r:
-            self._eager_intermediate = self.layer.new_intermediate(r, self.draft_tokens)
+            with _ordinary_tensors():
+                self._eager_intermediate = self.layer.new_intermediate(r, self.draft_tokens)
         return self._eager_intermediate
 
     def accept(
