@@ -41,7 +41,7 @@ import torch
 
 from workbench import threads
 from workbench.layer_names import GDN, MAMBA2
-from workbench.measure.timing import Results, TimingRecord
+from workbench.measure.timing import Results, TimingRecord, environment
 from workbench.metadata import Metadata
 from workbench.traces.format import read_trace, write_trace
 from workbench.traces.model import Trace
@@ -54,7 +54,7 @@ WORKLOADS: dict[str, tuple[str, dict[str, Any]]] = {
     "no_buffer": ("workbench trace run --prefix-cache no_buffer", {"prefix_cache": "no_buffer"}),
     "extra_buffer": ("workbench trace run --prefix-cache extra_buffer", {"prefix_cache": "extra_buffer"}),
     "align": ("workbench trace run --profile vllm --prefix-cache align", {"profile": "vllm", "prefix_cache": "align"}),
-    "mamba2": ("workbench trace run --layer mamba2", {"layer": MAMBA2}),
+    MAMBA2: (f"workbench trace run --layer {MAMBA2}", {"layer": MAMBA2}),
 }
 """The CLI's trace kinds: name -> (the command line, less ``--steps`` and ``--out``; the options it gives
 ``simulate`` beyond the CLI's defaults)."""
@@ -312,7 +312,7 @@ def _record(name: str, m: dict[str, Any], nthreads: int) -> TimingRecord:
     extra = {k: v for k, v in m.items() if k != "per_step"}
     return TimingRecord.from_times(
         [t * 1e6 for t in m["per_step"]], what="trace_check", device="cpu", shape={"steps": m["steps"]},
-        impl=name, mode="check", threads=nthreads, extra=extra,
+        impl=name, mode="check", threads=nthreads, extra=extra, env=environment("cpu"),
     )  # fmt: skip
 
 
