@@ -1,19 +1,25 @@
 """check-contracts on the engines' released trees: speed against a plain parse, breaks as shipped, planted breaks.
 
-    .venv/bin/python benchmarks/contracts_real_trees.py [--quick] [--wheels DIR | --cache DIR] [--json PATH]
+    .venv/bin/python benchmarks/contracts_real_trees.py [--quick] [--repeat N] [--only TREE] [--skip-plants]
+        [--wheels DIR | --cache DIR] [--json PATH]
 
 A ``network`` benchmark (not run by ``make test``): it fetches the wheels ``sglang==0.5.23`` and ``vllm==0.33.0``
 with ``pip download --no-deps --only-binary :all:`` into ``--cache`` (default ``~/.cache/linattn-workbench/wheels``;
 skipped when the wheel is there) or takes them from ``--wheels DIR``, and unpacks only their ``*.py`` members
 (skipped when already unpacked). Nothing is imported from the engines.
 
-What it measures, with the Python API in process (``workbench.contracts.check``, timed with ``time.perf_counter``):
+What it measures:
 
 1. Per tree (sglang ``srt/layers/attention`` + ``srt/hardware_backend`` as shipped, vLLM ``v1/attention``; without
-   ``--quick`` also the whole ``sglang/srt`` and the whole ``vllm``): files, breaks, drift, seconds, files/s, and one
-   plain parse pass over the same files (read the bytes, ``ast.parse``, drop the tree; gc left on), so the ratio
-   checker / parse says what the checker costs above reading the source at all. The breaks of the unmodified
-   attention trees are printed for a person to judge.
+   ``--quick`` also the whole ``sglang/srt`` and the whole ``vllm``): the checker against one plain parse pass over the
+   same files (read the bytes, ``ast.parse``, drop the tree; Python's defaults, gc on), each in a fresh subprocess of
+   this interpreter, the parse first, ``--repeat`` times (default 3) in turns (parse, check, parse, check, ...), so a
+   pair shares the machine's load. Each run reports the CPU seconds (``time.process_time``) and wall seconds of the
+   work itself (not the interpreter's start or imports, the same in both: ``workbench.contracts``) and the peak
+   memory of its process (``ru_maxrss``: the maximum resident set, what ``/usr/bin/time -v`` reports); the table
+   and the JSON give the median, min and max of each, and of the ratio checker / parse per pair (CPU and wall):
+   what the checker costs above reading the source at all. Files, breaks and drift come from the checker's runs
+   (they must agree); the breaks of the unmodified attention trees are printed for a person to judge.
 2. Plants: breaks written into a copy of the sglang tree by exact text replacement (a replacement whose original
    text is not found fails loudly, so an engine change shows). Each plant is checked on the sglang attention trees
    (plus the caller's folder where the call is elsewhere) and reported found when a break names the expected call
@@ -35,7 +41,9 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -94,7 +102,7 @@ def unpack(wheel: Path, cache: Path) -> Path:
 # ------------------------------------------------------------------------------------------- checker and parse
 @dataclass
 class Run:
-    """One checker run over some targets."""
+    """One checker run over some targets (in process: the plants' runs)."""
 
     label: str
     targets: list[Path]
@@ -119,13 +127,75 @@ def run_check(label: str, targets: list[Path]) -> Run:
     return run
 
 
-def parse_pass(files: Iterable[Path]) -> float:
-    """Seconds to read and ``ast.parse`` every file once, the trees dropped at once (gc as usual)."""
-    start = time.perf_counter()
+def parse_pass(files: Iterable[Path]) -> None:
+    """Read and ``ast.parse`` every file once, each tree dropped at once (gc as Python leaves it)."""
     for path in files:
         with suppress(SyntaxError):
             ast.parse(path.read_bytes(), filename=str(path))
-    return time.perf_counter() - start
+
+
+def measure(what: str, targets: list[Path]) -> dict[str, Any]:
+    """One measurement in this (fresh) process: ``parse`` the files the checker reads for ``targets``, or
+    ``check`` them; CPU and wall seconds of the work, the process's peak memory, and the checker's findings."""
+    from workbench.contracts.check import python_files
+
+    files = sorted({p for t in targets for p in (python_files(t) if t.is_dir() else [t.resolve()])})
+    out: dict[str, Any] = {"files": len(files)}
+    cpu, wall = time.process_time(), time.perf_counter()
+    if what == "parse":
+        parse_pass(files)
+    else:
+        try:
+            report = check([str(t) for t in targets])
+        except ContractError as exc:
+            report, out["error"] = None, f"{type(exc).__name__}: {exc}"
+        if report is not None:
+            out |= {"files": len(report.files), "breaks": len(report.breaks), "drift": len(report.drift)}
+            out["break_findings"] = [
+                [f.cls, f.method, f.kind, f.site_file, f.site_line, f.caller, f.message] for f in report.breaks
+            ]
+    out["cpu_s"] = time.process_time() - cpu
+    out["wall_s"] = time.perf_counter() - wall
+    out["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return out
+
+
+def measured(what: str, targets: list[Path]) -> dict[str, Any]:
+    """:func:`measure` in a fresh subprocess of this interpreter."""
+    argv = [sys.executable, __file__, "--measure", what, *map(str, targets)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def spread(values: list[float], digits: int = 2) -> dict[str, float]:
+    return {k: round(f(values), digits) for k, f in (("median", statistics.median), ("min", min), ("max", max))}
+
+
+def tree_row(label: str, targets: list[Path], root: Path, repeat: int) -> dict[str, Any]:
+    """The checker against a fresh parse pass on ``targets``, ``repeat`` pairs in turns (the parse first)."""
+    pairs = []
+    for i in range(repeat):
+        parse, checked = measured("parse", targets), measured("check", targets)
+        pairs.append((parse, checked))
+        print(f"  {label} run {i + 1}/{repeat}: parse {parse['cpu_s']:.2f} CPU-s, check {checked['cpu_s']:.2f} CPU-s")
+    first = pairs[0][1]
+    row: dict[str, Any] = {"tree": label, "targets": [rel(str(t), root) for t in targets], "files": first["files"]}
+    row["repeat"] = repeat
+    for side, at in (("check", 1), ("parse", 0)):
+        for key, digits in (("cpu_s", 2), ("wall_s", 2), ("peak_mib", 0)):
+            row[f"{side}_{key}"] = spread([pair[at][key] for pair in pairs], digits)
+    row["ratio_cpu"] = spread([c["cpu_s"] / p["cpu_s"] for p, c in pairs])
+    row["ratio_wall"] = spread([c["wall_s"] / p["wall_s"] for p, c in pairs])
+    row["files_per_s"] = round(first["files"] / row["check_wall_s"]["median"], 1)
+    if "error" in first:
+        return row | {"error": first["error"], "breaks": None, "drift": None}
+    if any(c.get("break_findings") != first["break_findings"] for _, c in pairs):
+        raise SystemExit(f"{label}: the checker's runs disagree on the breaks")
+    row |= {"breaks": first["breaks"], "drift": first["drift"], "error": None}
+    breaks = [describe_fields(f, root) for f in first["break_findings"]]
+    row["break_list"] = breaks[:LISTED]  # a whole package's hundreds would bury the file: its count says enough
+    row["break_list_truncated"] = len(breaks) > LISTED
+    return row
 
 
 def rel(path: str, root: Path) -> str:
@@ -137,29 +207,20 @@ def rel(path: str, root: Path) -> str:
 
 
 def describe(finding: Finding, root: Path) -> str:
-    site = f"{rel(finding.site_file, root)}:{finding.site_line} in {finding.caller}"
-    return f"{finding.cls}.{finding.method} [{finding.kind}] at {site}: {finding.message}"
+    fields = [finding.cls, finding.method, finding.kind, finding.site_file, finding.site_line, finding.caller]
+    return describe_fields([*fields, finding.message], root)
+
+
+def describe_fields(fields: list[Any], root: Path) -> str:
+    """A break as one line, from a finding's fields: class, method, kind, site file and line, caller, message."""
+    cls, method, kind, site_file, site_line, caller, message = fields
+    return f"{cls}.{method} [{kind}] at {rel(site_file, root)}:{site_line} in {caller}: {message}"
 
 
 def key(finding: Finding, root: Path) -> tuple[str, ...]:
     """A break's identity across trees whose line numbers a plant moved."""
     site = rel(finding.site_file, root)
     return (finding.cls, finding.method, finding.kind, site, finding.caller, finding.message)
-
-
-def tree_row(run: Run, root: Path) -> dict[str, Any]:
-    parse = parse_pass(run.files)
-    row: dict[str, Any] = {"tree": run.label, "targets": [rel(str(t), root) for t in run.targets]}
-    row |= {"files": len(run.files), "seconds": round(run.seconds, 3), "parse_seconds": round(parse, 3)}
-    row["files_per_s"] = round(len(run.files) / run.seconds, 1) if run.seconds else None
-    row["ratio_to_parse"] = round(run.seconds / parse, 2) if parse else None
-    if run.report is None:
-        return row | {"error": run.error, "breaks": None, "drift": None}
-    row |= {"breaks": len(run.report.breaks), "drift": len(run.report.drift), "error": None}
-    breaks = [describe(f, root) for f in run.report.breaks]
-    row["break_list"] = breaks[:LISTED]  # a whole package's hundreds would bury the file: its count says enough
-    row["break_list_truncated"] = len(breaks) > LISTED
-    return row
 
 
 # ------------------------------------------------------------------------------------------------------ plants
@@ -515,14 +576,18 @@ def linter_rows(sg_copy: Path, vl: Path) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------------------------------------------------ output
 def print_trees(rows: list[dict[str, Any]]) -> None:
-    head = f"{'tree':<34}{'files':>7}{'breaks':>8}{'drift':>7}{'check s':>9}{'files/s':>9}{'parse s':>9}{'x parse':>9}"
-    print(head)
+    """Medians, with [min-max] for the ratios: CPU seconds, wall seconds, peak memory (MiB) of each side."""
+    head = f"{'tree':<22}{'files':>6}{'breaks':>7}{'drift':>6}{'check CPU-s':>12}{'parse CPU-s':>12}"
+    print(head + f"{'x parse CPU':>18}{'x parse wall':>18}{'check MiB':>10}{'parse MiB':>10}")
     for r in rows:
-        cells = [r["files"], r["breaks"], r["drift"], r["seconds"], r["files_per_s"], r["parse_seconds"]]
-        text = f"{r['tree']:<34}" + "".join(
-            f"{str(c if c is not None else '-'):>{w}}" for c, w in zip(cells, (7, 8, 7, 9, 9, 9), strict=True)
-        )
-        print(text + f"{r['ratio_to_parse']!s:>9}" + (f"  REFUSED: {r['error'][:150]}" if r.get("error") else ""))
+        ratio, wall = r["ratio_cpu"], r["ratio_wall"]
+        cells = f"{r['tree']:<22}{r['files']:>6}{r['breaks'] if r['breaks'] is not None else '-':>7}"
+        cells += f"{r['drift'] if r['drift'] is not None else '-':>6}"
+        cells += f"{r['check_cpu_s']['median']:>12}{r['parse_cpu_s']['median']:>12}"
+        cells += f"{ratio['median']:>7} [{ratio['min']}-{ratio['max']}]".rjust(18)
+        cells += f"{wall['median']:>7} [{wall['min']}-{wall['max']}]".rjust(18)
+        cells += f"{r['check_peak_mib']['median']:>10.0f}{r['parse_peak_mib']['median']:>10.0f}"
+        print(cells + (f"  REFUSED: {r['error'][:150]}" if r.get("error") else ""))
 
 
 def print_breaks(rows: list[dict[str, Any]]) -> None:
@@ -583,33 +648,51 @@ def environment() -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="attention trees only: no whole packages, no linters")
+    parser.add_argument("--repeat", type=int, default=3, help="pairs (parse, check) per tree (default: 3)")
+    parser.add_argument(
+        "--only", action="append", default=[], metavar="TREE", help="only the trees whose label holds this"
+    )
+    parser.add_argument("--skip-plants", action="store_true", help="the speed table only: no plants, no linters")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="wheel cache and unpacked trees")
     parser.add_argument("--wheels", type=Path, default=None, help="use the wheels in this folder, download none")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="write the results here")
-    args = parser.parse_args()
+    parser.add_argument("--measure", choices=("parse", "check"), help=argparse.SUPPRESS)  # one run, in a subprocess
+    args, rest = parser.parse_known_args()
+    if args.measure:
+        print(json.dumps(measure(args.measure, [Path(t) for t in rest])))
+        return
+    if rest or args.repeat < 1:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}" if rest else "--repeat must be at least 1")
     cache = args.cache.expanduser()
     sg = unpack(fetch_wheel("sglang", cache, args.wheels), cache)
     vl = unpack(fetch_wheel("vllm", cache, args.wheels), cache)
 
-    runs = [run_check("sglang attention", [sg / t for t in SG_ATTENTION])]
-    runs.append(run_check("vllm v1/attention", [vl / t for t in VL_ATTENTION]))
+    trees = [
+        ("sglang attention", [sg / t for t in SG_ATTENTION], sg),
+        ("vllm v1/attention", [vl / t for t in VL_ATTENTION], vl),
+    ]
     if not args.quick:
-        runs += [run_check("sglang srt (whole)", [sg / "srt"]), run_check("vllm (whole)", [vl])]
-    tree_rows = [tree_row(run, sg if run.label.startswith("sglang") else vl) for run in runs]
+        trees += [("sglang srt (whole)", [sg / "srt"], sg), ("vllm (whole)", [vl], vl)]
+    trees = [t for t in trees if not args.only or any(o in t[0] for o in args.only)]
+    tree_rows = [tree_row(label, targets, root, args.repeat) for label, targets, root in trees]
     print_trees(tree_rows)
     print_breaks(tree_rows)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / sg.name
-        shutil.copytree(sg, copy)
-        baseline = baseline_of([copy / t for t in SG_ATTENTION], copy)
-        plant_rows = [run_plant(plant, copy, baseline) for plant in PLANTS]
-        print_plants(plant_rows)
-        linters = [] if args.quick else linter_rows(copy, vl)
-    if linters:
-        print_linters(linters)
+    plant_rows: list[dict[str, Any]] = []
+    linters: list[dict[str, Any]] = []
+    if not args.skip_plants:
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / sg.name
+            shutil.copytree(sg, copy)
+            baseline = baseline_of([copy / t for t in SG_ATTENTION], copy)
+            plant_rows = [run_plant(plant, copy, baseline) for plant in PLANTS]
+            print_plants(plant_rows)
+            linters = [] if args.quick else linter_rows(copy, vl)
+        if linters:
+            print_linters(linters)
 
-    data = {"environment": environment(), "wheels": WHEELS, "quick": args.quick}
+    data = {"environment": environment(), "wheels": WHEELS, "quick": args.quick, "repeat": args.repeat}
+    data |= {"command": " ".join(["python", "benchmarks/contracts_real_trees.py", *sys.argv[1:]])}
     data |= {"trees": tree_rows, "plants": plant_rows, "linters": linters}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(data, indent=2) + "\n")

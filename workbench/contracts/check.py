@@ -17,7 +17,6 @@ break once, under the class that defines the override, with the subclasses that 
 
 from __future__ import annotations
 
-import ast
 import gc
 import importlib.util
 import inspect
@@ -33,7 +32,15 @@ from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
-from workbench.contracts.calls import Receiver, annotation_classes, annotation_names, attribute_types, function_calls
+from workbench.contracts.calls import (
+    Ann,
+    Receiver,
+    annotation_classes,
+    annotation_names,
+    attribute_types,
+    function_calls,
+    site_text,
+)
 from workbench.contracts.results import (
     BREAK,
     DRIFT,
@@ -45,7 +52,14 @@ from workbench.contracts.results import (
     Report,
     display_path,
 )
-from workbench.contracts.signatures import CallSite, Method, call_site_findings, signature_findings
+from workbench.contracts.signatures import (
+    CallSite,
+    Issue,
+    Method,
+    signature_findings,
+    site_findings,
+    site_issues,
+)
 from workbench.contracts.source import (
     MAX_ANCESTORS,
     NOT_METHODS,
@@ -57,7 +71,6 @@ from workbench.contracts.source import (
     SourceModule,
     _class_member,
     calls_up,
-    decorator_name,
     members,
     source_method,
     special_file,
@@ -199,14 +212,26 @@ class _Trees:
         self.reaches: dict[tuple[Ref, Ref, str], bool] = {}
         self.entered: dict[tuple[Ref, str], bool] = {}
         self._occurrences: dict[str, list[tuple[SourceModule, int]]] | None = None
+        self._issues: dict[tuple, list[Issue]] = {}
+
+    def issues(self, site: CallSite, override: Method, base: Method | None) -> list[Issue]:
+        """:func:`site_issues`, once per override, base and call shape (the methods live as long as the check)."""
+        shape = (site.via == "type", site.positional, site.keywords, site.star, site.starstar)
+        key = (id(override), id(base), *shape)
+        found = self._issues.get(key)
+        if found is None:
+            found = self._issues[key] = site_issues(site, override, base)
+        return found
 
     def occurrences(self) -> dict[str, list[tuple[SourceModule, int]]]:
-        """Every ``.NAME(`` in the files read, by NAME (built once, after every file is read)."""
+        """Every ``.NAME(`` of a private NAME in the files read, by NAME (built once, after every file is
+        read): :func:`_entered` asks only about private names."""
         if self._occurrences is None:
             found: dict[str, list[tuple[SourceModule, int]]] = defaultdict(list)
             for module in self.index.parsed:
                 for name, lines in module.method_calls().items():
-                    found[name] += [(module, line) for line in lines]
+                    if name.startswith("_") and not name.startswith("__"):
+                        found[name] += [(module, line) for line in lines]
             self._occurrences = found
         return self._occurrences
 
@@ -367,6 +392,8 @@ class _Receivers:
         self.bases = set(bases)
         self.names = {b.name for b in bases}
         self._attributes: dict[tuple[Ref, str], list[tuple[Ref, bool]]] = {}
+        self._classes: dict[tuple[int, int], list[tuple[Ref, bool]]] = {}
+        self._interest: dict[int, bool] = {}
 
     def attribute(self, cls: Ref, attr: str) -> list[tuple[Ref, bool]]:
         """The classes ``cls``'s attribute ``attr`` is annotated with, each with whether it is a container's
@@ -382,14 +409,25 @@ class _Receivers:
             if annotation is None or owner.path is None:
                 continue
             module = self.trees.index.module(owner.path)
-            if module is None or not annotation_names(annotation) & self.names:
+            if module is None or not self.interesting(annotation):
                 return []
             return self._annotated(module, annotation, owner.scope)
         return []
 
-    def _annotated(self, module: SourceModule, annotation: ast.expr, scope: Names | None) -> list[tuple[Ref, bool]]:
-        refs, container = annotation_classes(self.trees.index, module, annotation, scope)
-        return [(r, container) for r in refs]
+    def _annotated(self, module: SourceModule, annotation: Ann, scope: Names | None) -> list[tuple[Ref, bool]]:
+        key = (id(annotation), id(scope))  # one parameter's annotation serves every call on it
+        found = self._classes.get(key)
+        if found is None:
+            refs, container = annotation_classes(self.trees.index, module, annotation, scope)
+            found = self._classes[key] = [(r, container) for r in refs]
+        return found
+
+    def interesting(self, annotation: Ann) -> bool:
+        """Whether an annotation mentions a base's name at all (a cheap test, once per annotation)."""
+        found = self._interest.get(id(annotation))
+        if found is None:
+            found = self._interest[id(annotation)] = bool(annotation_names(annotation) & self.names)
+        return found
 
     def classes(self, cls: Ref | None, module: SourceModule, receiver: Receiver) -> list[Ref]:
         """The bases a call on ``receiver``, made in ``cls`` (None: a module-level function), can reach."""
@@ -398,7 +436,7 @@ class _Receivers:
         if receiver.kind == "attr" and cls is not None:
             found = self.attribute(cls, receiver.attr)
         elif receiver.kind == "param" and receiver.annotation is not None:
-            if not annotation_names(receiver.annotation) & self.names:
+            if not self.interesting(receiver.annotation):
                 return []
             found = self._annotated(module, receiver.annotation, cls.scope if cls else None)
         else:
@@ -424,13 +462,12 @@ def _method_sites(
 ) -> list[tuple[CallSite, Ref]]:
     """The calls on bases that the methods of ``module``'s classes make, on those lines."""
     out: list[tuple[CallSite, Ref]] = []
-    classes = {id(ref.node): ref for ref in module.refs()}
-    for node, _, _ in module.class_nodes:
-        cls = classes[id(node)]
-        for statement in node.body:
-            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                for site, receiver in function_calls(statement, str(module.path), cls.name, wanted, True, lines):
-                    out += [(site, r) for r in receivers.classes(cls, module, receiver)]
+    path = str(module.path)
+    for cls in module.refs():
+        assert cls.node is not None
+        for method in cls.node.methods:
+            for site, receiver in function_calls(method, path, cls.name, wanted, lines):
+                out += [(site, r) for r in receivers.classes(cls, module, receiver)]
     return out
 
 
@@ -439,21 +476,11 @@ def _function_sites(
 ) -> list[tuple[CallSite, Ref]]:
     """The calls on bases that ``module``'s top-level functions with a parameter annotated as one make."""
     out: list[tuple[CallSite, Ref]] = []
-    for statement in module.tree.body:
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and _annotated_with(
-            statement, receivers.names
-        ):
-            for site, receiver in function_calls(statement, str(module.path), "", wanted, False, lines):
+    for function in module.functions:
+        if function.annotated & receivers.names:
+            for site, receiver in function_calls(function, str(module.path), "", wanted, lines):
                 out += [(site, r) for r in receivers.classes(None, module, receiver)]
     return out
-
-
-def _annotated_with(function: ast.FunctionDef | ast.AsyncFunctionDef, names: set[str]) -> bool:
-    args = function.args
-    return any(
-        a.annotation is not None and annotation_names(a.annotation) & names
-        for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]
-    )
 
 
 # -------------------------------------------------------------------------------------------- checking
@@ -492,18 +519,31 @@ def _own_protocols(trees: _Trees, sites: list[tuple[CallSite, Ref]]) -> dict[tup
                 )
         return compared[key]
 
+    # what a site's class, name and ``super()`` decide (each override, what it overrides, their names), once
+    plans: dict[tuple[Ref, str, bool], tuple[Ref | None, list[tuple[Ref, Ref, tuple]]]] = {}
     for site, receiver_class in sites:
-        base_owner = trees.resolve(receiver_class, site.name, receiver_class if site.via == "super" else None)
-        for cls in (receiver_class, *trees.subclasses.get(receiver_class, ())):
-            owner = trees.resolve(cls, site.name)
-            if owner is None or (id(owner.node), site.name) in evidence:
+        key = (receiver_class, site.name, site.via == "super")
+        plan = plans.get(key)
+        if plan is None:
+            base = trees.resolve(receiver_class, site.name, receiver_class if site.via == "super" else None)
+            entries = []
+            for cls in (receiver_class, *trees.subclasses.get(receiver_class, ())):
+                found = trees.resolve(cls, site.name)
+                if found is None:
+                    continue
+                reference = base if found != base else trees.resolve(found, site.name, found)
+                facts = compare(found, reference, site.name) if reference is not None else None
+                if facts is not None:
+                    entries.append((cls, found, facts))
+            plan = plans[key] = (base, entries)
+        base_owner, entries = plan
+        if not site.keywords and sum(1 for name in site.arg_names if name) < 2:
+            continue  # no keyword and fewer than two named arguments: no evidence either way
+        for cls, owner, facts in entries:
+            if (id(owner.node), site.name) in evidence:
                 continue
             if site.via in ("attr", "param") and _other_branch(trees, cls, owner, base_owner, site):
                 continue  # another protocol's call: no evidence on this one
-            reference = base_owner if owner != base_owner else trees.resolve(owner, site.name, owner)
-            facts = compare(owner, reference, site.name) if reference is not None else None
-            if facts is None:
-                continue
             own, mine, theirs = facts
             placed = sum(
                 1
@@ -520,39 +560,41 @@ def _breaks(
 ) -> tuple[list[Finding], list[Finding]]:
     """The breaks, and the findings on redesigned overrides (calls in the base's protocol), which are drift."""
     grouped: dict[tuple, tuple[Finding, list[str]]] = {}
+    texts: dict[int, str] = {}  # each site's text, read back from its source once
     protocols = _own_protocols(trees, sites)
+    bases: dict[tuple[Ref, str, bool], tuple[Ref | None, Method | None]] = {}
+    plans: dict[tuple[Ref, str, str, str], list[tuple[Ref, Ref, Method]]] = {}
     for site, receiver_class in sites:
         # a self/super() call is made by the receiver's class itself; a composed call by no class of the hierarchy
         caller = receiver_class if site.via in ("self", "type", "super") else None
-        own = trees.mro_set(receiver_class)
         after = receiver_class if site.via == "super" else None
-        base_owner = trees.resolve(receiver_class, site.name, after)
-        base_found = source_method(base_owner, site.name) if base_owner is not None else None
-        base_method = base_found if isinstance(base_found, Method) else None
+        base_key = (receiver_class, site.name, after is not None)
+        if base_key not in bases:
+            base_owner = trees.resolve(receiver_class, site.name, after)
+            base_found = source_method(base_owner, site.name) if base_owner is not None else None
+            bases[base_key] = (base_owner, base_found if isinstance(base_found, Method) else None)
+        base_owner, base_method = bases[base_key]
         if base_owner is None and site.via in ("attr", "param"):
             continue  # the annotated class has no such method: the caller means another class
-        if base_method is not None and not _takes(site, base_method):
+        if base_method is not None and not _takes(trees, site, base_method):
             continue  # the receiver's own method rejects the call: the caller means another class, not this contract
-        for sub in trees.subclasses.get(receiver_class, ()):
-            if within is not None and sub not in within:
-                continue
-            owner = trees.resolve(sub, site.name, receiver_class if site.via == "super" else None)
-            if owner is None or owner in own:
-                continue  # the base's own method runs
-            calling = site.caller.rpartition(".")[2]
-            if caller is not None and not _reaches(trees, sub, caller, calling):
-                continue  # the subclass replaced the method that makes the call
-            if caller is not None and not _entered(trees, sub, calling):
-                continue  # a private calling method that nothing in the trees enters on this subclass
-            found = source_method(owner, site.name)
-            if not isinstance(found, Method) or _ignored(trees, owner, found):
-                continue
+        calling = site.caller.rpartition(".")[2]
+        # which subclasses' overrides the call reaches depends on the class, the name, how and from where it is
+        # made, not on its arguments: decided once (in the order a first such call decides it)
+        plan_key = (receiver_class, site.name, site.via, calling)
+        plan = plans.get(plan_key)
+        if plan is None:
+            plan = plans[plan_key] = _reached(trees, receiver_class, site.name, after, caller, calling, within)
+        for sub, owner, found in plan:
             if caller is None and _other_branch(trees, sub, owner, base_owner, site):
                 continue  # an annotation wider than the object: a class in between already rejects the call
-            for finding in call_site_findings(shown(owner), site, found, base_method, receiver_class.label):
-                key = (id(owner.node), site.name, site.file, site.line, finding.kind, finding.message)
-                if key not in grouped:
-                    grouped[key] = (finding, [])
+            for issue in trees.issues(site, found, base_method):
+                key = (id(owner.node), site.name, site.file, site.line, issue[0], issue[2])
+                if key not in grouped:  # the first subclass's finding stands for the group: made once
+                    if id(site) not in texts:
+                        texts[id(site)] = _text(trees.index, site)
+                    (finding,) = site_findings(shown(owner), site, found, receiver_class.label, [issue])
+                    grouped[key] = (replace(finding, call=texts[id(site)]), [])
                 grouped[key][1].append(shown(sub))
     breaks, redesigned = [], []
     for key, (finding, subs) in grouped.items():
@@ -567,6 +609,41 @@ def _breaks(
         else:
             breaks.append(_with(finding, BREAK, subs))
     return breaks, redesigned
+
+
+def _reached(
+    trees: _Trees,
+    receiver_class: Ref,
+    name: str,
+    after: Ref | None,
+    caller: Ref | None,
+    calling: str,
+    within: set[Ref] | None,
+) -> list[tuple[Ref, Ref, Method]]:
+    """The subclasses a call of ``name`` on ``receiver_class`` reaches (``caller``'s ``calling`` method makes
+    it, when the class calls itself), with the class defining the override each gets and the override."""
+    out = []
+    own = trees.mro_set(receiver_class)
+    for sub in trees.subclasses.get(receiver_class, ()):
+        if within is not None and sub not in within:
+            continue
+        owner = trees.resolve(sub, name, after)
+        if owner is None or owner in own:
+            continue  # the base's own method runs
+        if caller is not None and not _reaches(trees, sub, caller, calling):
+            continue  # the subclass replaced the method that makes the call
+        if caller is not None and not _entered(trees, sub, calling):
+            continue  # a private calling method that nothing in the trees enters on this subclass
+        found = source_method(owner, name)
+        if not isinstance(found, Method) or _ignored(trees, owner, found):
+            continue
+        out.append((sub, owner, found))
+    return out
+
+
+def _text(index: SourceIndex, site: CallSite) -> str:
+    module = index.module(Path(site.file))
+    return site_text(module, site) if module is not None else site.text
 
 
 def _other_branch(trees: _Trees, sub: Ref, owner: Ref, base_owner: Ref | None, site: CallSite) -> bool:
@@ -586,16 +663,16 @@ def _other_branch(trees: _Trees, sub: Ref, owner: Ref, base_owner: Ref | None, s
         if ref.node is None or ref.path in trees.target_files or site.name not in members(ref.node):
             continue  # a checked class in between that rejects the call is a break of its own, not a branch
         method = source_method(ref, site.name)
-        if isinstance(method, Method) and not _generic(method) and not _takes(site, method):
+        if isinstance(method, Method) and not _generic(method) and not _takes(trees, site, method):
             return True
     return False
 
 
-def _takes(site: CallSite, method: Method) -> bool:
+def _takes(trees: _Trees, site: CallSite, method: Method) -> bool:
     """Whether a method can take the call at all (unpacked arguments may fill anything)."""
     if site.star or site.starstar:
         return True
-    return not call_site_findings("", site, method, None)
+    return not trees.issues(site, method, None)
 
 
 def _with(finding: Finding, tier: str, subclasses: list[str]) -> Finding:
@@ -611,7 +688,7 @@ def _drift(trees: _Trees, within: set[Ref] | None, methods: Sequence[str] | None
         for name, member in members(ref.node).items():
             if isinstance(member, str) or name.startswith("_") or (methods is not None and name not in methods):
                 continue
-            if {decorator_name(d) for d in member.decorator_list} & NOT_METHODS:
+            if set(member.decorators) & NOT_METHODS:
                 continue
             parent = trees.resolve(ref, name, ref)
             while parent is not None and not trees.local(parent):  # a library class in between: look past it
@@ -643,11 +720,12 @@ def _package_of(index: SourceIndex, path: Path) -> Path:
 
 IGNORE = "check-contracts: ignore"
 """A comment on an override's ``def`` line or its class's line that leaves it out (a deliberate break)."""
+_IGNORE_BYTES = IGNORE.encode()
 
 
 def _ignored(trees: _Trees, owner: Ref, method: Method) -> bool:
     module = trees.index.module(owner.path) if owner.path is not None else None
-    if module is None or owner.node is None:
+    if module is None or owner.node is None or not module.holds(_IGNORE_BYTES):  # the file has no such comment
         return False
     return IGNORE in module.line(method.line or 0) or IGNORE in module.line(owner.node.lineno)
 
@@ -702,7 +780,7 @@ def check(
     folder, this error when named), and a class deriving from over ``MAX_ANCESTORS`` classes is this error.
     """
     enabled = gc.isenabled()
-    gc.disable()  # the trees' millions of nodes stay alive for the whole run: collecting them is wasted time
+    gc.disable()  # parsing makes millions of nodes, freed by reference counting: a collection finds nothing
     try:
         return _check(target, base, methods, search_path, list(against), calls_from)
     except HierarchyTooDeep as exc:
@@ -934,7 +1012,7 @@ def _public(trees: _Trees, base: Ref, methods: Sequence[str] | None) -> tuple[st
         for name, member in members(ref.node).items():
             if isinstance(member, str) or name.startswith("_") or (methods is not None and name not in methods):
                 continue
-            if not {decorator_name(d) for d in member.decorator_list} & NOT_METHODS:
+            if not set(member.decorators) & NOT_METHODS:
                 names.setdefault(name)
     return tuple(names)
 

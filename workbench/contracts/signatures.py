@@ -13,8 +13,8 @@ from __future__ import annotations
 import inspect
 import re
 import types
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 from typing import Any
 
 from workbench.contracts.results import (
@@ -71,7 +71,7 @@ class Method:
     def owner(self) -> str:
         return self.qualname.rpartition(".")[0] or self.qualname
 
-    @property
+    @cached_property  # asked for on every comparison: computed once per method
     def params(self) -> list[inspect.Parameter]:
         """The parameters a caller fills (self/cls left out)."""
         params = list(self.signature.parameters.values())
@@ -107,7 +107,15 @@ def _compiled(text: str, name: str) -> Any:
 
 
 def stub(method: Method) -> Any:
-    """A function with the method's exact parameters and qualified name, returning its arguments by name."""
+    """A function with the method's exact parameters and qualified name, returning its arguments by name
+    (made once per method: a base's method is called against every override)."""
+    made = method.__dict__.get("_stub")
+    if made is None:
+        made = method.__dict__["_stub"] = _make_stub(method)
+    return made
+
+
+def _make_stub(method: Method) -> Any:
     name, text, _ = _stub_text(method)
     template = _compiled(text, name)  # one compile per distinct signature, however many classes share it
     code = template.__code__
@@ -368,6 +376,7 @@ class CallSite:
     starstar: bool
     text: str
     arg_names: tuple[str | None, ...] = ()  # each positional argument's name, when it is a plain name
+    span: tuple[int, int, int, int] | None = field(default=None, compare=False, repr=False)  # where ``text`` is
 
     @property
     def file_line(self) -> str:
@@ -395,6 +404,10 @@ def _kind_of(message: str, base: Method | None) -> tuple[str, str | None]:
     return MISSING, None  # "takes N positional arguments but M were given"
 
 
+Issue = tuple[str, str | None, str, tuple[str, ...]]
+"""One way a call fails on an override: kind, parameter, message, the keywords it cannot take."""
+
+
 def call_site_findings(
     cls: str, site: CallSite, override: Method, base: Method | None, label: str = ""
 ) -> list[Finding]:
@@ -403,6 +416,35 @@ def call_site_findings(
     ``base``: the base's own definition of the method, when it has one: it names the positional arguments
     (to see them land elsewhere) and gives the defaults the call relies on.
     """
+    return site_findings(cls, site, override, label, site_issues(site, override, base))
+
+
+def site_findings(cls: str, site: CallSite, override: Method, label: str, issues: list[Issue]) -> list[Finding]:
+    """The findings of :func:`site_issues` at one call site."""
+    return [
+        Finding(
+            override.file,
+            override.line,
+            cls,
+            site.name,
+            kind,
+            message,
+            site.text,
+            param,
+            override.owner,
+            label,
+            site.file,
+            site.line,
+            site.caller,
+            params,
+        )  # fmt: skip
+        for kind, param, message, params in issues
+    ]
+
+
+def site_issues(site: CallSite, override: Method, base: Method | None) -> list[Issue]:
+    """How a call fails on an override. It depends only on the call's shape (``via``, how many positional
+    arguments, which keywords, ``*``/``**``), not on where it is: callers memoize it per shape."""
     receives_self = override.kind == "classmethod" or (override.kind == "function" and site.via != "type")
     slots: list[str] = []
     if base is not None:
@@ -415,11 +457,8 @@ def call_site_findings(
     args: list[Any] = ([_Marker("self")] if receives_self else []) + positional
     landed = _bind(override, args, keywords)
 
-    def finding(kind: str, param: str | None, message: str, params: tuple[str, ...] = ()) -> Finding:
-        return Finding(
-            override.file, override.line, cls, site.name, kind, message, site.text, param, override.owner,
-            label, site.file, site.line, site.caller, params,
-        )  # fmt: skip
+    def finding(kind: str, param: str | None, message: str, params: tuple[str, ...] = ()) -> Issue:
+        return kind, param, message, params
 
     if isinstance(landed, str):
         if (site.star or site.starstar) and "missing" in landed:

@@ -5,6 +5,9 @@ or a dozen engine modules reads just as well. Names are resolved the way Python 
 file's root (the folder that holds its top-level package, found from ``__init__.py`` files or, for PEP 420
 namespace packages such as sglang's ``srt/``, from the file's own absolute imports), then the extra search
 roots, then ``sys.path``. Classes built inside functions are read too, with the imports of their function.
+
+Each file's tree lives only while :mod:`~workbench.contracts.facts` reads what the checks need from it (one walk
+of each method); the index keeps those facts and the source bytes, not the tree.
 """
 
 from __future__ import annotations
@@ -18,24 +21,64 @@ import os
 import re
 import stat
 import sys
+from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.contracts.facts import (
+    METHOD_CALL,
+    Ann,
+    ClassInfo,
+    Default,
+    Function,
+    FunctionInfo,
+    Member,
+    Params,
+    _statements,
+    read_class,
+    read_function,
+    scan_calls,
+    unparse,
+)
 from workbench.contracts.signatures import Method, SourceExpr
 
 _P = inspect.Parameter
 _EMPTY = inspect.Parameter.empty
 NOT_METHODS = {"property", "cached_property", "setter", "getter", "deleter", "overload"}
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-Function = ast.FunctionDef | ast.AsyncFunctionDef
-_METHOD_CALL = re.compile(rb"\.\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+_METHOD_CALL = METHOD_CALL
 _INDENTED_CLASS = re.compile(rb"^[ \t]+class\s", re.M)
+_CLASS_WORD = re.compile(rb"class\b")  # a literal first: the regex engine skips to each ``class`` at once
+_WORD_BYTES = frozenset(bytes([c]) for c in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+_OTHER_BREAKS = re.compile(rb"[\x0b\x0c\x1c-\x1e]|\xc2\x85|\xe2\x80[\xa8\xa9]")
+"""The line breaks ``str.splitlines`` knows besides ``\\n`` and ``\\r`` (what ``bytes.splitlines`` splits on)."""
+
+
+def _class_lines(source: bytes) -> tuple[bool, list[int]]:
+    """Whether a line starts, indented, with ``class`` (a nested class, or one built in a function: the
+    ``_INDENTED_CLASS`` test), and the lines where the word ``class`` appears, from one scan of the word."""
+    deep, found, line, at = False, [], 1, 0
+    for match in _CLASS_WORD.finditer(source):
+        start = match.start()
+        if start and source[start - 1 : start] in _WORD_BYTES:
+            continue  # inside a longer word (``subclass``)
+        line += source.count(b"\n", at, start)
+        at = start
+        found.append(line)
+        if not deep:
+            prefix = source[source.rfind(b"\n", 0, start) + 1 : start]
+            deep = bool(prefix) and not prefix.strip(b" \t") and source[start + 5 : start + 6].isspace()
+    return deep, found
+
+
 Names = dict[str, tuple[Any, ...]]
-"""local name -> ("class", node) | ("from", mod, attr, level) | ("import", mod) | ("expr", node): a factory's
+"""local name -> ("class", ClassInfo) | ("from", mod, attr, level) | ("import", mod) | ("expr", node): a factory's
 parameter, bound to what the module's call of it passes (resolved at the module's top level)."""
 
 MAX_FILE_BYTES = 5_000_000
@@ -53,7 +96,7 @@ _SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCH
 
 @dataclass(frozen=True, eq=False)
 class Ref:
-    """A class reached while reading source: a parsed ``ClassDef``, or only a name (``node`` is None).
+    """A class reached while reading source: a parsed class's facts, or only a name (``node`` is None).
 
     ``qualname``: the dotted name inside its module (``Outer.__new__.<locals>.Inner`` for a class built in a
     function); ``scope``: the names its function binds (imports inside the function), for its bases.
@@ -62,18 +105,25 @@ class Ref:
     name: str
     module: str
     path: Path | None = None
-    node: ast.ClassDef | None = None
+    node: ClassInfo | None = None
     qualname: str = ""
     scope: Names | None = field(default=None, repr=False)
+    _key: Any = field(default=None, init=False, repr=False)
+    _hash: int = field(default=0, init=False, repr=False)
+
+    def __post_init__(self) -> None:  # a Ref is a dict key in every table of the check: hashed once
+        key = id(self.node) if self.node is not None else (self.module, self.name)
+        object.__setattr__(self, "_key", key)
+        object.__setattr__(self, "_hash", hash(key))
 
     def key(self) -> Any:
-        return id(self.node) if self.node is not None else (self.module, self.name)
+        return self._key
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Ref) and self.key() == other.key()
+        return isinstance(other, Ref) and self._key == other._key
 
     def __hash__(self) -> int:
-        return hash(self.key())
+        return self._hash
 
     @property
     def label(self) -> str:
@@ -91,40 +141,52 @@ class ModRef:
 
 @dataclass
 class SourceModule:
-    """One parsed file: its top-level names, every class in it, its star imports and its absolute imports."""
+    """One parsed file: its top-level names, every class in it, its star imports and its absolute imports;
+    ``functions``: its top-level functions with an annotated parameter (their calls on those parameters)."""
 
     path: Path
     dotted: str
     names: Names
-    tree: ast.Module
     root: Path
-    class_nodes: list[tuple[ast.ClassDef, str, Names | None]] = field(default_factory=list)
+    class_nodes: list[tuple[ClassInfo, str, Names | None]] = field(default_factory=list)
+    functions: list[FunctionInfo] = field(default_factory=list)
     stars: list[tuple[str, int]] = field(default_factory=list)
     imports: list[str] = field(default_factory=list)
     source: bytes = b""
     _refs: list[Ref] | None = None
     _method_calls: dict[str, list[int]] | None = None
-    _lines: list[str] | None = None
+    _lines: list[str] | list[bytes] | None = None
+    _starts: list[int] | None = None
+    _holds: dict[bytes, bool] = field(default_factory=dict)
+
+    def holds(self, text: bytes) -> bool:
+        """Whether the source holds ``text`` anywhere (once per text and file)."""
+        found = self._holds.get(text)
+        if found is None:
+            found = self._holds[text] = text in self.source
+        return found
 
     def line(self, number: int) -> str:
         """One line of the source (1-based), as text."""
         if self._lines is None:
-            self._lines = self.source.decode("utf-8", "replace").splitlines()
-        return self._lines[number - 1] if 0 < number <= len(self._lines) else ""
+            if _OTHER_BREAKS.search(self.source):
+                self._lines = self.source.decode("utf-8", "replace").splitlines()
+            else:  # the same lines: decode only the ones asked for
+                self._lines = self.source.splitlines()
+        found = self._lines[number - 1] if 0 < number <= len(self._lines) else ""
+        return found.decode("utf-8", "replace") if isinstance(found, bytes) else found
 
     def enclosing(self, line: int) -> tuple[Ref, str] | None:
         """The class and method whose ``def`` spans a line (the innermost), or None."""
         best: tuple[int, Ref, str] | None = None
         for ref in self.refs():
             assert ref.node is not None
-            if not ref.node.lineno <= line <= (ref.node.end_lineno or 0):
+            if not ref.node.lineno <= line <= ref.node.end_lineno:
                 continue
-            for statement in ref.node.body:
-                if not isinstance(statement, _FUNCTIONS):
-                    continue
-                spans = statement.lineno <= line <= (statement.end_lineno or 0)
-                if spans and (best is None or statement.lineno > best[0]):
-                    best = (statement.lineno, ref, statement.name)
+            for method in ref.node.methods:
+                spans = method.lineno <= line <= method.end_lineno
+                if spans and (best is None or method.lineno > best[0]):
+                    best = (method.lineno, ref, method.name)
         return (best[1], best[2]) if best else None
 
     def method_calls(self) -> dict[str, list[int]]:
@@ -140,8 +202,23 @@ class SourceModule:
             self._method_calls = found
         return self._method_calls
 
+    def segment(self, span: tuple[int, int, int, int]) -> str:
+        """The source text at a node's position (line, column, end line, end column; columns in UTF-8 bytes)."""
+        if self._starts is None:
+            starts, at = [0], self.source.find(b"\n")
+            while at >= 0:
+                starts.append(at + 1)
+                at = self.source.find(b"\n", at + 1)
+            self._starts = starts
+        line, col, end_line, end_col = span
+        if not 0 < line <= end_line <= len(self._starts):
+            return ""
+        return self.source[self._starts[line - 1] + col : self._starts[end_line - 1] + end_col].decode(
+            "utf-8", "replace"
+        )
+
     @property
-    def classes(self) -> list[ast.ClassDef]:
+    def classes(self) -> list[ClassInfo]:
         return [node for node, _, _ in self.class_nodes]
 
     def refs(self) -> list[Ref]:
@@ -149,22 +226,6 @@ class SourceModule:
         if self._refs is None:
             self._refs = [Ref(n.name, self.dotted, self.path, n, q, s) for n, q, s in self.class_nodes]
         return self._refs
-
-
-def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
-    """Every statement of a body, those under ``if``/``try``/``with``/``for`` included, not inside def/class."""
-    for statement in body:
-        yield statement
-        if isinstance(statement, (*_FUNCTIONS, ast.ClassDef)):
-            continue
-        for block in ("body", "orelse", "finalbody"):
-            inner = getattr(statement, block, None)
-            if isinstance(inner, list):
-                yield from _statements(inner)
-        for handler in getattr(statement, "handlers", ()):
-            yield from _statements(handler.body)
-        for case in getattr(statement, "cases", ()):
-            yield from _statements(case.body)
 
 
 def _bindings(body: list[ast.stmt], names: Names, imports: list[str] | None, stars: list | None) -> None:
@@ -197,17 +258,21 @@ def _class_nodes(
     imports: list[str],
     deep: bool = True,
     factories: dict[str, ast.Call] | None = None,
+    class_lines: list[int] | None = None,
 ) -> None:
     """Classes in a body: nested ones, and (``deep``) those built inside functions, with the function's own
     imports (added to ``imports``: they tell the file's root too). ``factories``: the first call the module
     makes of each of its top-level functions (``Backend = make_backend(MambaBase)``): a class the function
-    builds on a parameter (``class Backend(base):``) derives from what that call passes."""
+    builds on a parameter (``class Backend(base):``) derives from what that call passes. ``class_lines``: the
+    lines where the word ``class`` appears: a function whose lines hold none builds no class (None: look)."""
     for statement in _statements(body):
         if isinstance(statement, ast.ClassDef):
             qualname = prefix + statement.name
             out.append((statement, qualname, scope))
-            _class_nodes(statement.body, qualname + ".", scope, out, imports, deep)
+            _class_nodes(statement.body, qualname + ".", scope, out, imports, deep, class_lines=class_lines)
         elif deep and isinstance(statement, _FUNCTIONS):
+            if class_lines is not None and not _within(class_lines, statement.lineno, statement.end_lineno or 0):
+                continue
             inner = [s for s in _statements(statement.body) if isinstance(s, (ast.ClassDef, *_FUNCTIONS))]
             if inner:  # most functions build no class: skip their bindings
                 local: Names = dict(scope or {})
@@ -215,7 +280,58 @@ def _class_nodes(
                 if call is not None:
                     local.update(_parameter_bindings(statement.args, call))
                 _bindings(statement.body, local, imports, None)
-                _class_nodes(statement.body, f"{prefix}{statement.name}.<locals>.", local, out, imports)
+                where = f"{prefix}{statement.name}.<locals>."
+                _class_nodes(statement.body, where, local, out, imports, class_lines=class_lines)
+
+
+def _dotted(expr: ast.expr | Ann) -> tuple[str, list[str]] | None:
+    """``pkg.mod.Name[T]`` as ``("pkg", ["mod", "Name"])``; None when its root is no name. Loops: a subscript
+    (``Name[T][T]...``) may nest thousands deep."""
+    parts: list[str] = []
+    if isinstance(expr, tuple):
+        ann: Ann = expr
+        while ann[0] == "S":
+            ann = ann[1]
+        while ann[0] == "A":
+            parts.insert(0, ann[2])
+            ann = ann[1]
+        return (ann[1], parts) if ann[0] == "N" else None
+    while isinstance(expr, ast.Subscript):
+        expr = expr.value
+    while isinstance(expr, ast.Attribute):
+        parts.insert(0, expr.attr)
+        expr = expr.value
+    return (expr.id, parts) if isinstance(expr, ast.Name) else None
+
+
+def _read_facts(module: SourceModule, tree: ast.Module, found: list[tuple[ast.ClassDef, str, Names | None]]) -> None:
+    """The facts of the file's classes and of its top-level functions that take an annotated parameter; the
+    names bound to a class (the module's, and those of the functions that build classes) point at its facts."""
+    module._method_calls, lines = scan_calls(module.source)
+    infos = {id(node): read_class(node, lines) for node, _, _ in found}
+    module.class_nodes = [(infos[id(node)], qualname, scope) for node, qualname, scope in found]
+    for info, qualname, _ in reversed(module.class_nodes):
+        info.qualname = qualname  # the first entry's, as a lookup by name finds it
+    scopes = {id(scope): scope for _, _, scope in found if scope is not None}
+    for names in (module.names, *scopes.values()):
+        for name, entry in names.items():
+            if entry[0] == "class" and isinstance(entry[1], ast.ClassDef):
+                known = infos.get(id(entry[1]))
+                names[name] = ("class", known if known is not None else read_class(entry[1], lines))
+    for statement in tree.body:
+        if isinstance(statement, _FUNCTIONS) and _annotated(statement.args):
+            function = read_function(statement, False, lines)
+            if function.calls:
+                module.functions.append(function)
+
+
+def _within(lines: list[int], lo: int, hi: int) -> bool:
+    at = bisect_left(lines, lo)
+    return at < len(lines) and lines[at] <= hi
+
+
+def _annotated(args: ast.arguments) -> bool:
+    return any(a.annotation is not None for a in [*args.posonlyargs, *args.args, *args.kwonlyargs])
 
 
 def _parameter_bindings(args: ast.arguments, call: ast.Call) -> Names:
@@ -249,7 +365,7 @@ def _type_classes(body: list[ast.stmt], names: Names, out: list[tuple[ast.ClassD
     """Classes built by ``Name = type("Name", (Base, ...), {"hook": function, ...})`` at the top level: each
     read as a ``class`` statement whose methods are the module's functions (or lambdas) the dict names, so an
     override keeps the location of its ``def``."""
-    functions = {s.name: s for s in _statements(body) if isinstance(s, _FUNCTIONS)}
+    functions: dict[str, Function] | None = None  # the module's functions, once a class is built
     for statement in _statements(body):
         if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
             continue
@@ -262,6 +378,8 @@ def _type_classes(body: list[ast.stmt], names: Names, out: list[tuple[ast.ClassD
         if not (isinstance(bases, ast.Tuple) and isinstance(namespace, ast.Dict)):
             continue
         methods: list[ast.stmt] = []
+        if functions is None:
+            functions = {s.name: s for s in _statements(body) if isinstance(s, _FUNCTIONS)}
         for key, value in zip(namespace.keys, namespace.values, strict=True):
             if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
                 continue
@@ -291,103 +409,39 @@ def _type_member(name: str, value: ast.expr, functions: dict[str, Function]) -> 
     return ast.copy_location(ast.Assign(targets=[ast.Name(name, ast.Store())], value=value), value)
 
 
-def decorator_name(node: ast.expr) -> str:
-    if isinstance(node, ast.Call):
-        node = node.func
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    return node.id if isinstance(node, ast.Name) else ""
+def members(node: ClassInfo) -> dict[str, Member]:
+    """The last binding of each name in a class body: its method (overloads left out) or ``"assigned"``."""
+    return node.members
 
 
-Member = Function | str
+def _class_member(node: ClassInfo, name: str) -> Member | None:
+    return node.members.get(name)
 
 
-def members(node: ast.ClassDef) -> dict[str, Member]:
-    """The last binding of each name in a class body: its ``def`` (overloads left out) or ``"assigned"``.
-
-    Cached on the node itself (as the other per-class facts here): the cache dies with the tree.
-    """
-    found: dict[str, Member] | None = getattr(node, "_wb_members", None)
-    if found is None:
-        found = {}
-        for statement in node.body:
-            if isinstance(statement, _FUNCTIONS):
-                if not any(decorator_name(d) == "overload" for d in statement.decorator_list):
-                    found[statement.name] = statement
-            elif isinstance(statement, (ast.Assign, ast.AnnAssign)):
-                targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-                if isinstance(statement, ast.AnnAssign) and statement.value is None:
-                    continue  # an annotation binds nothing
-                for target in targets:
-                    if isinstance(target, ast.Name):
-                        found[target.id] = "assigned"
-        node._wb_members = found  # type: ignore[attr-defined]
-    return found
-
-
-def _class_member(node: ast.ClassDef, name: str) -> Member | None:
-    return members(node).get(name)
-
-
-def unparse(node: ast.AST, fallback: str = "...") -> str:
-    """``ast.unparse``, or ``fallback`` for an expression nested too deeply for it (it recurses per level)."""
-    try:
-        return ast.unparse(node)
-    except (RecursionError, MemoryError):
-        return fallback
-
-
-def _source_default(node: ast.expr) -> Any:
+def _source_default(node: Default) -> Any:
+    if isinstance(node, tuple):  # a literal, its value kept as the parse gave it
+        return node[0]
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return SourceExpr(unparse(node))
 
 
-def signature_from_ast(args: ast.arguments) -> inspect.Signature:
-    positional = [*args.posonlyargs, *args.args]
-    defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-    params = []
-    for k, (arg, default) in enumerate(zip(positional, defaults, strict=True)):
-        kind = _P.POSITIONAL_ONLY if k < len(args.posonlyargs) else _P.POSITIONAL_OR_KEYWORD
-        params.append(_P(arg.arg, kind, default=_EMPTY if default is None else _source_default(default)))
-    if args.vararg:
-        params.append(_P(args.vararg.arg, _P.VAR_POSITIONAL))
-    for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
-        value = _EMPTY if default is None else _source_default(default)
-        params.append(_P(arg.arg, _P.KEYWORD_ONLY, default=value))
-    if args.kwarg:
-        params.append(_P(args.kwarg.arg, _P.VAR_KEYWORD))
-    return inspect.Signature(params)
-
-
-def kwargs_reads(function: Function) -> tuple[frozenset[str], frozenset[str]]:
-    """For a function with ``**kwargs``: the keys its body reads from them (``kwargs["k"]``,
-    ``kwargs.get("k")``, ``.pop("k")``, ``"k" in kwargs``) and the parameters it reads; else nothing."""
-    kwarg = function.args.kwarg.arg if function.args.kwarg else None
-    if kwarg is None:
-        return frozenset(), frozenset()
-    params = {a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]}
-    keys: set[str] = set()
-    used: set[str] = set()
-    for node in ast.walk(function):
-        key: ast.expr | None = None
-        if isinstance(node, ast.Name):
-            if node.id in params and isinstance(node.ctx, ast.Load):
-                used.add(node.id)
-        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == kwarg:
-            key = node.slice
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
-            owner = node.func.value
-            if isinstance(owner, ast.Name) and owner.id == kwarg and node.func.attr in ("get", "pop", "setdefault"):
-                key = node.args[0]
-        elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)):
-            right = node.comparators[0]
-            if isinstance(right, ast.Name) and right.id == kwarg:
-                key = node.left
-        if isinstance(key, ast.Constant) and isinstance(key.value, str):
-            keys.add(key.value)
-    return frozenset(keys), frozenset(used)
+def signature_of(params: Params) -> inspect.Signature:
+    """The signature a function's parameters make, defaults read from source (literals, or their text)."""
+    positional = [*params.posonly, *params.args]
+    defaults: list[Default | None] = [None] * (len(positional) - len(params.defaults)) + list(params.defaults)
+    out = []
+    for k, (name, default) in enumerate(zip(positional, defaults, strict=True)):
+        kind = _P.POSITIONAL_ONLY if k < len(params.posonly) else _P.POSITIONAL_OR_KEYWORD
+        out.append(_P(name, kind, default=_EMPTY if default is None else _source_default(default)))
+    if params.vararg:
+        out.append(_P(params.vararg, _P.VAR_POSITIONAL))
+    for name, default in zip(params.kwonly, params.kw_defaults, strict=True):
+        out.append(_P(name, _P.KEYWORD_ONLY, default=_EMPTY if default is None else _source_default(default)))
+    if params.kwarg:
+        out.append(_P(params.kwarg, _P.VAR_KEYWORD))
+    return inspect.Signature(out)
 
 
 def source_method(owner: Ref, name: str) -> Method | str | None:
@@ -397,12 +451,10 @@ def source_method(owner: Ref, name: str) -> Method | str | None:
     ``functools.wraps`` wrapper that forwards ``*args, **kwargs`` does: the call still reaches the ``def``.
     """
     assert owner.node is not None
-    cache: dict[str, Method | str | None] | None = getattr(owner.node, "_wb_methods", None)
-    if cache is None:
-        cache = owner.node._wb_methods = {}  # type: ignore[attr-defined]
+    cache = owner.node.signatures
     if name in cache:
         return cache[name]
-    member = _class_member(owner.node, name)
+    member = owner.node.members.get(name)
     label = f"{owner.name}.{name}"
     result: Method | str | None
     if member is None:
@@ -410,43 +462,21 @@ def source_method(owner: Ref, name: str) -> Method | str | None:
     elif isinstance(member, str):
         result = f"{label} is assigned, not defined with def; not checked"
     else:
-        decorators = {decorator_name(d) for d in member.decorator_list}
+        decorators = set(member.decorators)
         if decorators & NOT_METHODS:
             result = f"{label} is a property; not checked"
         else:
             kind = "staticmethod" if "staticmethod" in decorators else ""
             kind = kind or ("classmethod" if "classmethod" in decorators else "function")
-            signature = signature_from_ast(member.args)
-            reads, uses = kwargs_reads(member)
-            result = Method(label, signature, kind, str(owner.path), member.lineno, reads, uses)
+            signature = signature_of(member.params)
+            result = Method(label, signature, kind, str(owner.path), member.lineno, member.reads, member.uses)
     cache[name] = result
     return result
 
 
-def calls_up(function: Function, name: str) -> bool:
-    """Whether a method body calls ``super().name(...)`` or ``SomeClass.name(self, ...)``: the base's runs.
-
-    Cached on the function's node: a long hierarchy asks it of the same override for every subclass."""
-    cache: dict[str, bool] | None = getattr(function, "_wb_calls_up", None)
-    if cache is None:
-        cache = function._wb_calls_up = {}  # type: ignore[union-attr]
-    if name not in cache:
-        cache[name] = _calls_up(function, name)
-    return cache[name]
-
-
-def _calls_up(function: Function, name: str) -> bool:
-    positional = [*function.args.posonlyargs, *function.args.args]
-    self_name = positional[0].arg if positional else None
-    for node in ast.walk(function):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == name:
-            value = node.func.value
-            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super":
-                return True
-            first = node.args[0] if node.args else None
-            if isinstance(value, (ast.Name, ast.Attribute)) and isinstance(first, ast.Name) and first.id == self_name:
-                return True
-    return False
+def calls_up(function: FunctionInfo, name: str) -> bool:
+    """Whether a method body calls ``super().name(...)`` or ``SomeClass.name(self, ...)``: the base's runs."""
+    return name in function.ups
 
 
 def _c3(head: Ref, parents: list[Ref], parent_mros: list[list[Ref]]) -> list[Ref]:
@@ -522,13 +552,24 @@ def read_source(path: Path) -> bytes:
     if kind is not None:
         raise Unreadable(f"{kind}, not a regular file")
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # swapped for a FIFO meanwhile: no block
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
+    try:
+        info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise Unreadable(f"{_kind(info.st_mode) or 'a special file'}, not a regular file")
         if info.st_size > MAX_FILE_BYTES:
             raise Unreadable(_too_large(info.st_size))
-        source = file.read(MAX_FILE_BYTES + 1)  # a file that grew since: still bounded
+        chunks, total = [], 0
+        want = info.st_size + 1  # its size and a byte more: one read, which tells a file that grew since
+        while total <= MAX_FILE_BYTES:  # a file that grew since: still bounded
+            chunk = os.read(fd, min(want, MAX_FILE_BYTES + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            want = 1 << 16
+        source = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
     if len(source) > MAX_FILE_BYTES:
         raise Unreadable(_too_large(len(source)))
     return source
@@ -548,6 +589,7 @@ class SourceIndex:
 
     def __init__(self, roots: Iterable[Path] = ()) -> None:
         self.roots = [Path(r).resolve() for r in roots]
+
         self.errors: dict[Path, str] = {}
         self.namespace_roots: list[Path] = []
         self.namespace_packages: list[Path] = []  # the top-level folders those roots hold
@@ -557,6 +599,8 @@ class SourceIndex:
         self._regular: dict[Path, tuple[list[str], Path]] = {}
         self._exists: dict[Path, bool] = {}
         self._root_cache: dict[Path, Path] = {}
+        self._parents: dict[Path, Path] = {}
+        self._lookups: dict[tuple[int, str], tuple[SourceModule, Ref | ModRef | None]] = {}  # the module kept: its id
         self._sys_path = [Path(entry or ".").resolve() for entry in sys.path if os.path.isdir(entry or ".")]
 
     # -- module names ----------------------------------------------------------------------------------
@@ -566,9 +610,16 @@ class SourceIndex:
             found = self._regular[folder] = _regular_root(folder)
         return found
 
+    def _parent(self, path: Path) -> Path:
+        """``path.parent``, one object per path: a new Path hashes its parts again at every dict lookup."""
+        found = self._parents.get(path)
+        if found is None:
+            found = self._parents[path] = path.parent
+        return found
+
     def root_of(self, path: Path) -> Path:
         """The folder from which the file's module name is counted."""
-        folder = path.parent
+        folder = self._parent(path)
         best = self._root_cache.get(folder)
         if best is None:
             _, best = self._regular_of(folder)
@@ -614,6 +665,7 @@ class SourceIndex:
         if new:
             self._found.clear()
             self._root_cache.clear()
+            self._lookups.clear()
             for module in modules:
                 module.root = self.root_of(module.path)
                 module.dotted = self.dotted(module.path)
@@ -624,6 +676,7 @@ class SourceIndex:
         """Search these folders too (after the current roots); forgets what was not found."""
         self.roots += [r for r in dict.fromkeys(roots) if r not in self.roots]
         self._found = {key: path for key, path in self._found.items() if path is not None}
+        self._lookups.clear()
 
     # -- parsing ---------------------------------------------------------------------------------------
     def module(self, path: Path) -> SourceModule | None:
@@ -657,21 +710,23 @@ class SourceIndex:
         imports: list[str] = []
         stars: list[tuple[str, int]] = []
         _bindings(tree.body, names, imports, stars)
-        module = SourceModule(path, self.dotted(path), names, tree, self.root_of(path), stars=stars, imports=imports)
+        module = SourceModule(path, self.dotted(path), names, self.root_of(path), stars=stars, imports=imports)
         module.source = source
         # a class inside a function is indented: without one, no function body needs a look
-        deep = bool(_INDENTED_CLASS.search(source))
+        deep, class_lines = _class_lines(source)
         factories = _factory_calls(tree.body) if deep else None
-        _class_nodes(tree.body, "", None, module.class_nodes, imports, deep=deep, factories=factories)
+        found: list[tuple[ast.ClassDef, str, Names | None]] = []
+        _class_nodes(tree.body, "", None, found, imports, deep=deep, factories=factories, class_lines=class_lines)
         if b"type(" in source:
-            _type_classes(tree.body, names, module.class_nodes)
-        return module
+            _type_classes(tree.body, names, found)
+        _read_facts(module, tree, found)
+        return module  # the tree goes here: only its facts stay
 
     # -- finding modules -------------------------------------------------------------------------------
     def find_module(self, dotted: str, level: int = 0, origin: Path | None = None) -> Path | None:
         """The file of a module, searched like Python would (relative to ``origin`` when ``level``)."""
         if origin is not None and level:
-            anchor: Path | None = origin.parent
+            anchor: Path | None = self._parent(origin)
         else:
             anchor = self.root_of(origin) if origin is not None else None
         key = (dotted, level, anchor)
@@ -717,6 +772,14 @@ class SourceIndex:
         self, module: SourceModule, name: str, depth: int = 0, scope: Names | None = None
     ) -> Ref | ModRef | None:
         """What ``name`` means at the top level of ``module`` (or in ``scope``, a function's own names)."""
+        if depth == 0 and scope is None:  # a module's name means the same each time: asked once
+            key = (id(module), name)
+            if key not in self._lookups:
+                self._lookups[key] = (module, self._lookup(module, name, 0, None))
+            return self._lookups[key][1]
+        return self._lookup(module, name, depth, scope)
+
+    def _lookup(self, module: SourceModule, name: str, depth: int, scope: Names | None) -> Ref | ModRef | None:
         entry = (scope or {}).get(name) or module.names.get(name)
         if depth > 20:
             return None
@@ -732,8 +795,7 @@ class SourceIndex:
             found = self.resolve(module, entry[1]) if depth < 20 else None
             return found if found is not None and found.module != "?" else None
         if entry[0] == "class":
-            qualname = next((q for n, q, _ in module.class_nodes if n is entry[1]), name)
-            return Ref(name, module.dotted, module.path, entry[1], qualname, scope)
+            return Ref(name, module.dotted, module.path, entry[1], entry[1].qualname or name, scope)
         if entry[0] == "import":
             return ModRef(entry[1], self.find_module(entry[1], 0, module.path))
         _, source, attr, level = entry
@@ -750,17 +812,14 @@ class SourceIndex:
             return Ref(attr, inner.dotted)
         return Ref(attr, absolute)
 
-    def resolve(self, module: SourceModule, expr: ast.expr, scope: Names | None = None) -> Ref | None:
-        """The class a base-class expression (``Name``, ``pkg.mod.Name``, ``Name[T]``) refers to."""
-        while isinstance(expr, ast.Subscript):  # a loop: ``Name[T][T]...`` may be nested thousands deep
-            expr = expr.value
-        parts: list[str] = []
-        while isinstance(expr, ast.Attribute):
-            parts.insert(0, expr.attr)
-            expr = expr.value
-        if not isinstance(expr, ast.Name):
+    def resolve(self, module: SourceModule, expr: ast.expr | Ann, scope: Names | None = None) -> Ref | None:
+        """The class a base-class expression (``Name``, ``pkg.mod.Name``, ``Name[T]``) refers to, given as a
+        tree (a base) or as an :data:`~workbench.contracts.facts.Ann` (an annotation)."""
+        chain = _dotted(expr)
+        if chain is None:
             return None
-        found = self.lookup(module, expr.id, scope=scope)
+        root, parts = chain
+        found = self.lookup(module, root, scope=scope)
         for i, part in enumerate(parts):
             if not isinstance(found, ModRef):
                 return None
@@ -773,7 +832,7 @@ class SourceIndex:
                 resolved = Ref(part, found.dotted) if last else ModRef(dotted, path)
             found = resolved
         if found is None:  # a builtin (object), or a name nothing binds
-            return Ref(parts[-1] if parts else expr.id, "builtins" if hasattr(builtins, expr.id) else "?")
+            return Ref(parts[-1] if parts else root, "builtins" if hasattr(builtins, root) else "?")
         return found if isinstance(found, Ref) else None
 
     def parents(self, ref: Ref) -> list[Ref]:
