@@ -175,3 +175,36 @@ def test_a_fresh_process_runs_a_bench_at_one_thread(tmp_path):
     bad = subprocess.run(argv, capture_output=True, text=True, timeout=300, env={**env, threads.ENV: "many"})
     assert (bad.returncode, bad.stdout) == (2, "")  # refused before torch's import: no cost
     assert bad.stderr == f"workbench bench: error: {threads.ENV}='many': expected an int >= 1 or 'default'\n"
+
+
+@pytest.mark.parametrize("env, expected", [(None, 1), ("2", 2), ("default", 2)])
+def test_build_report_runs_at_the_configured_count_and_gives_it_back(env, expected, two_threads, monkeypatch):
+    """`build_report` called from Python (a notebook) honours LINATTN_THREADS as the commands do."""
+    from workbench import report
+
+    if env:
+        monkeypatch.setenv(threads.ENV, env)
+    torch.set_num_threads(2)
+    used: list[int] = []
+    monkeypatch.setattr(report, "_build", lambda dev, quick, progress: used.append(torch.get_num_threads()) or "")
+    report.build_report(device="cpu")
+    assert used == [expected] and torch.get_num_threads() == 2
+
+
+@pytest.mark.parametrize(
+    "env, says",
+    [
+        (None, "run at 1 (LINATTN_THREADS)"),
+        ("3", "run at 3 (LINATTN_THREADS)"),
+        ("default", "run at torch's own 2 (LINATTN_THREADS)"),
+        ("x", "commands refuse to run: LINATTN_THREADS='x': expected an int >= 1 or 'default'"),
+    ],
+)
+def test_doctor_says_the_count_the_commands_run_at(env, says, two_threads, monkeypatch):
+    from workbench.devices import devices
+
+    if env:
+        monkeypatch.setenv(threads.ENV, env)
+    cpu = devices(probe_npu=False)[0]
+    assert cpu.name == "cpu" and cpu.detail.startswith(f"torch {torch.__version__}, 2 threads")
+    assert cpu.detail.endswith(says)

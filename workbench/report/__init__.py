@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from workbench import threads
 from workbench.errors import WorkbenchError
 from workbench.measure.timing import resolve_device
 from workbench.report.sections import (
@@ -35,17 +36,18 @@ SECTIONS = ("metadata", "replay-check", "zoo", "timings", "roofline", "buckets",
 
 def build_report(*, device: str = "auto", quick: bool = False, progress: bool = False) -> str:
     """The report as one HTML string. ``device``: "auto" (cuda, then npu, else cpu) or a device name;
-    ``quick``: fewer sizes and shorter timings (seconds on a CPU). On the CPU everything runs on one thread."""
+    ``quick``: fewer sizes and shorter timings (seconds on a CPU). On the CPU it runs at
+    :func:`workbench.threads.configure`'s count (``LINATTN_THREADS``, else one) and gives the caller's back."""
     dev = resolve_device(device)
-    threads = torch.get_num_threads()
+    before = torch.get_num_threads()
     if dev == "cpu":
-        # one thread: on a shared machine intra-op threads spin against each other and the small steps
-        # of the tour slow down tenfold; every timing record says the thread count it ran with
-        torch.set_num_threads(1)
+        # one thread unless asked: on a shared machine intra-op threads spin against each other and the small
+        # steps of the tour slow down tenfold; every timing record says the thread count it ran with
+        threads.configure()
     try:
         return _build(dev, quick, progress)
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
 
 
 def _build(dev: str, quick: bool, progress: bool) -> str:
