@@ -339,9 +339,11 @@ def add_metadata_parser(sub: Any) -> None:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
+    from workbench import threads
     from workbench.devices import doctor_text
 
     print(doctor_text(probe_npu=not args.no_npu_probe))
+    print(threads.status())
     return 0
 
 

@@ -109,26 +109,12 @@ def _triton(cuda: DeviceStatus, npu: DeviceStatus) -> list[DeviceStatus]:
     return out
 
 
-def _threads_detail(own: int) -> str:
-    """Torch's own intra-op thread count and the one the workbench's computing commands run at (a bad
-    LINATTN_THREADS is said, not raised: the doctor is where a user looks for it)."""
-    from workbench import threads
-
-    try:
-        asked = threads.requested()
-    except ValueError as exc:
-        return f"{own} threads; commands refuse to run: {exc}"
-    at = f"torch's own {own}" if asked is None else str(asked)
-    commands = "computing commands (trace, bench, check-kernel, ...)"
-    return f"{own} threads by torch's default; {commands} run at {at} ({threads.ENV})"
-
-
 def devices(probe_npu: bool = True) -> list[DeviceStatus]:
     """Status of cpu, cuda, npu, then Triton on each of them (``triton:cpu`` etc., compiled or
     interpreted). ``probe_npu=False`` skips the (slow) torch_npu subprocess."""
     import torch
 
-    cpu = DeviceStatus("cpu", True, f"torch {torch.__version__}, {_threads_detail(torch.get_num_threads())}")
+    cpu = DeviceStatus("cpu", True, f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     cuda = _cuda()
     npu = _probe_npu() if probe_npu else DeviceStatus("npu", False, "not probed (--no-npu-probe)")
     return [cpu, cuda, npu, *_triton(cuda, npu)]

@@ -62,4 +62,18 @@ def describe() -> str:
     return f"{n} torch thread{'s' if n != 1 else ''}"
 
 
-__all__ = ["DEFAULT", "ENV", "configure", "describe", "requested"]
+def status() -> str:
+    """One line for ``workbench doctor``: torch's own intra-op count and the one the computing commands run at
+    (a bad :data:`ENV` is said, not raised: the doctor is where a user looks for it)."""
+    import torch
+
+    own = torch.get_num_threads()
+    try:
+        asked = requested()
+    except ValueError as exc:
+        return f"torch threads: {own} by torch's default; the computing commands refuse to run: {exc}"
+    at = f"torch's own {own}" if asked is None else str(asked)
+    return f"torch threads: {own} by torch's default; the computing commands (trace, bench, ...) run at {at} ({ENV})"
+
+
+__all__ = ["DEFAULT", "ENV", "configure", "describe", "requested", "status"]
