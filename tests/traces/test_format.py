@@ -312,6 +312,17 @@ STEP_REFUSALS = [
     ((0, "rows.0.tokens", [1, 2, -3, 4, 5]), "line 2: rows[0].tokens[2]: expected a token id (an int >= 0), got -3"),
     ((0, "rows.0.tokens", 7), "line 2: rows[0].tokens: expected a list of token ids, got 7"),
     (
+        (0, "rows.0.tokens", [1, 2, 3, True, 5]),
+        "line 2: rows[0].tokens[3]: expected a token id (an int >= 0), got true",
+    ),
+    ((0, "rows.0.tokens", [1, 2, 3, 4, 2.0]), "line 2: rows[0].tokens[4]: expected a token id (an int >= 0), got 2.0"),
+    (
+        (0, "rows.0.tokens", [1, 2, 3, 4, 2**31]),
+        "line 2: rows[0].tokens[4]: expected a token id (an int >= 0), got 2147483648",
+    ),
+    ((0, "rows.0.slots", [0, 9]), "line 2: rows[0].slots[1]: expected an int in 0..8 (num_slots = 9), got 9"),
+    ((0, "rows.0.slot", 9), "line 2: rows[0].slot: expected an int in 0..8 (num_slots = 9), got 9"),
+    (
         (0, "metadata", {"copies_before": [[1]]}),
         "line 2: metadata.copies_before[0]: expected a [src, dst] pair of slots, got [1]",
     ),

@@ -137,12 +137,20 @@ def _fail(line: int, path: str, expected: str, got: Any, shown: str | None = Non
 
 def _int(value: Any, line: int, path: str, minimum: int, maximum: int, expected: str | None = None) -> int:
     """``value`` as an int in ``[minimum, maximum]``; bools and floats refused."""
+    if type(value) is int and minimum <= value <= maximum:  # the common case, decided first (a bool's type is bool)
+        return value
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise _fail(line, path, expected or f"an int >= {minimum}", value)
     if value > maximum:
         bits = "int32" if maximum == INT32_MAX else "int64"
         raise _fail(line, path, expected or f"an int <= {maximum} ({bits})", value)
     return value
+
+
+def _ints_within(values: tuple[Any, ...], minimum: int, maximum: int) -> bool:
+    """Whether every value is an int (not a bool) in ``[minimum, maximum]``: a long list checked at once, its
+    messages' paths built only when one is refused (:func:`_int` then says which)."""
+    return all(type(v) is int for v in values) and (not values or minimum <= min(values) and max(values) <= maximum)
 
 
 def _list(value: Any, line: int, path: str, what: str) -> list[Any]:
@@ -377,55 +385,67 @@ class ReadState:
 
 
 def _row(value: Any, line: int, path: str, mode: str, header: TraceHeader) -> TraceRow:
-    """One row, its fields' ranges and its kind's token counts."""
+    """One row, its fields' ranges and its kind's token counts (a message's text is built only to refuse)."""
     obj = _object(value, line, path, ROW_FIELDS, "row")
 
     def get(name: str, minimum: int, maximum: int = INT32_MAX, expected: str | None = None) -> int:
-        return _int(obj.get(name, _MISSING), line, f"{path}.{name}", minimum, maximum, expected)
+        value = obj.get(name, _MISSING)
+        if type(value) is int and minimum <= value <= maximum:
+            return value
+        return _int(value, line, f"{path}.{name}", minimum, maximum, expected)
 
     rid = get("id", 0, INT64_MAX)
     top = header.num_slots - 1
-    slot = get("slot", 0, top, f"an int in 0..{top} (num_slots = {header.num_slots})")
+    slot = obj.get("slot", _MISSING)
+    if not (type(slot) is int and 0 <= slot <= top):
+        slot = get("slot", 0, top, f"an int in 0..{top} (num_slots = {header.num_slots})")
     req_pool_index = get("req_pool_index", 0)
     seq_len = get("seq_len", 1)
     new_tokens = get("new_tokens", 1)
     cached_tokens = get("cached_tokens", 0)
     kind = _kind(obj.get("kind"), line, path, mode, header)
-    where = f"{_a(kind)} row" if mode == "mixed" and kind is not None else f"{_a(mode)} step"
-    if (kind or MODE_KINDS.get(mode)) == "decode" and new_tokens != 1:
-        raise _fail(line, f"{path}.new_tokens", f"1 in {where}", new_tokens)
-    if (kind or MODE_KINDS.get(mode)) == "verify" and new_tokens != header.draft_tokens:
-        raise _fail(line, f"{path}.new_tokens", f"{header.draft_tokens} (draft_tokens) in {where}", new_tokens)
+    as_kind = kind or MODE_KINDS.get(mode)
+    if as_kind == "decode" and new_tokens != 1:
+        raise _fail(line, f"{path}.new_tokens", f"1 in {_where(mode, kind)}", new_tokens)
+    if as_kind == "verify" and new_tokens != header.draft_tokens:
+        expected = f"{header.draft_tokens} (draft_tokens) in {_where(mode, kind)}"
+        raise _fail(line, f"{path}.new_tokens", expected, new_tokens)
     if mode in ("extend", "mixed") and seq_len != cached_tokens + new_tokens:
         expected = f"{cached_tokens + new_tokens} (cached_tokens {cached_tokens} + new_tokens {new_tokens})"
         raise _fail(line, f"{path}.seq_len", expected, seq_len)
-    accepted = _accepted(obj.get("accepted"), line, path, kind or MODE_KINDS.get(mode), where, header)
-    tokens = obj.get("tokens")
-    if tokens is not None:
-        items = _list(tokens, line, f"{path}.tokens", "token ids")
-        if len(items) != new_tokens:
-            raise _fail(line, f"{path}.tokens", f"{new_tokens} token ids (new_tokens)", items, f"{len(items)}")
-        tokens = tuple(
-            _int(t, line, f"{path}.tokens[{i}]", 0, INT32_MAX, "a token id (an int >= 0)") for i, t in enumerate(items)
-        )
-    slots = obj.get("slots")
-    if slots is not None:
-        items = _list(slots, line, f"{path}.slots", "slots")
-        got = tuple(
-            _int(x, line, f"{path}.slots[{i}]", 0, top, f"an int in 0..{top} (num_slots = {header.num_slots})")
-            for i, x in enumerate(items)
-        )
-        if not got or got[0] != slot or len(set(got)) != len(got):
-            raise _fail(line, f"{path}.slots", f"distinct slots, the first the row's slot {slot}", items)
-        slots = got
-    tree = obj.get("tree")
-    if tree is not None:
-        items = _list(tree, line, f"{path}.tree", "parents (one per fed token, the root's -1)")
-        tree = tuple(
-            _int(p, line, f"{path}.tree[{i}]", -1, INT32_MAX, "a parent node (an int >= 0, the root's -1)")
-            for i, p in enumerate(items)
-        )
+    accepted = obj.get("accepted")
+    if accepted is not None:
+        accepted = _accepted(accepted, line, path, as_kind, _where(mode, kind), header)
+    tokens = _ints(obj.get("tokens"), line, f"{path}.tokens", 0, "token ids", "a token id (an int >= 0)")
+    if tokens is not None and len(tokens) != new_tokens:
+        raise _fail(line, f"{path}.tokens", f"{new_tokens} token ids (new_tokens)", obj["tokens"], f"{len(tokens)}")
+    slots = _ints(
+        obj.get("slots"), line, f"{path}.slots", 0, "slots", f"an int in 0..{top} (num_slots = {top + 1})", top
+    )
+    if slots is not None and (not slots or slots[0] != slot or len(set(slots)) != len(slots)):
+        raise _fail(line, f"{path}.slots", f"distinct slots, the first the row's slot {slot}", obj["slots"])
+    parents = "parents (one per fed token, the root's -1)"
+    tree = _ints(obj.get("tree"), line, f"{path}.tree", -1, parents, "a parent node (an int >= 0, the root's -1)")
     return TraceRow(rid, req_pool_index, slot, seq_len, new_tokens, cached_tokens, accepted, tokens, slots, kind, tree)
+
+
+def _where(mode: str, kind: str | None) -> str:
+    """What a row's counts are checked against, for a message: its kind in a mixed step, else its step's mode."""
+    return f"{_a(kind)} row" if mode == "mixed" and kind is not None else f"{_a(mode)} step"
+
+
+def _ints(
+    value: Any, line: int, path: str, minimum: int, what: str, expected: str, maximum: int = INT32_MAX
+) -> tuple[int, ...] | None:
+    """An optional list of ints in ``[minimum, maximum]`` as a tuple (None stays None): checked at once, and
+    item by item only to say which one is refused."""
+    if value is None:
+        return None
+    items = tuple(_list(value, line, path, what))
+    if not _ints_within(items, minimum, maximum):
+        for i, item in enumerate(items):
+            _int(item, line, f"{path}[{i}]", minimum, maximum, expected)
+    return items
 
 
 def _kind(value: Any, line: int, path: str, mode: str, header: TraceHeader) -> str | None:
