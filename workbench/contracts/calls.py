@@ -10,7 +10,6 @@ the function took ``backend: GraphBackend``. Where most hook calls of a hybrid e
 from __future__ import annotations
 
 import ast
-from bisect import bisect_left
 
 from workbench.contracts.facts import (
     Ann,
@@ -21,6 +20,7 @@ from workbench.contracts.facts import (
     annotation_names,
     call_text,
     compact,
+    spans_a_line,
 )
 from workbench.contracts.signatures import CallSite
 from workbench.contracts.source import Names, Ref, SourceIndex, SourceModule
@@ -40,12 +40,6 @@ __all__ = [
 ]
 
 
-def _within(lines: list[int], gate: tuple[int, int]) -> bool:
-    """Whether a sorted list of line numbers has one inside a statement's span."""
-    at = bisect_left(lines, gate[0])
-    return at < len(lines) and lines[at] <= gate[1]
-
-
 def function_calls(
     function: FunctionInfo, path: str, cls: str, wanted: set[str] | frozenset[str], lines: list[int]
 ) -> list[tuple[CallSite, Receiver]]:
@@ -56,10 +50,10 @@ def function_calls(
     one of them are read, and only the loops there alias a receiver. A site's ``text`` is left empty (its
     ``span`` says where it is): :func:`site_text` reads it back for the few calls a finding shows.
     """
-    calls = [c for c in function.calls if c.name in wanted and _within(lines, c.gate)]
+    calls = [c for c in function.calls if c.name in wanted and spans_a_line(lines, *c.gate)]
     if not calls:
         return []
-    aliases = {name: receiver for gate, name, receiver in function.loops if _within(lines, gate)}
+    aliases = {name: receiver for gate, name, receiver in function.loops if spans_a_line(lines, *gate)}
     caller = f"{cls}.{function.name}" if cls else function.name
     out = []
     for call in calls:

@@ -336,7 +336,9 @@ def scan_calls(source: bytes) -> tuple[dict[str, list[int]], list[int]]:
     return {name.decode(): found for name, found in calls.items()}, lines
 
 
-def _within(lines: list[int], lo: int, hi: int) -> bool:
+def spans_a_line(lines: list[int], lo: int, hi: int) -> bool:
+    """Whether the sorted ``lines`` hold one in ``[lo, hi]`` (a statement's span against :func:`scan_calls`'s
+    lines; the walk's hot loops inline the same test)."""
     at = bisect_left(lines, lo)
     return at < len(lines) and lines[at] <= hi
 

@@ -21,7 +21,6 @@ import os
 import re
 import stat
 import sys
-from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable
 from contextlib import suppress
@@ -42,6 +41,7 @@ from workbench.contracts.facts import (
     read_class,
     read_function,
     scan_calls,
+    spans_a_line,
     unparse,
 )
 from workbench.contracts.signatures import Method, SourceExpr
@@ -271,7 +271,7 @@ def _class_nodes(
             out.append((statement, qualname, scope))
             _class_nodes(statement.body, qualname + ".", scope, out, imports, deep, class_lines=class_lines)
         elif deep and isinstance(statement, _FUNCTIONS):
-            if class_lines is not None and not _within(class_lines, statement.lineno, statement.end_lineno or 0):
+            if class_lines is not None and not spans_a_line(class_lines, statement.lineno, statement.end_lineno or 0):
                 continue
             inner = [s for s in _statements(statement.body) if isinstance(s, (ast.ClassDef, *_FUNCTIONS))]
             if inner:  # most functions build no class: skip their bindings
@@ -323,11 +323,6 @@ def _read_facts(module: SourceModule, tree: ast.Module, found: list[tuple[ast.Cl
             function = read_function(statement, False, lines)
             if function.calls:
                 module.functions.append(function)
-
-
-def _within(lines: list[int], lo: int, hi: int) -> bool:
-    at = bisect_left(lines, lo)
-    return at < len(lines) and lines[at] <= hi
 
 
 def _annotated(args: ast.arguments) -> bool:
