@@ -309,6 +309,7 @@ TOKENS_KEPT = '(tokens kept, the bonus token included: the header\'s accepted is
 STEP_REFUSALS = [
     # line numbers: the header is line 1, steps()[i] is line i + 2
     ((0, "rows.0.tokens", [1, 2]), "line 2: rows[0].tokens: expected 5 token ids (new_tokens), got 2"),
+    ((0, "rows.0.tokens", [1, -2]), "line 2: rows[0].tokens: expected 5 token ids (new_tokens), got 2"),
     ((0, "rows.0.tokens", [1, 2, -3, 4, 5]), "line 2: rows[0].tokens[2]: expected a token id (an int >= 0), got -3"),
     ((0, "rows.0.tokens", 7), "line 2: rows[0].tokens: expected a list of token ids, got 7"),
     (

@@ -416,9 +416,10 @@ def _row(value: Any, line: int, path: str, mode: str, header: TraceHeader) -> Tr
     accepted = obj.get("accepted")
     if accepted is not None:
         accepted = _accepted(accepted, line, path, as_kind, _where(mode, kind), header)
-    tokens = _ints(obj.get("tokens"), line, f"{path}.tokens", 0, "token ids", "a token id (an int >= 0)")
-    if tokens is not None and len(tokens) != new_tokens:
-        raise _fail(line, f"{path}.tokens", f"{new_tokens} token ids (new_tokens)", obj["tokens"], f"{len(tokens)}")
+    raw = obj.get("tokens")
+    if isinstance(raw, list) and len(raw) != new_tokens:  # the count is said before any one id is
+        raise _fail(line, f"{path}.tokens", f"{new_tokens} token ids (new_tokens)", raw, f"{len(raw)}")
+    tokens = _ints(raw, line, f"{path}.tokens", 0, "token ids", "a token id (an int >= 0)")
     slots = _ints(
         obj.get("slots"), line, f"{path}.slots", 0, "slots", f"an int in 0..{top} (num_slots = {top + 1})", top
     )
