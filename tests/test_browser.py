@@ -26,11 +26,12 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import _figure_labels as labels  # beside this file (tests/ is on sys.path under pytest's default import mode)
+import _notebook_claims as claims
 import pytest
 
 pytestmark = [pytest.mark.notebook, pytest.mark.slow]
@@ -246,6 +247,18 @@ def _wait_ran(page, name: str, timeout_ms: int = RUN_TIMEOUT_MS) -> None:
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
 
 
+STREAMS = ("application/vnd.jupyter.stdout", "application/vnd.jupyter.stderr")
+
+
+def _printed(page) -> str:
+    """The text the notebook in ``page`` printed (its cells' stdout and stderr outputs, in order), as
+    ``test_notebooks.py`` reads it from the executed file."""
+    texts = page.eval_on_selector_all(
+        ", ".join(f"{NB} [data-mime-type='{m}']" for m in STREAMS), "els => els.map(e => e.textContent)"
+    )
+    return "".join(texts)
+
+
 def _error_outputs(page) -> list[str]:
     mimes = ("application/vnd.jupyter.error", "application/vnd.jupyter.stderr")
     errs = page.eval_on_selector_all(
@@ -264,6 +277,8 @@ class Opened:
     console: Console
     failure: str | None = None
     ran: bool = False
+    opened_at: float = field(default_factory=time.monotonic)
+    seconds: float = 0.0  # from opening the page to every cell run (the kernel's start included)
 
 
 class Notebooks:
@@ -292,7 +307,7 @@ class Notebooks:
         if nb.failure is None and not nb.ran:
             try:
                 _wait_ran(nb.page, name)
-                nb.ran = True
+                nb.ran, nb.seconds = True, time.monotonic() - nb.opened_at
             except AssertionError as e:
                 nb.failure = str(e)
         return nb
@@ -425,15 +440,22 @@ def _clean_console(nb: Opened) -> None:
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_runs_and_no_figure_draws_a_label_over_another(notebooks, name):
-    """Every notebook runs in the lab without an error output; in every figure it draws (its own and its
-    widgets'), no two labels cover each other and none is cut off; no tick stands beside a False."""
+def test_notebook_runs_and_no_figure_draws_a_label_over_another(notebooks, name, request):
+    """Every notebook runs in the lab without an error output, within its time limit, and prints what it
+    demonstrates (``tests/_notebook_claims.py``: then ``test_notebooks.py`` does not run it again); in every
+    figure it draws (its own and its widgets'), no two labels cover each other and none is cut off; no tick
+    stands beside a False."""
     nb = notebooks.ran(name)
+    limit = claims.time_limit(name)
+    assert nb.seconds < limit, f"{name} took {nb.seconds:.0f} s in the lab, over its limit of {limit} s"
+    missing = claims.missing_lines(name, _printed(nb.page))
+    assert not missing, f"{name} did not print {missing}"
     figures = _check_labels(nb.page, name)
     if name in HAS_FIGURES:
         assert figures, f"{name}: no plotly figure rendered"
     _no_tick_beside_false(nb.page, name)
     _clean_console(nb)
+    claims.checked_in_browser(request.config).add(name)
 
 
 def _padding_bars(page, plot_index: int = 0) -> list[int]:
@@ -637,9 +659,9 @@ def test_bug_zoo_widget_runs_a_case_and_checks_the_backend_typed_in(notebooks):
     # the evidence drawn, broken beside fixed, with room for its labels
     zoo.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=60_000)
     assert _check_labels(page, "03_bug_zoo.ipynb (BugZoo after Run)"), "the zoo widget drew no figure"
-    field = zoo.locator(".widget-text:has(.widget-label:text-is('your backend')) input").first
-    field.scroll_into_view_if_needed()
-    field.fill(f"{ROOT / 'tests' / 'fixtures' / 'user_backends' / 'in_capture_bug.py'}:AscendBackend")
+    backend_box = zoo.locator(".widget-text:has(.widget-label:text-is('your backend')) input").first
+    backend_box.scroll_into_view_if_needed()
+    backend_box.fill(f"{ROOT / 'tests' / 'fixtures' / 'user_backends' / 'in_capture_bug.py'}:AscendBackend")
     zoo.locator("button:has-text('Check my backend')").click()
     page.wait_for_selector(".wb-zoo-checks[data-ok='false']", timeout=120_000)
     table = page.locator(".wb-zoo-checks").last
