@@ -247,7 +247,7 @@ def _wait_ran(page, name: str, timeout_ms: int = RUN_TIMEOUT_MS) -> None:
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
 
 
-STREAMS = ("application/vnd.jupyter.stdout", "application/vnd.jupyter.stderr")
+STREAMS = ("application/vnd.jupyter.stdout", "application/vnd.jupyter.stderr")  # a cell's printed output
 
 
 def _printed(page) -> str:
@@ -260,7 +260,7 @@ def _printed(page) -> str:
 
 
 def _error_outputs(page) -> list[str]:
-    mimes = ("application/vnd.jupyter.error", "application/vnd.jupyter.stderr")
+    mimes = ("application/vnd.jupyter.error", STREAMS[1])  # an error, or anything on stderr
     errs = page.eval_on_selector_all(
         ", ".join(f"{NB} [data-mime-type='{m}']" for m in mimes), "els => els.map(e => e.textContent)"
     )
