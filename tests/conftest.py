@@ -20,3 +20,22 @@ threads.configure()
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+# `make test` runs the suite on two workers (pytest-xdist, `--dist loadgroup`). The notebook runs go to one of
+# them as a whole and first: the browser module starts JupyterLab once for all its tests, and
+# `test_notebooks.py` skips what the browser already checked (`_notebook_claims.CHECKED_IN_BROWSER`, a
+# per-process stash), so both must run in the same process, the browser first. Without xdist this only
+# orders the collection the same way.
+NOTEBOOK_MODULES = ("test_browser.py", "test_notebooks.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return NOTEBOOK_MODULES.index(name) if name in NOTEBOOK_MODULES else len(NOTEBOOK_MODULES)
+
+    for item in items:
+        if rank(item) < len(NOTEBOOK_MODULES):
+            item.add_marker(pytest.mark.xdist_group("notebooks"))
+    items.sort(key=rank)  # stable: each module keeps its own order

@@ -49,12 +49,22 @@ def test_license_files_the_build_ships_are_the_apache_license_it_declares():
     )
 
 
+def _marker_expressions(target: str) -> list[str]:
+    """The ``-m`` expression of each pytest command ``make target`` runs (``make -n``: printed, not run)."""
+    out = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    found = []
+    for line in out.splitlines():
+        for command in line.split(";"):  # make test runs its sessions in one shell line
+            if "-m pytest" in command:
+                args = shlex.split(command.split("||")[0])
+                after = args[args.index("pytest") :]  # past `python -m pytest`
+                found.append(after[after.index("-m") + 1])
+    return found
+
+
 def _fast_target_marker_expression() -> str:
-    """The ``-m`` expression of the pytest command ``make test-fast`` runs (``make -n``: printed, not run)."""
-    out = subprocess.run(["make", "-n", "test-fast"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    args = shlex.split(next(line for line in out.splitlines() if "pytest" in line))
-    after = args[args.index("pytest") :]  # past `python -m pytest`
-    return after[after.index("-m") + 1]
+    (expression,) = _marker_expressions("test-fast")
+    return expression
 
 
 @pytest.mark.slow  # two pytest runs in fresh interpreters
@@ -76,6 +86,32 @@ def test_markers_are_strict_and_the_fast_target_deselects_the_marked_tests(tmp_p
     assert fast.returncode == 0 and "1 passed, 3 deselected" in fast.stdout, fast.stdout + fast.stderr
     typo = subprocess.run([*pytest_cmd, "test_typo.py"], cwd=tmp_path, capture_output=True, text=True)
     assert typo.returncode != 0 and "'slwo' not found in `markers`" in typo.stdout + typo.stderr, typo.stdout
+
+
+@pytest.mark.slow  # two pytest collections in fresh interpreters
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_test_sessions_run_every_test_exactly_once(tmp_path):
+    """``make test`` splits pytest into sessions by marker (the notebooks alone, the rest on workers): between
+    them every test, whatever its markers, is collected by exactly one."""
+    expressions = _marker_expressions("test")
+    assert len(expressions) == 2, expressions
+    kinds = [(), ("slow",), ("network",), ("notebook",), ("notebook", "slow"), ("engines", "network")]
+    (tmp_path / "test_marked.py").write_text(
+        "import pytest\n\n"
+        + "".join(
+            "".join(f"@pytest.mark.{m}\n" for m in kind) + f"def test_{'_'.join(kind) or 'plain'}():\n    pass\n\n"
+            for kind in kinds
+        )
+    )
+    pytest_cmd = [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path)]
+    pytest_cmd += ["-p", "no:cacheprovider", "-p", "no:xdist", "-q", "--collect-only", "test_marked.py"]
+    collected = []
+    for expression in expressions:
+        run = subprocess.run([*pytest_cmd, "-m", expression], cwd=tmp_path, capture_output=True, text=True)
+        assert run.returncode in (0, 5), run.stdout + run.stderr  # 5: this session collects none of them
+        collected += [line.split("::")[1] for line in run.stdout.splitlines() if "::" in line]
+    want = sorted(f"test_{'_'.join(kind) or 'plain'}" for kind in kinds)
+    assert sorted(collected) == want, (expressions, collected)
 
 
 def test_pre_commit_hooks_are_local_and_point_at_the_venv():
