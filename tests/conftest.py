@@ -22,11 +22,10 @@ def _seed():
     yield
 
 
-# `make test` runs the suite on two workers (pytest-xdist, `--dist loadgroup`). The notebook runs go to one of
-# them as a whole and first: the browser module starts JupyterLab once for all its tests, and
-# `test_notebooks.py` skips what the browser already checked (`_notebook_claims.CHECKED_IN_BROWSER`, a
-# per-process stash), so both must run in the same process, the browser first. Without xdist this only
-# orders the collection the same way.
+# The notebook runs stay in one process, the browser's first: `test_notebooks.py` skips what the browser
+# already checked (`_notebook_claims.CHECKED_IN_BROWSER`, a per-process stash). `make test` runs them in a
+# session of their own; when the whole suite runs on workers (`pytest -n 2 --dist loadgroup`) the group
+# sends them to one worker as a whole, first. Without xdist this only orders the collection.
 NOTEBOOK_MODULES = ("test_browser.py", "test_notebooks.py")
 
 
