@@ -254,6 +254,10 @@ def test_changed_slots_compares_tensors_of_any_layout():
     after["a"][1, 4, 2] = 1.0
     after["b"][3, 0] = 1.0
     assert changed_slots(wide, after) == [("a", 1), ("b", 3)]
+    empty = {"none": torch.zeros(0, 4), "nothing_per_slot": torch.zeros(3, 0), "flat": torch.zeros(4)}
+    after = {k: v.clone() for k, v in empty.items()}
+    after["flat"][2] = -0.0
+    assert changed_slots(empty, after) == [("flat", 2)]
 
 
 def test_snapshot_keeps_the_values_of_the_moment():

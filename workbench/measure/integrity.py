@@ -157,8 +157,16 @@ def changed_slots(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor
     out = []
     for name, b in before.items():
         a = after[name]
-        diff = (a.view(torch.uint8) != b.view(torch.uint8)) if a.is_contiguous() and b.is_contiguous() else a.ne(b)
-        rows = diff.reshape(diff.shape[0], -1).any(dim=1).nonzero().flatten().tolist()
+        if not b.numel():
+            continue
+        n = b.shape[0]  # slots first; a [num_slots] tensor too (its bytes are not more slots)
+        if a.is_contiguous() and b.is_contiguous():
+            diff = a.reshape(n, -1).view(torch.uint8) != b.reshape(n, -1).view(torch.uint8)
+        else:
+            diff = a.ne(b).reshape(n, -1)
+        # a row's max over its flags read as uint8, not `any(dim=1)`: the same answer, 4-5x cheaper on the CPU on
+        # a trace's pool (91 slots of 1.5 KB), where it was 5% of checking a trace (issue 33)
+        rows = diff.view(torch.uint8).amax(dim=1).nonzero().flatten().tolist()
         out += [SlotChange(name, int(s)) for s in rows]
     return out
 
