@@ -258,6 +258,8 @@ def test_changed_slots_compares_tensors_of_any_layout():
     after = {k: v.clone() for k, v in empty.items()}
     after["flat"][2] = -0.0
     assert changed_slots(empty, after) == [("flat", 2)]
+    with pytest.raises(ValueError, match=r"flat is \(4,\) before and \(2, 2\) after"):
+        changed_slots({"flat": torch.rand(4)}, {"flat": torch.rand(2, 2)})
 
 
 def test_snapshot_keeps_the_values_of_the_moment():

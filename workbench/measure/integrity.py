@@ -157,6 +157,8 @@ def changed_slots(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor
     out = []
     for name, b in before.items():
         a = after[name]
+        if a.shape != b.shape:  # reshaped below: a mismatch would be read as other slots, not refused
+            raise ValueError(f"changed_slots: {name} is {tuple(b.shape)} before and {tuple(a.shape)} after")
         if not b.numel():
             continue
         n = b.shape[0]  # slots first; a [num_slots] tensor too (its bytes are not more slots)
