@@ -34,13 +34,12 @@ def live_rows_and_slots(
     Raises IndexError naming the first processed row whose slot is outside ``[0, num_slots)``. Reads
     ``state_indices`` on the host: for the torch references only.
     """
-    rows = (~skipped_rows(state_indices, pad_slot_id)).nonzero().squeeze(1)
-    slots = state_indices[rows].long()
-    bad = (slots < 0) | (slots >= num_slots)
-    if bool(bad.any()):
-        row = int(rows[bad.nonzero()[0, 0]])
-        raise _outside_the_pool(row, int(state_indices[row]), num_slots, pad_slot_id)
-    return rows, slots
+    slots, skipped = host_rows(state_indices, pad_slot_id, num_slots)
+    rows = [row for row, skip in enumerate(skipped) if not skip]
+    # built from host lists: on a handful of rows a torch mask, nonzero and bounds check cost ten small calls
+    device = state_indices.device
+    live = [slots[row] for row in rows]
+    return torch.tensor(rows, dtype=torch.long, device=device), torch.tensor(live, dtype=torch.long, device=device)
 
 
 def _outside_the_pool(row: int, slot: int, num_slots: int, pad_slot_id: int | None) -> IndexError:
@@ -57,7 +56,7 @@ def host_rows(state_indices: torch.Tensor, pad_slot_id: int | None, num_slots: i
     last slot. Raises the IndexError of :func:`live_rows_and_slots`.
     """
     slots: list[int] = state_indices.tolist()
-    skipped: list[bool] = skipped_rows(state_indices, pad_slot_id).tolist()
+    skipped = [False] * len(slots) if pad_slot_id is None else [slot <= pad_slot_id for slot in slots]
     for row, slot in enumerate(slots):
         if not skipped[row] and not 0 <= slot < num_slots:
             raise _outside_the_pool(row, slot, num_slots, pad_slot_id)
