@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from kernels import snapshots
 from kernels.dtypes import compute_dtype
 from kernels.padding import live_rows_and_slots
 
@@ -134,6 +135,7 @@ def varlen_reference(
     out.zero_()
     rows, slots = live_rows_and_slots(state_indices, pad_slot_id, conv_state.shape[0])
     bounds = cu_seqlens.tolist()
+    snaps = snapshots.active()
     for row, slot in zip(rows.tolist(), slots.tolist(), strict=True):
         bos, eos = bounds[row], bounds[row + 1]
         if eos == bos:
@@ -149,3 +151,6 @@ def varlen_reference(
         out[bos:eos] = _activate(y, activation).T.to(out.dtype)
         # The last W-1 inputs; for len < W-1 some of them are older state inputs.
         conv_state[slot] = ext[:, -(W - 1) :].to(conv_state.dtype)
+        t = snaps.tokens(slot, eos - bos) if snaps is not None else None
+        if snaps is not None and t is not None:  # the window after t tokens (kernels.snapshots)
+            snaps.conv[slot] = ext[:, t : t + W - 1].clone()

@@ -19,11 +19,13 @@ so a graph recorder sees one op and never these syncs. They trust their inputs: 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from kernels import snapshots
 from kernels.conventions import DEFAULT_STATE_LAYOUT, layout_view
 from kernels.dtypes import compute_dtype
 from kernels.padding import host_rows, skipped_rows
@@ -186,8 +188,15 @@ def recurrent_reference(
             raise ValueError("gated delta rule reference: a tree verify needs intermediate_states and no state update")
         parents = retrieve_parent_token.tolist()
     work = [n for n in range(len(batch.slots)) if not batch.skipped[n] and batch.bounds[n + 1] > batch.bounds[n]]
+    snaps = snapshots.active() if intermediate_states is None else None
+    keep = None
+    if snaps is not None and snaps.wanted:
+
+        def keep(slot: int, S: torch.Tensor) -> None:  # a [HV, K, V] K-first state, as the pool lays it out
+            snaps.ssm[slot] = layout_view(S, "k_first", state_layout).clone()
+
     if work:
-        _recurrent_rows_together(work, batch, state, out, intermediate_states, disable_state_update, parents)
+        _recurrent_rows_together(work, batch, state, out, intermediate_states, disable_state_update, parents, keep)
 
 
 # States of at most this many bytes per slot (in the arithmetic dtype) are gathered into one tensor; larger
@@ -203,6 +212,7 @@ def _recurrent_rows_together(
     intermediate_states: torch.Tensor | None,
     disable_state_update: bool,
     parents: list[list[int]] | None = None,
+    keep: Callable[[int, torch.Tensor], None] | None = None,
 ) -> None:
     """Token step t of every row at once (decode: 1 step, verify: D, extend: the longest row's length).
 
@@ -221,8 +231,10 @@ def _recurrent_rows_together(
     A tree verify (`parents`: host rows of `retrieve_parent_token`) is the same walk, but before step t >= 1
     each running row's state is replaced by its parent node's, read back from `intermediate_states` (where
     step parent stored it): a chain (parent t-1) reads back what it holds, bit for bit.
+
+    `keep(slot, S)` is handed the state of each row `kernels.snapshots` asks for, after the token it asks for.
     """
-    q, k, v, g, beta = batch.q, batch.k, batch.v, batch.g, batch.beta
+    q, k = batch.q, batch.k
     dtype, device = q.dtype, q.device
     HV, K, V = state.shape[1], state.shape[2], state.shape[3]
     rows = sorted(rows, key=lambda n: batch.bounds[n] - batch.bounds[n + 1])  # longest first (stable sort)
@@ -234,27 +246,17 @@ def _recurrent_rows_together(
     kt, qt = k.index_select(0, tok), q.index_select(0, tok)  # [P, HV, K]
     m = tok.numel() * HV  # (token, head) pairs
     o = torch.empty(m, 1, V, dtype=dtype, device=device)
-    packed = (
-        torch.stack((kt, qt), dim=2).view(m, 2, K),  # S^T k and S^T q by one matmul
-        kt.view(m, K, 1),  # k as a column, for S += k u^T
-        v.index_select(0, tok).view(m, 1, V),
-        beta.index_select(0, tok).view(m, 1, 1),
-        torch.exp(g.index_select(0, tok)).view(m, -1, 1),  # the decay: [m, 1, 1], or [m, K, 1] per channel
-        (kt * qt).sum(-1).view(m, 1, 1),  # k . q
-        o,
-    )
+    small = HV * K * V * dtype.itemsize <= GATHER_MAX_SLOT_BYTES
+    gathered = state.dtype != dtype or disable_state_update or small
+    token_step, packed = _step_inputs(batch, tok, kt, qt, o, small)
     # split_with_sizes, not split: the Python wrapper of split costs as much as the call here
     steps = [packed] if len(pairs) == 1 else zip(*(x.split_with_sizes(pairs) for x in packed), strict=True)
+    kept_at = _kept_at(rows, lengths, batch.slots) if keep is not None else {}
 
-    gathered = state.dtype != dtype or disable_state_update or HV * K * V * dtype.itemsize <= GATHER_MAX_SLOT_BYTES
     if parents is not None and not (gathered and intermediate_states is not None):
         raise ValueError("gated delta rule reference: a tree verify reads its nodes back from intermediate_states")
     if gathered:
-        slots = torch.tensor([batch.slots[n] for n in rows], device=device)
-        S_rows = state.index_select(0, slots).to(dtype)  # [R, HV, K, V], a private copy
-        fresh = [r for r, n in enumerate(rows) if not batch.has_init[n]]
-        if fresh:
-            S_rows[fresh] = 0
+        slots, S_rows = _gather(state, rows, batch, dtype)
         S_all = S_rows.view(-1, K, V)
         running_states = {n: S_all[:n] for n in set(pairs)}  # the running pairs' states: a prefix
         if intermediate_states is not None:
@@ -274,19 +276,69 @@ def _recurrent_rows_together(
             parent_steps = torch.tensor([parents[n][t] for n in node_rows], device=device)
             S_rows[:live] = intermediate_states[batch_rows[:live], parent_steps].to(dtype)
         if gathered:
-            _token_step(running_states[pairs[t]], *step)
+            token_step(running_states[pairs[t]], *step)
+            for r in kept_at.get(t, ()):
+                assert keep is not None  # kept_at is empty without it
+                keep(batch.slots[rows[r]], S_rows[r])
             if intermediate_states is not None:
                 # indexed by batch row, not slot: the engine picks the accepted step afterwards
                 inter = S_rows[:live].to(intermediate_states.dtype)
                 intermediate_states[:, t].index_copy_(0, batch_rows[:live], inter)
             continue
         for r, S in enumerate(work[:live]):
-            _token_step(S, *(x[r * HV : (r + 1) * HV] for x in step))
+            token_step(S, *(x[r * HV : (r + 1) * HV] for x in step))
+            if keep is not None and r in kept_at.get(t, ()):
+                keep(batch.slots[rows[r]], S)
             if intermediate_states is not None:
                 intermediate_states[rows[r], t] = S
     out.index_copy_(0, tok, o.view(-1, HV, V).to(out.dtype))
     if gathered and not disable_state_update:
         state.index_copy_(0, slots, S_rows.to(state.dtype))
+
+
+def _gather(
+    state: torch.Tensor, rows: list[int], batch: _Batch, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The slots of `rows` and a private `dtype` copy of their states, [R, HV, K, V] (zeros for a row without
+    initial state)."""
+    slots = torch.tensor([batch.slots[n] for n in rows], device=state.device)
+    S_rows = state.index_select(0, slots).to(dtype)
+    fresh = [r for r, n in enumerate(rows) if not batch.has_init[n]]
+    if fresh:
+        S_rows[fresh] = 0
+    return slots, S_rows
+
+
+def _step_inputs(
+    batch: _Batch, tok: torch.Tensor, kt: torch.Tensor, qt: torch.Tensor, o: torch.Tensor, small: bool
+) -> tuple[Callable[..., None], tuple[torch.Tensor, ...]]:
+    """The token step for the state's size and its inputs, one (token, head) pair a row, step-major (`tok`: the
+    tokens; `kt`, `qt` [P, HV, K] their k and q; `o` [m, 1, V] the output): `_small_token_step` where per-call
+    overhead is the cost, `_token_step` where the passes over the state are."""
+    m, K, V = o.shape[0], kt.shape[-1], o.shape[-1]
+    vt, bt = batch.v.index_select(0, tok).view(m, 1, V), batch.beta.index_select(0, tok).view(m, 1, 1)
+    decay = torch.exp(batch.g.index_select(0, tok)).view(m, -1, 1)  # [m, 1, 1], or [m, K, 1] per channel
+    if small:
+        return _small_token_step, (kt.view(m, 1, K), kt.view(m, K, 1), qt.view(m, 1, K), vt * bt, bt.neg(), decay, o)
+    return _token_step, (
+        torch.stack((kt, qt), dim=2).view(m, 2, K),  # S^T k and S^T q by one matmul
+        kt.view(m, K, 1),  # k as a column, for S += k u^T
+        vt, bt, decay,
+        (kt * qt).sum(-1).view(m, 1, 1),  # k . q
+        o,
+    )  # fmt: skip
+
+
+def _kept_at(rows: list[int], lengths: list[int], slots: list[int]) -> dict[int, list[int]]:
+    """Token step -> the rows (indices into `rows`, of `lengths` tokens) whose state `kernels.snapshots` asks
+    for after it."""
+    snaps = snapshots.active()
+    kept: dict[int, list[int]] = {}
+    for r, (n, length) in enumerate(zip(rows, lengths, strict=True)):
+        t = snaps.tokens(slots[n], length) if snaps is not None else None
+        if t is not None:
+            kept.setdefault(t - 1, []).append(r)
+    return kept
 
 
 def _token_step(
@@ -311,6 +363,28 @@ def _token_step(
     u = (v - Sk).mul_(beta)  # u = beta (v - S^T k)
     S.addcmul_(k, u)  # S <- S + k u^T (the outer product by broadcasting)
     torch.addcmul(Sq, u, k_dot_q, out=o)
+
+
+def _small_token_step(
+    S: torch.Tensor,
+    k_row: torch.Tensor,
+    k: torch.Tensor,
+    q_row: torch.Tensor,
+    beta_v: torch.Tensor,
+    neg_beta: torch.Tensor,
+    decay: torch.Tensor,
+    o: torch.Tensor,
+) -> None:
+    """`_token_step` in five torch calls instead of seven, for states small enough that a call's overhead
+    costs more than a pass over them (at most GATHER_MAX_SLOT_BYTES a slot): o is read from the new state
+    (a fourth pass) instead of being assembled from S^T q, u and k . q.
+
+    k_row, q_row [m, 1, K] (q scaled); k [m, K, 1]; beta_v [m, 1, V] (beta v); neg_beta [m, 1, 1] (-beta);
+    decay as `_token_step`'s."""
+    S.mul_(decay)
+    u = torch.addcmul(beta_v, torch.bmm(k_row, S), neg_beta)  # beta (v - S^T k)
+    S.addcmul_(k, u)
+    torch.bmm(q_row, S, out=o)  # S_new^T q
 
 
 def chunk_step(

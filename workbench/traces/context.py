@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from kernels.snapshots import Snapshots
 from workbench.batch import Batch
 from workbench.layers import Intermediate, LayerState
 from workbench.pool import StatePool
@@ -42,8 +43,10 @@ class StepContext:
 
     After the forward (:meth:`after_forward`; None or empty before, or when the step ran none): ``batch``,
     ``inputs`` (``[tokens, hidden]``), ``before`` (the runner's and the shadow's states before the step: the
-    stand-in for the kernel's chunk states), ``read_columns`` (vLLM verify: request id -> the column of its
-    window it read) and ``verified`` (a verify's intermediate states; sglang only).
+    stand-in for the kernel's chunk states), ``taken`` (the states the runner's and the shadow's references
+    handed out as they passed them: :mod:`kernels.snapshots`, asked for the rows tracked from the chunk
+    states), ``read_columns`` (vLLM verify: request id -> the column of its window it read) and ``verified``
+    (a verify's intermediate states; sglang only).
 
     ``accepted_unit``: the header's ``accepted`` (what a verify row's ``accepted`` counts): :meth:`kept`
     reads a row's through it. ``topk``: the header's (above 1: the verify rows' drafts are trees, and a
@@ -62,6 +65,7 @@ class StepContext:
     batch: Batch | None = None
     inputs: torch.Tensor | None = None
     before: tuple[LayerState, LayerState] | None = None
+    taken: tuple[Snapshots, Snapshots] | None = None
     read_columns: Mapping[int, int] = field(default_factory=dict)
     verified: VerifiedIntermediates | None = None
     accepted_unit: str = "tokens"
@@ -75,11 +79,13 @@ class StepContext:
         before: tuple[LayerState, LayerState] | None,
         read_columns: Mapping[int, int],
         verified: VerifiedIntermediates | None,
+        taken: tuple[Snapshots, Snapshots] | None = None,
     ) -> StepContext:
         """This step with what its forward ran on and left."""
         return replace(
-            self, batch=batch, inputs=inputs, before=before, read_columns=dict(read_columns), verified=verified
-        )
+            self, batch=batch, inputs=inputs, before=before, taken=taken, read_columns=dict(read_columns),
+            verified=verified,
+        )  # fmt: skip
 
     @property
     def dummy_slot(self) -> int:

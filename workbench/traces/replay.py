@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any
 
 import torch
 
+from kernels.snapshots import Snapshots, take_states
 from workbench import html
 from workbench.backends import MetadataBackend
 from workbench.batch import Batch
@@ -70,6 +72,7 @@ from workbench.traces.model import (
     tree_step_problem,
 )
 from workbench.traces.steps import new_pool, to_batches
+from workbench.traces.tracking import chunk_positions
 
 RECORDED_FIELDS = ("state_indices", "query_start_loc", "seq_lens", "req_pool_indices", "has_initial_state")
 NULL_IS_UNRECORDED = ("seq_lens", "req_pool_indices", "has_initial_state")
@@ -281,7 +284,7 @@ class TraceReplayer:
         self.read_columns: dict[int, int] = {}  # vLLM verify: request id -> the column of its slots it read
         # the step's batch, inputs and states before it (the prefix cache's stand-in for the kernel's chunk
         # states); None until its forward runs
-        self._ran: tuple[Batch, torch.Tensor, tuple[LayerState, LayerState]] | None = None
+        self._ran: tuple[Batch, torch.Tensor, tuple[LayerState, LayerState], tuple[Snapshots, Snapshots]] | None = None
         # the step's verify rows (request-pool rows, in batch order) with the runner's and the float64
         # reference's intermediate states, for sglang's tracking at commit; None after other steps
         self.verified_intermediates: VerifiedIntermediates | None = None
@@ -326,9 +329,9 @@ class TraceReplayer:
         mark(None)
         if not any(d.field == "seq_len" for d in miscounted):  # else no batch can be built from the rows
             found += self._build_and_run(step)
-        batch, inputs, before = self._ran if self._ran is not None else (None, None, None)
+        batch, inputs, before, taken = self._ran if self._ran is not None else (None, None, None, None)
         ctx = ctx.after_forward(
-            batch=batch, inputs=inputs, before=before, read_columns=self.read_columns,
+            batch=batch, inputs=inputs, before=before, taken=taken, read_columns=self.read_columns,
             verified=self.verified_intermediates,
         )  # fmt: skip
         mark("prefix")
@@ -607,20 +610,21 @@ class TraceReplayer:
         n = _tokens(batch)
         x = self._inputs(step, part, n, index)
         before = r.state.clone()
-        # the inputs and states before the step: the prefix cache's stand-in for the kernel's chunk states
-        self._ran = (
-            batch,
-            x,
-            (before, self.shadow.clone()) if "mamba_chunk_size" in (step.metadata or {}) else (before, self.shadow),
-        )
+        # the inputs and states before the step, and the states the references pass at the tracked positions:
+        # the prefix cache's stand-in for the kernel's chunk states (tracking.chunk_state)
+        tracks = "mamba_chunk_size" in (step.metadata or {})
+        wanted = chunk_positions(step) if tracks else {}
+        taken = (Snapshots(wanted), Snapshots(wanted))
+        self._ran = (batch, x, (before, self.shadow.clone()) if tracks else (before, self.shadow), taken)
         graph_mode = "decode" if batch.mode == "idle" else batch.mode
-        if not eager and batch.mode in GRAPH_STEP_MODES and graph_mode in r.modes:
-            res = r.replay(batch, x)
-            how = "idle" if batch.mode == "idle" else "graph" if res.replayed else "eager"
-            padded = r.graph(r.meta_backend.graph_mode_of(batch), res.bucket).outputs[n:] if res.replayed else None
-        else:
-            res = r.eager(batch, x)
-            how, padded = "eager", None
+        with _taking(taken[0]):
+            if not eager and batch.mode in GRAPH_STEP_MODES and graph_mode in r.modes:
+                res = r.replay(batch, x)
+                how = "idle" if batch.mode == "idle" else "graph" if res.replayed else "eager"
+                padded = r.graph(r.meta_backend.graph_mode_of(batch), res.bucket).outputs[n:] if res.replayed else None
+            else:
+                res = r.eager(batch, x)
+                how, padded = "eager", None
         used = _used_metadata(r.last_metadata, res.bucket if res.replayed else None) if self.record else None
         out = res.output[:n].clone()
         self._mark("reference")
@@ -636,7 +640,8 @@ class TraceReplayer:
             if batch.mode == "target_verify"
             else None
         )
-        ref_out = self.ref.forward(x.double(), meta, self.shadow, inter) if n else out.double()
+        with _taking(taken[1]):
+            ref_out = self.ref.forward(x.double(), meta, self.shadow, inter) if n else out.double()
         self._mark("check")
         found = self._compare(step, batch, meta, before, ref_out, out, padded)
         if batch.mode == "target_verify":
@@ -941,6 +946,11 @@ def _null_difference(step: TraceStep, key: str, want: torch.Tensor | None, value
         return TraceDivergence(step.step, "metadata", key, detail, expected=want.tolist(), got="null")
     detail = "recorded, but the profile builds none for this step (null)"
     return TraceDivergence(step.step, "metadata", key, detail, expected="null", got=value)
+
+
+def _taking(snaps: Snapshots) -> AbstractContextManager[Any]:
+    """``take_states(snaps)`` when it asks for a state; else no context (and no cost)."""
+    return take_states(snaps) if snaps.wanted else nullcontext()
 
 
 def _tokens(batch: Batch) -> int:

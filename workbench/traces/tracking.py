@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from kernels.mamba2.chunk_grid import grid_index, grid_owner, grid_size
+from kernels.snapshots import Snapshots
 from workbench.traces.cache_record import CacheRecord
 from workbench.traces.context import StepContext
 from workbench.traces.divergence import TraceDivergence, prefix_divergence
@@ -151,6 +152,26 @@ class _Tracked:
     @property
     def source(self) -> str:
         return f"h[{self.index}]" if self.index is not None else "a recompute: it is off the grid"
+
+
+def chunk_positions(step: TraceStep) -> dict[int, int]:
+    """The states :meth:`TrackChecks.fields` will track from the kernel's chunk states in ``step``: each such
+    row's running slot -> its tokens in the step up to its tracked position (``(L - cached) // C * C``), for
+    the replay to ask the references for (:mod:`kernels.snapshots`); empty when the step tracks none, or its
+    fields are not the lists the checks take (they say so)."""
+    md = step.metadata or {}
+    chunk = md.get("mamba_chunk_size") if step.mode in EXTEND_MODES else None
+    fields = [md.get(k) for k in TRACK_FIELDS]
+    n = len(step.rows)
+    if not isinstance(chunk, int) or chunk <= 0 or not all(isinstance(f, list) and len(f) == n for f in fields):
+        return {}
+    mask, lengths = (list(f or ()) for f in (fields[0], fields[2]))
+    out: dict[int, int] = {}
+    for i, row in enumerate(step.rows):
+        length = lengths[i] - row.cached_tokens if isinstance(lengths[i], int) else 0
+        if mask[i] and length % chunk:
+            out[row.slot] = length // chunk * chunk
+    return out
 
 
 class TrackChecks:
@@ -440,20 +461,26 @@ class TrackChecks:
     def chunk_state(self, ctx: StepContext, b: int, tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Row ``b``'s conv window and recurrent state after the first ``tokens`` tokens of the step's chunk,
         in the runner's layer (its dtype) and in the float64 reference: the replay's stand-in for the
-        kernel's chunk state ``h`` (the same layer run on those tokens from the row's state before the step,
-        ``ctx.inputs`` and ``ctx.before``)."""
+        kernel's chunk state ``h``. What the layer's references handed out as the step's forward passed it
+        (``ctx.taken``, asked for by :func:`chunk_positions`), else the same layer run on those tokens from
+        the row's state before the step (``ctx.inputs`` and ``ctx.before``): a kernel that hands out none
+        (Triton, Mamba2's), or a state no tracked row asked for (an entry naming another)."""
         assert ctx.inputs is not None and ctx.before is not None  # the forward ran (checked by the caller)
         step, x = ctx.step, ctx.inputs
         row = step.rows[b]
         at = sum(r.new_tokens for r in step.rows[:b])
+        taken = ctx.taken or (None, None)
         return [
-            self.record.run_scratch(
+            _taken(snaps, row.slot, tokens) or self.record.run_scratch(
                 layer, dtype, x[at : at + tokens], row.cached_tokens,
                 (init.conv[row.slot], init.ssm[row.slot]) if row.cached_tokens else None,
             )
-            for layer, dtype, init in (
-                (ctx.layer, ctx.layer.dtype, ctx.before[0]),
-                (ctx.reference, torch.float64, ctx.before[1]),
+            for (layer, dtype, init), snaps in zip(
+                (
+                    (ctx.layer, ctx.layer.dtype, ctx.before[0]),
+                    (ctx.reference, torch.float64, ctx.before[1]),
+                ),
+                taken, strict=True,
             )
         ]  # fmt: skip
 
@@ -482,4 +509,12 @@ class TrackChecks:
         return out
 
 
-__all__ = ["TrackChecks"]
+def _taken(snaps: Snapshots | None, slot: int, tokens: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Slot ``slot``'s conv window and recurrent state after ``tokens`` tokens of its row, when the references
+    handed both out (``snaps``); else None."""
+    if snaps is None or snaps.wanted.get(slot) != tokens or slot not in snaps.conv or slot not in snaps.ssm:
+        return None
+    return snaps.conv[slot], snaps.ssm[slot]
+
+
+__all__ = ["TrackChecks", "chunk_positions"]
