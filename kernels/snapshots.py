@@ -6,10 +6,11 @@ hand out the ones asked for instead: slot ``s``'s conv window and recurrent stat
 of its row in the call (``wanted = {s: n}``). Taking them is a copy of what the call computes anyway, so the
 call's outputs and pools are what they are without it.
 
-Who hands them out: ``gated_delta_rule``'s reference (the recurrent state, in the pool's layout and the
-arithmetic dtype; KDA too) and ``causal_conv1d.varlen``'s (the conv window, in the arithmetic dtype), in an
-extend (no intermediate states). The Triton kernels and Mamba2's references take none: a state not in
-:attr:`Snapshots.ssm` or :attr:`Snapshots.conv` after the call was not taken, and must be computed otherwise.
+Who hands them out, in an extend: ``gated_delta_rule.recurrent``'s reference (the recurrent state, in the pool's
+layout and the arithmetic dtype; KDA too; not in a verify, which keeps every step's state already),
+``mamba2.chunk_scan``'s (the SSM state) and ``causal_conv1d.varlen``'s (the conv window), in the arithmetic
+dtype. The Triton kernels take none: a state not in :attr:`Snapshots.ssm` or :attr:`Snapshots.conv` after the
+call was not taken, and must be computed otherwise.
 """
 
 from __future__ import annotations

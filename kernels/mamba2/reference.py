@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from kernels import snapshots
 from kernels.dtypes import compute_dtype
 from kernels.padding import live_rows_and_slots
 
@@ -147,10 +148,13 @@ def chunk_scan_reference(
     Bh = B.to(ct).repeat_interleave(heads_per_group, dim=1)  # [T, nheads, dstate]: each head its group's
     Ch = C.to(ct).repeat_interleave(heads_per_group, dim=1)
     y = torch.zeros(x.shape, dtype=ct, device=x.device)
+    snaps = snapshots.active()
     for n, slot in zip(rows.tolist(), slots.tolist(), strict=True):
         s = state[slot].to(ct) if h0 is None or h0[n] else torch.zeros(state.shape[1:], dtype=ct, device=x.device)
         if h is not None and n == 0 and h.shape[0]:
             h[0] = s.to(h.dtype)  # entry 0: the first row's initial state
+        wanted = snaps.tokens(slot, cu[n + 1] - cu[n]) if snaps is not None else None
+        kept = {cu[n] + wanted - 1} if wanted is not None else set()  # the token after which kernels.snapshots asks
         for a in range(cu[n], cu[n + 1], _BLOCK):
             e = min(a + _BLOCK, cu[n + 1])
             # tokens of this block that end a chunk of the grid over the flattened batch (entry (t + 1) / C)
@@ -159,10 +163,15 @@ def chunk_scan_reference(
                 for t in range(a, e)
                 if (t + 1) % chunk_size == 0 and h is not None and (t + 1) // chunk_size < h.shape[0]
             ]
-            y[a:e], after = _scan_block(s, log_decay[a:e], dx[a:e], Bh[a:e], Ch[a:e], [t - a for t in grid])
-            for t, st in zip(grid, after[:-1], strict=True):
+            marks = sorted({*grid, *(t for t in kept if a <= t < e)})
+            y[a:e], after = _scan_block(s, log_decay[a:e], dx[a:e], Bh[a:e], Ch[a:e], [t - a for t in marks])
+            at = dict(zip(marks, after[:-1], strict=True))
+            for t in grid:
                 if h is not None:  # (grid is empty without it)
-                    h[(t + 1) // chunk_size] = st.to(h.dtype)
+                    h[(t + 1) // chunk_size] = at[t].to(h.dtype)
+            for t in kept & at.keys():
+                assert snaps is not None  # kept is empty without it
+                snaps.ssm[slot] = at[t].clone()
             s = after[-1]
         if cu[n + 1] > cu[n]:
             state[slot] = s.to(state.dtype)

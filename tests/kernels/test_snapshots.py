@@ -1,17 +1,19 @@
 """kernels.snapshots: the references hand out the states they pass at the tokens asked for, and nothing else
-changes. The recurrent states are checked against an independent float64 naive recurrence (test_kda's, with a
-per-channel gate, and a scalar gate as equal channels), the conv windows against their definition (the last
-W-1 inputs up to the token)."""
+changes. The GDN states are checked against an independent float64 naive recurrence (test_kda's, with a
+per-channel gate, and a scalar gate as equal channels), Mamba2's against the decode step token by token, the
+conv windows against their definition (the last W-1 inputs up to the token)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from test_kda import batch, naive_kda
+from test_mamba2_scan import batch as scan_batch
 
 import kernels.gated_delta_rule as gdn
 import kernels.gated_delta_rule.reference as gdn_ref
 from kernels import causal_conv1d as cc
+from kernels import mamba2
 from kernels.snapshots import Snapshots, active, take_states
 from kernels.testing import cu_seqlens, rel_err
 
@@ -125,3 +127,37 @@ def test_snapshots_say_which_tokens_a_row_can_hand_out():
             assert active() is nested
         assert active() is snaps
     assert active() is None
+
+
+@pytest.mark.parametrize("lens", [[5, 9, 3], [150, 7]], ids=["short", "past-a-block"])
+def test_mamba2_scan_reference_hands_out_each_asked_state(lens):
+    """Against the decode step fed the row's tokens one at a time (a 150-token row spans the scan's blocks of
+    64), on rows that start from their slot or from zeros; the chunk states and pools as without taking."""
+    a = scan_batch(lens, chunk=4)
+    before = a["state"].clone()
+    plain = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in a.items()}
+    slots = a["state_indices"].tolist()
+    wanted = {slots[0]: 3, slots[1]: lens[1], 99: 1}
+    if len(lens) > 2:
+        wanted[slots[2]] = 4  # past its 3 tokens: not taken
+    else:
+        wanted[slots[0]] = 130  # in the scan's third block
+    plain_out = mamba2.chunk_scan(**plain, impl="reference")
+    with take_states(wanted) as snaps:
+        out = mamba2.chunk_scan(**a, impl="reference")
+    taken = {slots[0]: (0, wanted[slots[0]]), slots[1]: (1, lens[1])}
+    assert set(snaps.ssm) == set(taken) and not snaps.conv
+    nh, hd, ds = before.shape[1:]
+    for slot, (n, tokens) in taken.items():
+        step = before[slot : slot + 1].clone() if a["has_initial_state"][n] else before[:1].new_zeros(1, nh, hd, ds)
+        bos = int(a["cu_seqlens"][n])
+        for t in range(bos, bos + tokens):
+            mamba2.selective_state_update(
+                step, a["x"][t : t + 1], a["dt"][t : t + 1, :, None].expand(1, nh, hd),
+                a["A"][:, None, None].expand(nh, hd, ds), a["B"][t : t + 1], a["C"][t : t + 1],
+                dt_bias=a["dt_bias"][:, None].expand(nh, hd), dt_softplus=True,
+                state_indices=torch.tensor([0]), impl="reference",
+            )  # fmt: skip
+        assert rel_err(snaps.ssm[slot], step[0]) <= 1e-12, f"slot {slot} after {tokens} tokens"
+    assert torch.equal(out, plain_out) and torch.equal(a["state"], plain["state"])
+    assert torch.equal(a["chunk_states"], plain["chunk_states"])

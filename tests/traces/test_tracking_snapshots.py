@@ -1,7 +1,7 @@
 """The chunk states of sglang's extra_buffer tracking, taken as the step's forward passes them
 (``kernels.snapshots``; ``tracking.chunk_positions`` says which) instead of a second run of the layer on the row's
 first tokens: every one the track checks read is taken, in the runner's pool and the float64 shadow's, and it is
-the state the second run computes. A layer whose kernels hand out none (Mamba2's scan) falls back to that run."""
+the state the second run computes. Where a kernel hands out none (Triton's) the replay falls back to that run."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from functools import cache
 
 import pytest
 
+import kernels.gated_delta_rule.reference as gdn_reference
 import workbench.traces.tracking as tracking
 from workbench.traces.model import Trace
 from workbench.traces.replay import TraceReplayer
@@ -46,8 +47,9 @@ def _replay_watching_chunk_states(trace: Trace, monkeypatch) -> tuple[bool, list
     return result.ok, seen
 
 
-def test_gdn_chunk_states_are_taken_from_the_forward_and_equal_a_second_run(monkeypatch):
-    ok, seen = _replay_watching_chunk_states(extra_buffer_trace("gdn"), monkeypatch)
+@pytest.mark.parametrize("layer", ["gdn", "mamba2"])
+def test_chunk_states_are_taken_from_the_forward_and_equal_a_second_run(layer, monkeypatch):
+    ok, seen = _replay_watching_chunk_states(extra_buffer_trace(layer), monkeypatch)
     assert ok
     assert len(seen) >= 10, f"the trace tracked {len(seen)} rows from chunk states"
     assert all(taken == [True, True] for taken, _ in seen), "a chunk state the checks read was not taken"
@@ -56,8 +58,10 @@ def test_gdn_chunk_states_are_taken_from_the_forward_and_equal_a_second_run(monk
     assert runner <= 1e-5, f"float32 runner: {runner:.3g} off the second run"
 
 
-def test_a_layer_whose_kernels_hand_out_none_runs_the_layer_again(monkeypatch):
-    ok, seen = _replay_watching_chunk_states(extra_buffer_trace("mamba2"), monkeypatch)
+def test_a_kernel_that_hands_out_no_state_has_the_layer_run_again(monkeypatch):
+    """As a Triton kernel: the recurrence takes nothing (the conv window alone is no chunk state)."""
+    monkeypatch.setattr(gdn_reference, "_kept_at", lambda *args: {})
+    ok, seen = _replay_watching_chunk_states(extra_buffer_trace("gdn"), monkeypatch)
     assert ok and seen
     assert all(taken == [False, False] for taken, _ in seen)
     assert all(e == [0.0, 0.0] for _, e in seen)

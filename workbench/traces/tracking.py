@@ -464,7 +464,7 @@ class TrackChecks:
         kernel's chunk state ``h``. What the layer's references handed out as the step's forward passed it
         (``ctx.taken``, asked for by :func:`chunk_positions`), else the same layer run on those tokens from
         the row's state before the step (``ctx.inputs`` and ``ctx.before``): a kernel that hands out none
-        (Triton, Mamba2's), or a state no tracked row asked for (an entry naming another)."""
+        (the Triton kernels), or a state no tracked row asked for (an entry naming another)."""
         assert ctx.inputs is not None and ctx.before is not None  # the forward ran (checked by the caller)
         step, x = ctx.step, ctx.inputs
         row = step.rows[b]
