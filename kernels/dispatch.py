@@ -118,7 +118,6 @@ def _direct_ok(op: CustomOpDef, values: Iterable[object]) -> bool:
     grad = torch.is_grad_enabled()
     # a subclass (FakeTensor, DTensor, ...) has its own dispatch; a gradient needs the autograd kernel
     return not any(
-        isinstance(v, torch.Tensor)
-        and (type(v) is not torch.Tensor or v.device.type != "cpu" or (grad and v.requires_grad))
+        isinstance(v, torch.Tensor) and (type(v) is not torch.Tensor or not v.is_cpu or (grad and v.requires_grad))
         for v in values
     )

@@ -22,6 +22,7 @@ import kernels.causal_conv1d as conv1d
 import kernels.gated_delta_rule as gdn
 import kernels.mamba2 as mamba2
 from kernels.conventions import DEFAULT_STATE_LAYOUT, STATE_LAYOUTS, state_dims
+from kernels.dtypes import cast
 from kernels.padding import skipped_rows
 from workbench import html
 from workbench.devices import canonical_device
@@ -39,9 +40,9 @@ def _gated_rmsnorm(
 ) -> torch.Tensor:
     """RMS-normalise the last dim of ``o``, scale, and gate with ``gate(z)``: silu (Gated DeltaNet / Mamba2
     output norm) or sigmoid (Kimi Linear's ``o_norm``)."""
-    o32 = o.to(torch.promote_types(o.dtype, torch.float32))
+    o32 = cast(o, torch.promote_types(o.dtype, torch.float32))
     normed = o32 * torch.rsqrt(o32.pow(2).mean(-1, keepdim=True) + eps)
-    return (normed * weight * gate(z.to(normed.dtype))).to(o.dtype)
+    return cast(normed * weight * gate(cast(z, normed.dtype)), o.dtype)
 
 
 def _live_tokens(y: torch.Tensor, meta: Metadata) -> torch.Tensor:
@@ -219,7 +220,7 @@ class _SeededLayer:
         keep = ~skipped_rows(flat, pad)
         target = torch.where(keep, flat, torch.full_like(flat, dummy))
         for pool, steps in ((state.ssm, inter_ssm), (state.conv, inter_conv)):
-            new = steps.reshape(flat.numel(), *steps.shape[2:]).to(pool.dtype)
+            new = cast(steps.reshape(flat.numel(), *steps.shape[2:]), pool.dtype)
             mask = keep.view(-1, *([1] * (new.dim() - 1)))
             pool.index_copy_(0, target, torch.where(mask, new, pool.index_select(0, target)))
 
@@ -272,7 +273,7 @@ class _SeededLayer:
             impl=self.impl, state_layout=self.state_layout or DEFAULT_STATE_LAYOUT,
         )  # fmt: skip
         windows = intermediate.conv[torch.arange(r, device=idx.device), steps.long()]
-        state.conv.index_copy_(0, idx.long(), windows.to(state.conv.dtype))
+        state.conv.index_copy_(0, idx.long(), cast(windows, state.conv.dtype))
 
     @staticmethod
     def _tree_args(meta: Metadata) -> dict[str, torch.Tensor]:

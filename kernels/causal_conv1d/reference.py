@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels import snapshots
-from kernels.dtypes import compute_dtype
+from kernels.dtypes import cast, compute_dtype
 from kernels.padding import live_rows_and_slots
 
 
@@ -54,8 +54,8 @@ def update_reference(
     retrieve_parent_token [N, D'] int or None: a tree verify (`_tree_windows`).
     """
     ct = compute_dtype(x, conv_state, weight, bias)
-    w = weight.to(ct)  # [dim, W]
-    b = bias.to(ct) if bias is not None else torch.zeros((), dtype=ct, device=x.device)
+    w = cast(weight, ct)  # [dim, W]
+    b = cast(bias, ct) if bias is not None else torch.zeros((), dtype=ct, device=x.device)
 
     # Skipped rows (and only they) keep these zeros: deterministic, never uninitialised memory.
     out.zero_()
@@ -66,20 +66,20 @@ def update_reference(
         if intermediate_conv_windows is None or not disable_state_update:
             raise ValueError("causal_conv1d reference: a tree verify needs the intermediate windows, no state update")
         windows = _tree_windows(x, conv_state, intermediate_conv_windows, retrieve_parent_token, rows, slots, ct)
-        out[rows] = _activate(_convolve(windows, w, b), activation).transpose(1, 2).to(out.dtype)
+        out[rows] = cast(_activate(_convolve(windows, w, b), activation).transpose(1, 2), out.dtype)
         return
     # Every step at once, as `varlen_reference` does a sequence: W-1 older inputs, then the L new ones.
-    ext = torch.cat([conv_state[slots].to(ct), x[rows].to(ct).transpose(1, 2)], dim=-1)  # [R, dim, W-1+L]
+    ext = torch.cat([cast(conv_state[slots], ct), cast(x[rows], ct).transpose(1, 2)], dim=-1)  # [R, dim, W-1+L]
     # window t is ext[..., t : t+W], times the channel's weights: a length-W dot product; [R, dim, L]
     y = _convolve(ext.unfold(-1, W, 1), w, b)
-    out[rows] = _activate(y, activation).transpose(1, 2).to(out.dtype)
+    out[rows] = cast(_activate(y, activation).transpose(1, 2), out.dtype)
     if intermediate_conv_windows is not None:
         # the window after step t is ext[..., t+1 : t+W]; indexed by batch row, not by slot: the engine
         # picks the accepted step afterwards
         after = ext.unfold(-1, W - 1, 1)[:, :, 1:].transpose(1, 2)  # [R, L, dim, W-1]
-        intermediate_conv_windows[rows] = after.to(intermediate_conv_windows.dtype)
+        intermediate_conv_windows[rows] = cast(after, intermediate_conv_windows.dtype)
     if not disable_state_update:
-        conv_state[slots] = ext[..., -(W - 1) :].to(conv_state.dtype)
+        conv_state[slots] = cast(ext[..., -(W - 1) :], conv_state.dtype)
 
 
 def _tree_windows(
@@ -129,8 +129,8 @@ def varlen_reference(
     """
     ct = compute_dtype(x, conv_state, weight, bias)
     dim, W = weight.shape
-    w = weight.to(ct)
-    b = bias.to(ct) if bias is not None else torch.zeros((), dtype=ct, device=x.device)
+    w = cast(weight, ct)
+    b = cast(bias, ct) if bias is not None else torch.zeros((), dtype=ct, device=x.device)
 
     out.zero_()
     rows, slots = live_rows_and_slots(state_indices, pad_slot_id, conv_state.shape[0])
@@ -141,16 +141,16 @@ def varlen_reference(
         if eos == bos:
             continue  # a zero-length row neither outputs nor touches its slot
         if bool(has_initial_state[row]):
-            initial = conv_state[slot].to(ct)
+            initial = cast(conv_state[slot], ct)
         else:
             initial = torch.zeros(dim, W - 1, dtype=ct, device=x.device)
         # The sequence as the convolution sees it: W-1 older inputs, then this sequence's tokens.
-        ext = torch.cat([initial, x[bos:eos].to(ct).T], dim=1)  # [dim, W-1+len]
+        ext = torch.cat([initial, cast(x[bos:eos], ct).T], dim=1)  # [dim, W-1+len]
         windows = ext.unfold(1, W, 1)  # [dim, len, W]: windows[:, t] ends at token t
         y = (windows @ w.unsqueeze(-1)).squeeze(-1) + b.unsqueeze(-1)  # [dim, len]: dot products of length W
-        out[bos:eos] = _activate(y, activation).T.to(out.dtype)
+        out[bos:eos] = cast(_activate(y, activation).T, out.dtype)
         # The last W-1 inputs; for len < W-1 some of them are older state inputs.
-        conv_state[slot] = ext[:, -(W - 1) :].to(conv_state.dtype)
+        conv_state[slot] = cast(ext[:, -(W - 1) :], conv_state.dtype)
         t = snaps.tokens(slot, eos - bos) if snaps is not None else None
         if snaps is not None and t is not None:  # the window after t tokens (kernels.snapshots)
             snaps.conv[slot] = ext[:, t : t + W - 1].clone()

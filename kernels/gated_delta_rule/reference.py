@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from kernels import snapshots
 from kernels.conventions import DEFAULT_STATE_LAYOUT, layout_view
-from kernels.dtypes import compute_dtype
+from kernels.dtypes import cast, compute_dtype
 from kernels.padding import host_rows, skipped_rows
 
 L2NORM_EPS = 1e-6
@@ -52,9 +52,9 @@ def gating(
 
     g = -exp(A_log) * softplus(a + dt_bias) (torch softplus: linear above threshold/beta), beta = sigmoid(b).
     """
-    x = a.to(dtype) + dt_bias.to(dtype)
-    g = -torch.exp(A_log.to(dtype)) * F.softplus(x, beta=softplus_beta, threshold=softplus_threshold)
-    return g, torch.sigmoid(b.to(dtype))
+    x = cast(a, dtype) + cast(dt_bias, dtype)
+    g = -torch.exp(cast(A_log, dtype)) * F.softplus(x, beta=softplus_beta, threshold=softplus_threshold)
+    return g, torch.sigmoid(cast(b, dtype))
 
 
 @dataclass
@@ -89,7 +89,7 @@ def _prepare(
     """Cast to the arithmetic dtype, optionally L2-normalise q and k, scale q, expand the H q/k heads to the
     HV value heads (GVA), and read the row metadata on the host."""
     dtype = compute_dtype(q, k, v, g, beta, state)
-    q, k = q.to(dtype), k.to(dtype)
+    q, k = cast(q, dtype), cast(k, dtype)
     if use_qk_l2norm:
         q, k = l2norm(q), l2norm(k)
     group = v.shape[1] // q.shape[1]  # value head h reads q/k head h // group
@@ -97,9 +97,9 @@ def _prepare(
     return _Batch(
         q=(q * scale).repeat_interleave(group, dim=1),
         k=k.repeat_interleave(group, dim=1),
-        v=v.to(dtype),
-        g=g.to(dtype),
-        beta=beta.to(dtype),
+        v=cast(v, dtype),
+        g=cast(g, dtype),
+        beta=cast(beta, dtype),
         bounds=cu_seqlens.tolist(),
         slots=slots,
         skipped=skipped,
@@ -282,7 +282,7 @@ def _recurrent_rows_together(
                 keep(batch.slots[rows[r]], S_rows[r])
             if intermediate_states is not None:
                 # indexed by batch row, not slot: the engine picks the accepted step afterwards
-                inter = S_rows[:live].to(intermediate_states.dtype)
+                inter = cast(S_rows[:live], intermediate_states.dtype)
                 intermediate_states[:, t].index_copy_(0, batch_rows[:live], inter)
             continue
         for r, S in enumerate(work[:live]):
@@ -291,9 +291,9 @@ def _recurrent_rows_together(
                 keep(batch.slots[rows[r]], S)
             if intermediate_states is not None:
                 intermediate_states[rows[r], t] = S
-    out.index_copy_(0, tok, o.view(-1, HV, V).to(out.dtype))
+    out.index_copy_(0, tok, cast(o.view(-1, HV, V), out.dtype))
     if gathered and not disable_state_update:
-        state.index_copy_(0, slots, S_rows.to(state.dtype))
+        state.index_copy_(0, slots, cast(S_rows, state.dtype))
 
 
 def _gather(
@@ -302,7 +302,7 @@ def _gather(
     """The slots of `rows` and a private `dtype` copy of their states, [R, HV, K, V] (zeros for a row without
     initial state)."""
     slots = torch.tensor([batch.slots[n] for n in rows], device=state.device)
-    S_rows = state.index_select(0, slots).to(dtype)
+    S_rows = cast(state.index_select(0, slots), dtype)
     fresh = [r for r, n in enumerate(rows) if not batch.has_init[n]]
     if fresh:
         S_rows[fresh] = 0
@@ -534,4 +534,4 @@ def scatter_accepted_reference(
         assert num_accepted is not None
         steps = num_accepted.to(torch.long)[rows] - 1
     picked = intermediate_states[rows, steps]  # [R, HV, K, V]
-    state.index_copy_(0, state_indices.to(torch.long)[rows], picked.to(state.dtype))
+    state.index_copy_(0, state_indices.to(torch.long)[rows], cast(picked, state.dtype))
