@@ -591,10 +591,10 @@ def test_the_first_row_that_differs():
     assert _first_row_difference(two, other) == (1, [3, 4], [3, 0])
 
 
-def test_the_slot_of_a_row_and_the_tokens_of_a_batch():
+def test_the_slot_of_a_row_the_tokens_of_a_batch_and_the_first_row_off_the_shadow():
     from types import SimpleNamespace
 
-    from workbench.traces.replay import _live_pairs, _slot_of, _tokens
+    from workbench.traces.replay import _first_off_row, _slot_of, _tokens
 
     flat = SimpleNamespace(state_indices=torch.tensor([3, 1, -1]))
     assert [_slot_of(flat.state_indices, r) for r in (0, 1, 2, 3, None)] == [3, 1, -1, None, None]
@@ -603,11 +603,19 @@ def test_the_slot_of_a_row_and_the_tokens_of_a_batch():
     assert _slot_of(torch.tensor(3), 0) is None
     assert _tokens(Batch.idle()) == 0 and _tokens(Batch.decode([1, 2], [3, 4])) == 2
     assert _tokens(Batch.extend([1, 2], [3, 4])) == 7 and _tokens(Batch.target_verify([1, 2, 3], [5, 5, 5], 4)) == 12
-    state = SimpleNamespace(ssm=torch.arange(10.0).view(10, 1))
-    shadow = SimpleNamespace(ssm=-torch.arange(10.0).view(10, 1))
-    pairs = _live_pairs(state, shadow, wide)  # type: ignore[arg-type]
-    assert [(float(g), float(w)) for g, w in pairs] == [(5.0, -5.0), (7.0, -7.0)]  # a row's first slot
-    assert [float(g) for g, _ in _live_pairs(state, shadow, flat)[:2]] == [3.0, 1.0]  # type: ignore[arg-type]
+    # the first row whose state at its first slot is off the shadow's (float64, cast to the state's dtype)
+    state = SimpleNamespace(ssm=torch.arange(10.0).view(10, 1, 1))
+    shadow = SimpleNamespace(ssm=torch.arange(10.0, dtype=torch.float64).view(10, 1, 1))
+    assert _first_off_row(state, shadow, wide) is None  # type: ignore[arg-type]
+    shadow.ssm[8] = 100.0  # a row's second slot is not compared
+    assert _first_off_row(state, shadow, wide) is None  # type: ignore[arg-type]
+    shadow.ssm[7] += 1.0
+    assert _first_off_row(state, shadow, wide) == 1  # type: ignore[arg-type]
+    state.ssm[5] = float("nan")
+    assert _first_off_row(state, shadow, wide) == 0  # type: ignore[arg-type]
+    two = SimpleNamespace(state_indices=torch.tensor([3, 1]))
+    assert _first_off_row(state, shadow, two) is None  # type: ignore[arg-type]
+    assert _first_off_row(state, shadow, SimpleNamespace(state_indices=torch.tensor([], dtype=torch.long))) is None  # type: ignore[arg-type]
 
 
 def test_a_divergence_kind_is_one_of_the_closed_set():

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from kernels.dtypes import cast
 from kernels.snapshots import Snapshots, take_states
 from workbench import html
 from workbench.backends import MetadataBackend
@@ -961,24 +962,21 @@ def _tokens(batch: Batch) -> int:
     return batch.raw_batch_size * (batch.draft_tokens if batch.mode == "target_verify" else 1)
 
 
-def _live_pairs(state: Any, shadow: Any, meta: Metadata) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    idx = meta.state_indices if meta.state_indices.dim() == 1 else meta.state_indices[:, 0]
-    return [(state.ssm[int(s)], shadow.ssm[int(s)]) for s in idx.tolist()]
-
-
 def _first_off_row(state: Any, shadow: Any, meta: Metadata) -> int | None:
-    """The first row whose recurrent state (at its first slot, :func:`_live_pairs`) is not ``allclose`` to the
-    shadow's (cast to the state's dtype, ``FLOAT32_TOLERANCE``), or None: one test for all rows, as
-    ``torch.allclose`` row by row (``isclose(...).all()``) would give."""
-    pairs = _live_pairs(state, shadow, meta)
-    if not pairs:
+    """The first row whose recurrent state (at its first slot) is not ``allclose`` to the shadow's (cast to the
+    state's dtype, ``FLOAT32_TOLERANCE``), or None: one test for all rows, as ``torch.allclose`` row by row
+    (``isclose(...).all()``) would give, and the row looked for only when that test fails."""
+    idx = meta.state_indices if meta.state_indices.dim() == 1 else meta.state_indices[:, 0]
+    if not idx.numel():
         return None
-    got = torch.stack([g for g, _ in pairs])
-    want = torch.stack([w for _, w in pairs]).to(got.dtype)
+    slots = idx.long()
+    got = state.ssm.index_select(0, slots)
+    want = cast(shadow.ssm.index_select(0, slots), got.dtype)
     tol = FLOAT32_TOLERANCE
-    close = torch.isclose(got, want, atol=tol.atol, rtol=tol.rtol).reshape(len(pairs), -1).all(dim=1)
-    off = (~close).nonzero()
-    return int(off[0, 0]) if off.numel() else None
+    if torch.allclose(got, want, atol=tol.atol, rtol=tol.rtol):
+        return None
+    close = torch.isclose(got, want, atol=tol.atol, rtol=tol.rtol).reshape(len(slots), -1).all(dim=1)
+    return int((~close).nonzero()[0, 0])
 
 
 def _first_row_difference(want: torch.Tensor, got: torch.Tensor) -> tuple[int | None, Any, Any] | None:
