@@ -218,11 +218,11 @@ def _recurrent_rows_together(
 
     Rows are taken longest first, so the rows still running at step t are a prefix, `rows[:running[t]]`.
     Every (row, value head) pair is an independent K x V recurrence; the inputs of all steps are gathered
-    once, step-major, so that step t's inputs are one slice of each (`_token_step` then costs a few torch
+    once, step-major, so that step t's inputs are one slice of each (a token step then costs a few torch
     calls however many rows run: on small layers per-call overhead, not arithmetic, is the cost).
 
     The states are gathered into one private [R*HV, K, V] tensor (scattered back at the end, unless the pool
-    must not change), so a step is one `_token_step` for all rows: when they are small (<= GATHER_MAX_SLOT_BYTES
+    must not change), so a step is one token step for all rows: when they are small (<= GATHER_MAX_SLOT_BYTES
     per slot), and when a copy is needed anyway (verify, or an arithmetic dtype other than the pool's). Large
     ones (an engine layer: MBs per slot) are otherwise updated where they live, row by row on their slot:
     there the passes over the state are the cost, and a gather plus a scatter back would add two, plus page

@@ -283,8 +283,8 @@ class TraceReplayer:
         self.tenants: dict[int, list[int]] = {}  # slot -> request ids that held it, in order
         self.accepted: dict[int, int] = {}  # vLLM: request id -> tokens accepted at its last verify
         self.read_columns: dict[int, int] = {}  # vLLM verify: request id -> the column of its slots it read
-        # the step's batch, inputs and states before it (the prefix cache's stand-in for the kernel's chunk
-        # states); None until its forward runs
+        # the step's batch, inputs, states before it and the states its forward handed out (runner, shadow):
+        # the prefix cache's stand-in for the kernel's chunk states; None until its forward runs
         self._ran: tuple[Batch, torch.Tensor, tuple[LayerState, LayerState], tuple[Snapshots, Snapshots]] | None = None
         # the step's verify rows (request-pool rows, in batch order) with the runner's and the float64
         # reference's intermediate states, for sglang's tracking at commit; None after other steps
