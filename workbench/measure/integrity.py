@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from kernels.dtypes import cast
 from workbench import html
 from workbench.layers import FLOAT32_TOLERANCE
 
@@ -180,9 +181,16 @@ def _errors(got: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> t
     pre-filter cannot pass a value the measure would call off: no sum, norm or absolute value of ``got``
     alone, which a sign flip or two opposite errors would leave unchanged. NaN is off (``NaN <= x`` is False).
     """
-    g, r = got.double(), ref.double()
-    err = (g - r).abs()
-    return err, ~(err <= atol + rtol * r.abs())
+    err, close = _closeness(got, ref, atol, rtol)
+    return err, ~close
+
+
+def _closeness(got: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(``|got - ref|`` in float64, which values are within ``atol + rtol |ref|``): :func:`_errors` before its
+    negation, in place where it can (a trace step makes a few of these on small tensors: calls are the cost)."""
+    g, r = cast(got, torch.float64), cast(ref, torch.float64)
+    err = torch.sub(g, r).abs_()
+    return err, err <= torch.abs(r).mul_(rtol).add_(atol)
 
 
 def _max_err(got: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> tuple[bool, float]:
@@ -212,8 +220,9 @@ def _suspect_rows(got: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float
     step = max(1, _CHUNK_VALUES // (got.numel() // n))
     suspect: list[int] = []
     for lo in range(0, n, step):
-        _, off = _errors(got[lo : lo + step], ref[lo : lo + step], atol, rtol)  # the test of `_max_err`
-        if bool(off.any()):
+        _, close = _closeness(got[lo : lo + step], ref[lo : lo + step], atol, rtol)  # the test of `_max_err`
+        if not bool(close.all()):
+            off = ~close
             suspect += (off.reshape(off.shape[0], -1).any(dim=1).nonzero().flatten() + lo).tolist()
     return suspect
 
@@ -267,7 +276,7 @@ def check(
     if slots:
         index = torch.tensor([int(s) for s in slots], dtype=torch.long)
         for name, ref in reference_state.items():
-            got_live, ref_live = after[name][index], ref[index]  # the live slots, in the order given
+            got_live, ref_live = after[name].index_select(0, index), ref.index_select(0, index)  # in the order given
             for i in _suspect_rows(got_live, ref_live, atol, rtol):
                 bad, err = _max_err(got_live[i], ref_live[i], atol, rtol)
                 if bad:
