@@ -177,12 +177,19 @@ def test_bench_trace_checks_each_cli_trace_against_the_float64_recurrence(
         # the ratio of the rounded seconds lies within their rounding of the exact one
         c, b, half = m["check_cpu_s"], m["baseline_cpu_s"], 0.0005
         assert (c - half) / (b + half) - 0.001 <= m["ratio"] <= (c + half) / (b - half) + 0.001
+        # the subject (the replay phase) and the checking split the ratio between them
+        r = m["phases_cpu_s"]["replay"]
+        assert (r - half) / (b + half) - 0.001 <= m["subject_ratio"] <= (r + half) / (b - half) + 0.001
+        assert m["subject_ratio"] + m["checking_ratio"] == pytest.approx(m["ratio"], abs=0.002)
         assert set(m["phases_cpu_s"]) == set(PHASES)
         assert abs(sum(m["phases_cpu_s"].values()) + m["other_cpu_s"] - c) < 0.01
         assert "--steps 30 --out F; workbench trace check F" in m["command"]
         # calibrated: scaled to the run's quietest calibrator sample (at most what was measured around it)
         assert m["quiet_check_cpu_s"] <= m["check_cpu_s"] + 0.001 and m["quiet_baseline_cpu_s"] > 0
         assert m["quiet_per_10k_s"] == pytest.approx(m["quiet_check_cpu_s"] * 10_000 / 30, rel=0.01)
+    goals, default = res.meta["goals"], res.meta["ratio_run"]
+    assert goals["ratio_floor_default"] == pytest.approx(1 + default["subject_ratio"], abs=0.001)
+    assert f"so no check beside the float64 recurrence costs under {goals['ratio_floor_default']:.2f}x" in out
     calibration = res.meta["calibration"]
     assert calibration["best_s"] == min(calibration["samples_s"]) and len(calibration["samples_s"]) >= 3
     assert figures["mamba2"]["command"].startswith("workbench trace run --layer mamba2")
