@@ -34,7 +34,7 @@ def skip_dead_overflow_checks() -> bool:
     With ``sanitize_overflow`` on (the interpreter's default), every integer ``+``, ``-`` and ``*`` of a kernel
     (its index arithmetic) is done again in int64 with a range test, and the test goes to ``device_assert``,
     which drops it unless the options' ``debug`` is set. The interpreter's options (Triton 3.x) never set it,
-    so the checks are computed and thrown away: a fifth of a kernel check's CPU time under the interpreter
+    so the checks are computed and thrown away: about a quarter of the kernel tests' CPU under the interpreter
     (issue 33). Nothing else reads them, so results and errors are the same without. Left on where ``debug``
     is set (then the checks assert), outside the interpreter (compiled kernels have their own options), and
     where the interpreter is not laid out as this expects (another Triton release)."""
