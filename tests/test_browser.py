@@ -199,15 +199,37 @@ class Console:
             self.errors.append(msg.text)
 
 
+# Resolves once the kernel of the notebook in the page has answered its kernel_info request, true when it is
+# then connected (its status may still read "unknown": no status message yet); false when there is no kernel
+# or no answer within 20 s.
+KERNEL_READY_JS = """
+async () => {
+  const ready = async () => {
+    const ctx = window.jupyterapp.shell.currentWidget && window.jupyterapp.shell.currentWidget.sessionContext;
+    if (!ctx) return false;
+    await ctx.ready;
+    const kernel = ctx.session && ctx.session.kernel;
+    if (!kernel) return false;
+    await kernel.info;
+    return kernel.connectionStatus === 'connected';
+  };
+  return Promise.race([ready(), new Promise((resolve) => setTimeout(() => resolve(false), 20000))]);
+}
+"""
+
+
 def _send_run_all(page, name: str) -> None:
     """Send run-all to the notebook open in ``page`` once its kernel is up, without waiting for the cells.
 
     The execution indicator says idle before the kernel really is ready, and a run-all sent then is
-    dropped: wait a moment, send it without awaiting its promise, and resend until a prompt moves."""
+    dropped: wait until the kernel answered its kernel_info request (else a moment), send it without
+    awaiting its promise, and resend until a prompt moves."""
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
     for _attempt in range(4):
-        page.wait_for_timeout(2_000)
+        ready = _attempt == 0 and page.evaluate(KERNEL_READY_JS)
+        if not ready:
+            page.wait_for_timeout(2_000)
         page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
         try:
             page.wait_for_function(
