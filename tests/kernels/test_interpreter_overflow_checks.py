@@ -4,6 +4,7 @@ that ``device_assert`` would drop (no ``debug``) are not built, and nothing a ke
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -73,6 +74,7 @@ def test_outside_the_interpreter_nothing_changes(builder, monkeypatch):
 
 
 def test_an_interpreter_laid_out_otherwise_is_left_alone(builder):
-    builder.options = {"debug": False, "sanitize_overflow": True}  # not the dataclass this release has
+    # the same fields, but not the dataclass this release has: nothing to replace them in
+    builder.options = SimpleNamespace(debug=False, sanitize_overflow=True)
     assert _triton_helpers.skip_dead_overflow_checks() is False
-    assert builder.options == {"debug": False, "sanitize_overflow": True}
+    assert builder.options == SimpleNamespace(debug=False, sanitize_overflow=True)
