@@ -189,7 +189,7 @@ def test_bench_trace_checks_each_cli_trace_against_the_float64_recurrence(
         assert m["quiet_per_10k_s"] == pytest.approx(m["quiet_check_cpu_s"] * 10_000 / 30, rel=0.01)
     goals, default = res.meta["goals"], res.meta["ratio_run"]
     assert goals["ratio_floor_default"] == pytest.approx(1 + default["subject_ratio"], abs=0.001)
-    assert f"so no check beside the float64 recurrence costs under {goals['ratio_floor_default']:.2f}x" in out
+    assert f"the floor of a check beside the float64 recurrence at {goals['ratio_floor_default']:.2f}x" in out
     calibration = res.meta["calibration"]
     assert calibration["best_s"] == min(calibration["samples_s"]) and len(calibration["samples_s"]) >= 3
     assert figures["mamba2"]["command"].startswith("workbench trace run --layer mamba2")
