@@ -35,15 +35,20 @@ app: $(STAMP)
 
 # pytest in two sessions. Every test but the notebooks' on TEST_WORKERS processes (pytest-xdist, one torch
 # thread each), then the notebooks alone: JupyterLab, its kernels and Chromium need the whole machine (with a
-# worker beside them the notebook runs took 1.8x longer and the browser's waits timed out, issue 33). Both
-# sessions run even when the first fails; make fails when either did.
+# worker beside them the notebook runs took 1.8x longer and the browser's waits timed out; with the workers at
+# SCHED_IDLE still 1.27x, for 610 s in all against 663 s, issue 33). Both sessions run even when the first
+# fails; make fails when either did.
 TEST_WORKERS ?= 2
-PYTEST_PARALLEL = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+# pytest keeps the test modules it rewrote for its assert messages only where bytecode may be written: with
+# PYTHONDONTWRITEBYTECODE set (as on the 2-core machine) each session rewrote all of them again: collection 19.5 s
+# against 10 s (issue 33). Empty is unset to Python; the caches go to the ignored __pycache__/ folders.
+PYTEST = PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
+PYTEST_PARALLEL = $(PYTEST) -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 test: lint
 	@rc=0; \
 	$(PYTEST_PARALLEL) -m "not notebook" || rc=1; \
-	$(BIN)/python -m pytest -q -m notebook || rc=1; \
+	$(PYTEST) -q -m notebook || rc=1; \
 	exit $$rc
 
 # the inner loop: no lint, no slow/network/notebook tests (markers in pyproject.toml), on TEST_WORKERS workers;

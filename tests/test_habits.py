@@ -88,6 +88,20 @@ def test_markers_are_strict_and_the_fast_target_deselects_the_marked_tests(tmp_p
     assert typo.returncode != 0 and "'slwo' not found in `markers`" in typo.stdout + typo.stderr, typo.stdout
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_runs_pytest_where_its_rewritten_test_modules_are_cached():
+    """Every pytest session of ``make test`` and ``make test-fast`` runs with ``PYTHONDONTWRITEBYTECODE``
+    emptied: where it is set, pytest rewrites every test module again in each session (issue 33)."""
+    for target in ("test", "test-fast"):
+        out = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        commands = [c.split("||")[0] for line in out.splitlines() for c in line.split(";") if "-m pytest" in c]
+        assert commands, (target, out)
+        for command in commands:
+            args = shlex.split(command)
+            env = args[: args.index("-m") - 1]  # the assignments before `python -m pytest`
+            assert "PYTHONDONTWRITEBYTECODE=" in env, (target, command)
+
+
 @pytest.mark.slow  # two pytest collections in fresh interpreters
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_test_sessions_run_every_test_exactly_once(tmp_path):
