@@ -157,6 +157,51 @@ def test_the_replayer_steps_one_at_a_time() -> None:
     assert replayer.result.steps == 5 and replayer.result.ok
 
 
+def test_the_baseline_runs_the_calls_of_the_steps_done_and_in_chunks_gives_the_same_bits() -> None:
+    from workbench.bench.trace import CpuPhases, Float64Baseline, record_shadow
+
+    trace = simulate("sglang", "gdn", steps=24, seed=3, spec=2)
+    timer = CpuPhases()
+    replayer = TraceReplayer(trace, timer=timer)
+    calls = record_shadow(replayer, timer)
+    replayer.run(progress=timer.step_done, stop_at_first=False)
+    steps = [c.step for c in calls]
+    fed = {i for i, st in enumerate(trace.steps) if sum(r.new_tokens for r in st.rows)}
+    assert steps == sorted(steps) and set(steps) == fed and 23 in fed  # every step with tokens, in order
+    assert {c.kind for c in calls} == {"forward", "accept"}  # the verifies' commits too
+    chunked, whole = (Float64Baseline(replayer.ref, trace.header, calls) for _ in range(2))
+    chunked.advance(10)
+    assert chunked.done == sum(s < 10 for s in steps) and 0 < chunked.done < len(calls)
+    chunked.advance(10)  # nothing more for the same steps
+    assert chunked.done == sum(s < 10 for s in steps) and chunked.cpu_s > 0
+    for k in (17, 24):
+        chunked.advance(k)
+    whole.advance(24)
+    assert chunked.done == whole.done == len(calls)
+    got, want = chunked.state.tensors(), whole.state.tensors()
+    assert set(got) == set(want)
+    for name, t in got.items():
+        assert t.dtype == torch.float64 and torch.equal(t, want[name]) and not t.isnan().any(), name
+
+
+def test_bench_trace_runs_the_baseline_between_the_checks_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    import workbench.bench.trace as bench
+
+    advanced: list[int] = []
+    real = bench.Float64Baseline.advance
+
+    def advance(self, steps: int) -> None:
+        advanced.append(steps)
+        real(self, steps)
+
+    monkeypatch.setattr(bench.Float64Baseline, "advance", advance)
+    monkeypatch.setattr(bench, "PAIR_EVERY", 25)
+    m = bench.measure("default", 60)
+    assert m["ok"] and m["paired_every"] == 25
+    assert advanced == [25, 50, 60, 60]  # during the check, then once after its last step
+    assert m["baseline_calls"] == m["shadow_calls"] > 0 and m["baseline_cpu_s"] > 0
+
+
 @pytest.mark.slow  # runs the trace benchmark on each of the CLI's trace kinds
 def test_bench_trace_checks_each_cli_trace_against_the_float64_recurrence(
     capsys: pytest.CaptureFixture, tmp_path
