@@ -36,11 +36,12 @@ def _wraps(x_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + i, x * 65536 * 65536 + x * 3 - 7)  # wraps around in int32 for any x != 0
 
 
-def _run_wraps() -> torch.Tensor:
+def _run_wraps() -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's input (int32, seeded) and its output."""
     x = torch.randint(-(2**20), 2**20, (16,), generator=torch.Generator().manual_seed(3), dtype=torch.int32)
     out = torch.full_like(x, -1)
     _wraps[(1,)](x, out, BLOCK=16)
-    return out
+    return x, out
 
 
 def test_a_kernel_module_turns_the_dead_checks_off(builder):
@@ -50,12 +51,11 @@ def test_a_kernel_module_turns_the_dead_checks_off(builder):
 
 def test_the_same_results_with_the_checks_built_or_not(builder):
     builder.options = dataclasses.replace(builder.options, sanitize_overflow=True)
-    built = _run_wraps()  # the overflow is computed and tested, and the test dropped: no assertion
+    _, built = _run_wraps()  # the overflow is computed and tested, and the test dropped: no assertion
     assert _triton_helpers.skip_dead_overflow_checks() is True
     assert builder.options.sanitize_overflow is False
-    skipped = _run_wraps()
+    x, skipped = _run_wraps()
     assert torch.equal(built, skipped)
-    x = torch.randint(-(2**20), 2**20, (16,), generator=torch.Generator().manual_seed(3), dtype=torch.int32)
     want = (x.long() * 65536 * 65536 + x.long() * 3 - 7).to(torch.int32)  # two's-complement wrap-around
     assert torch.equal(skipped, want)
 

@@ -184,6 +184,7 @@ def test_the_baseline_runs_the_calls_of_the_steps_done_and_in_chunks_gives_the_s
         assert t.dtype == torch.float64 and torch.equal(t, want[name]) and not t.isnan().any(), name
 
 
+@pytest.mark.slow  # simulates, replays and checks a trace with the calibrator: seconds
 def test_bench_trace_runs_the_baseline_between_the_checks_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     import workbench.bench.trace as bench
 

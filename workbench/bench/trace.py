@@ -51,7 +51,7 @@ from workbench.layer_names import GDN, MAMBA2
 from workbench.measure.timing import Results, TimingRecord, environment
 from workbench.metadata import Metadata
 from workbench.traces.format import read_trace, write_trace
-from workbench.traces.model import Trace
+from workbench.traces.model import Trace, TraceHeader
 from workbench.traces.replay import PhaseTimer, TraceReplayer, TraceResult, replay_trace
 from workbench.traces.simulate import simulate
 
@@ -178,7 +178,7 @@ class Float64Baseline:
     per step as the shadow ran them, in inference mode as the replay's steps. :meth:`advance` runs the calls
     of the steps done so far; ``cpu_s`` is the CPU seconds they took, ``done`` how many calls ran."""
 
-    def __init__(self, ref: Any, header: Any, calls: list[ShadowCall]) -> None:
+    def __init__(self, ref: Any, header: TraceHeader, calls: list[ShadowCall]) -> None:
         self.ref, self.header, self.calls = ref, header, calls
         self.state = ref.new_state(header.num_slots, seed=1, dtype=torch.float64)
         self.inter: Any = None
